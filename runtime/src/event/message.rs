@@ -1,0 +1,68 @@
+use serde::{Deserialize, Serialize};
+
+/// One typed content block of a message or a tool result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ContentBlock {
+    /// Visible text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model reasoning (`reasoning_content`).
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+    },
+    /// A tool call the model requested.
+    ToolCall {
+        /// Provider-assigned call id.
+        id: String,
+        /// Tool name.
+        name: String,
+        /// The raw JSON string the model produced (kept verbatim, even if invalid).
+        arguments: String,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+}
+
+/// Who authored a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// A role-tagged message with typed content blocks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Message {
+    /// Author.
+    pub role: Role,
+    /// Content, in order.
+    pub content: Vec<ContentBlock>,
+}
+
+impl Message {
+    /// A user message holding one text block.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self { role: Role::User, content: vec![ContentBlock::text(text)] }
+    }
+
+    /// The tool calls this message requests, in model order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.content.iter().filter_map(|block| match block {
+            ContentBlock::ToolCall { id, name, arguments } => Some((id.as_str(), name.as_str(), arguments.as_str())),
+            _ => None,
+        })
+    }
+}

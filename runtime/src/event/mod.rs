@@ -1,0 +1,39 @@
+//! The session event model (SPEC §2): records, payloads, failures, the header and the
+//! validator of log invariants.
+
+mod chunk;
+mod failure;
+mod header;
+mod message;
+mod payload;
+mod record;
+mod validate;
+
+pub use chunk::{BlockKind, Chunk, FinishReason, Usage};
+pub use failure::{ErrorCode, Failure, UnknownErrorCode, FIXED_ERROR_CODES};
+pub use header::{HeaderError, SessionHeader, SESSION_VERSION};
+pub use message::{ContentBlock, Message, Role};
+pub use payload::{
+    AbortCause, AssistantChunk, AssistantMessage, HeaderReason, LlmRetry, LlmRetryStarted, RequestHeader,
+    RequestPrefix, StepRef, ToolCall, ToolError, ToolResult, ToolSchema, TurnEnd, TurnEndReason, TurnStart,
+    UserMessage,
+};
+pub use record::{Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
+pub use validate::{Rule, Validator, Violation};
+
+/// How an attempt's terminal chunk ended, as far as citations care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChunkFinish {
+    Succeeded,
+    Failed,
+}
+
+impl ChunkFinish {
+    pub(crate) fn of(chunk: &Chunk) -> Option<ChunkFinish> {
+        match chunk {
+            Chunk::Finish { reason } if reason.failure().is_some() => Some(ChunkFinish::Failed),
+            Chunk::Finish { .. } => Some(ChunkFinish::Succeeded),
+            _ => None,
+        }
+    }
+}

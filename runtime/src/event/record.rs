@@ -1,0 +1,198 @@
+//! The record envelope: `{"type", "seq", "time", "data", "source_seqs"?, "ignorable"?}`.
+
+use std::borrow::Cow;
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use super::payload::*;
+
+/// An event whose type this build does not know, kept only because it was marked ignorable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownEvent {
+    /// The unrecognised `type`.
+    pub type_name: String,
+    /// Its `data`, uninterpreted.
+    pub data: serde_json::Value,
+}
+
+macro_rules! events {
+    ($( $(#[$doc:meta])* $variant:ident($payload:ty) = $name:literal, )*) => {
+        /// A session event: the `type` tag plus its payload.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Event {
+            $( $(#[$doc])* $variant($payload), )*
+            /// An ignorable event of a type this build does not know.
+            Unknown(UnknownEvent),
+        }
+
+        /// Every event type this build knows, in SPEC order.
+        pub const EVENT_TYPES: &[&str] = &[$($name),*];
+
+        impl Event {
+            /// The wire `type` string.
+            pub fn type_name(&self) -> &str {
+                match self {
+                    $( Event::$variant(_) => $name, )*
+                    Event::Unknown(unknown) => &unknown.type_name,
+                }
+            }
+
+            /// Decodes `data` for a known `type`; `Ok(None)` when the type is unknown.
+            fn decode_known(type_name: &str, data: &RawValue) -> Result<Option<Event>, serde_json::Error> {
+                Ok(Some(match type_name {
+                    $( $name => Event::$variant(serde_json::from_str(data.get())?), )*
+                    _ => return Ok(None),
+                }))
+            }
+        }
+
+        struct DataRef<'a>(&'a Event);
+
+        impl Serialize for DataRef<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                match self.0 {
+                    $( Event::$variant(payload) => payload.serialize(serializer), )*
+                    Event::Unknown(unknown) => unknown.data.serialize(serializer),
+                }
+            }
+        }
+    };
+}
+
+events! {
+    /// `turn/start`
+    TurnStart(TurnStart) = "turn/start",
+    /// `turn/end`
+    TurnEnd(TurnEnd) = "turn/end",
+    /// `step/start`
+    StepStart(StepRef) = "step/start",
+    /// `step/end`
+    StepEnd(StepRef) = "step/end",
+    /// `user/message`
+    UserMessage(UserMessage) = "user/message",
+    /// `request/header`
+    RequestHeader(RequestHeader) = "request/header",
+    /// `assistant/chunk`
+    AssistantChunk(AssistantChunk) = "assistant/chunk",
+    /// `assistant/message`
+    AssistantMessage(AssistantMessage) = "assistant/message",
+    /// `tool/call`
+    ToolCall(ToolCall) = "tool/call",
+    /// `tool/result`
+    ToolResult(ToolResult) = "tool/result",
+    /// `llm/retry`
+    LlmRetry(LlmRetry) = "llm/retry",
+    /// `llm/retry-started`
+    LlmRetryStarted(LlmRetryStarted) = "llm/retry-started",
+}
+
+impl Event {
+    /// Whether records of this type may carry `source_seqs` (SPEC §2).
+    pub fn may_cite_sources(&self) -> bool {
+        matches!(self, Event::UserMessage(_) | Event::AssistantMessage(_) | Event::ToolResult(_))
+    }
+}
+
+/// One line of a session log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Position in the session, contiguous from 0.
+    pub seq: u64,
+    /// Epoch milliseconds from the Clock.
+    pub time: u64,
+    /// The event.
+    pub event: Event,
+    /// Events this derived record was built from.
+    pub source_seqs: Option<Vec<u64>>,
+    /// A reader that does not know this type may skip it.
+    pub ignorable: bool,
+}
+
+/// Why a line is not a valid record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not a JSON object of the envelope's shape.
+    #[error("invalid record envelope: {0}")]
+    Envelope(serde_json::Error),
+    /// A `type` this build does not know, without `"ignorable": true`.
+    #[error("unknown event type {0:?} (not marked ignorable)")]
+    UnknownType(String),
+    /// A known `type` whose `data` does not match its payload.
+    #[error("invalid data for {type_name}: {source}")]
+    Data {
+        /// The event type.
+        type_name: String,
+        /// The decoding error.
+        source: serde_json::Error,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    type_name: Cow<'a, str>,
+    seq: u64,
+    time: u64,
+    #[serde(borrow)]
+    data: &'a RawValue,
+    #[serde(default)]
+    source_seqs: Option<Vec<u64>>,
+    #[serde(default)]
+    ignorable: bool,
+}
+
+impl Record {
+    /// A record without sources.
+    pub fn new(seq: u64, time: u64, event: Event) -> Self {
+        Self { seq, time, event, source_seqs: None, ignorable: false }
+    }
+
+    /// Decodes one line (without its trailing newline).
+    pub fn decode(line: &str) -> Result<Record, RecordError> {
+        let envelope: Envelope<'_> = serde_json::from_str(line).map_err(RecordError::Envelope)?;
+        let event = match Event::decode_known(&envelope.type_name, envelope.data) {
+            Ok(Some(event)) => event,
+            Ok(None) if envelope.ignorable => Event::Unknown(UnknownEvent {
+                type_name: envelope.type_name.into_owned(),
+                data: serde_json::from_str(envelope.data.get()).map_err(RecordError::Envelope)?,
+            }),
+            Ok(None) => return Err(RecordError::UnknownType(envelope.type_name.into_owned())),
+            Err(source) => return Err(RecordError::Data { type_name: envelope.type_name.into_owned(), source }),
+        };
+        Ok(Record {
+            seq: envelope.seq,
+            time: envelope.time,
+            event,
+            source_seqs: envelope.source_seqs,
+            ignorable: envelope.ignorable,
+        })
+    }
+
+    /// Encodes as one JSON line, without the trailing newline.
+    pub fn encode(&self) -> String {
+        // Serialising plain data structs into a String cannot fail: no maps with non-string
+        // keys, no I/O, no fallible Serialize impls.
+        serde_json::to_string(self).expect("records always serialise")
+    }
+}
+
+impl Serialize for Record {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let len = 4 + usize::from(self.source_seqs.is_some()) + usize::from(self.ignorable);
+        let mut map = serializer.serialize_map(Some(len))?;
+        map.serialize_entry("type", self.event.type_name())?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("time", &self.time)?;
+        map.serialize_entry("data", &DataRef(&self.event))?;
+        if let Some(sources) = &self.source_seqs {
+            map.serialize_entry("source_seqs", sources)?;
+        }
+        if self.ignorable {
+            map.serialize_entry("ignorable", &true)?;
+        }
+        map.end()
+    }
+}

@@ -1,0 +1,363 @@
+//! The log-invariant validator (SPEC §2). Every test and every simulated run checks the
+//! transcripts it produces with it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{ChunkFinish, ErrorCode, Event, Record};
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rule {
+    /// `seq` must be exactly one more than the previous record's.
+    #[error("seq must be {expected}, found {found}")]
+    SeqGap {
+        /// The seq that should have come.
+        expected: u64,
+        /// The seq that came.
+        found: u64,
+    },
+    /// Turns are numbered 1, 2, ... without gaps.
+    #[error("turn/start must open turn {expected}, found turn {found}")]
+    TurnNumber {
+        /// Expected number.
+        expected: u32,
+        /// Found number.
+        found: u32,
+    },
+    /// A turn started while another was open.
+    #[error("turn {found} started while turn {open} is still open")]
+    NestedTurn {
+        /// The open turn.
+        open: u32,
+        /// The turn that tried to start.
+        found: u32,
+    },
+    /// A `turn/end` for a turn that is not the open one.
+    #[error("turn/end for turn {found}, but the open turn is {open:?}")]
+    TurnEndMismatch {
+        /// The open turn, if any.
+        open: Option<u32>,
+        /// The turn named by `turn/end`.
+        found: u32,
+    },
+    /// A `turn/end` while a step is open.
+    #[error("turn/end while step {step} is still open")]
+    TurnEndWithOpenStep {
+        /// The open step.
+        step: u32,
+    },
+    /// Steps are numbered 1, 2, ... inside a turn.
+    #[error("step/start must open step {expected}, found step {found}")]
+    StepNumber {
+        /// Expected number.
+        expected: u32,
+        /// Found number.
+        found: u32,
+    },
+    /// A step started while another was open.
+    #[error("step {found} started while step {open} is still open")]
+    NestedStep {
+        /// The open step.
+        open: u32,
+        /// The step that tried to start.
+        found: u32,
+    },
+    /// An event that belongs inside a turn appeared outside one.
+    #[error("{type_name} outside a turn")]
+    OutsideTurn {
+        /// The event type.
+        type_name: String,
+    },
+    /// An event that belongs to the open step appeared with no step open.
+    #[error("{type_name} outside a step")]
+    OutsideStep {
+        /// The event type.
+        type_name: String,
+    },
+    /// An event names a (turn, step) other than the open one.
+    #[error("{type_name} names turn {turn} step {step}, but the open step is turn {open_turn} step {open_step}")]
+    WrongStep {
+        /// The event type.
+        type_name: String,
+        /// Turn named by the event.
+        turn: u32,
+        /// Step named by the event.
+        step: u32,
+        /// Open turn.
+        open_turn: u32,
+        /// Open step.
+        open_step: u32,
+    },
+    /// A second `assistant/message` in one step.
+    #[error("second assistant/message in one step")]
+    DuplicateAssistantMessage,
+    /// A `tool/call` whose id the step's `assistant/message` did not request.
+    #[error("tool/call {call_id} was not requested by this step's assistant/message")]
+    ToolCallNotRequested {
+        /// The call id.
+        call_id: String,
+    },
+    /// Two `tool/call`s with one id in one step.
+    #[error("duplicate tool/call {call_id}")]
+    DuplicateToolCall {
+        /// The call id.
+        call_id: String,
+    },
+    /// A `tool/result` without a `tool/call` in the same step (other than the repair closer
+    /// `TOOL_NOT_STARTED`).
+    #[error("tool/result for {call_id} without a tool/call in the same step")]
+    ToolResultWithoutCall {
+        /// The call id.
+        call_id: String,
+    },
+    /// Two `tool/result`s for one call.
+    #[error("duplicate tool/result for {call_id}")]
+    DuplicateToolResult {
+        /// The call id.
+        call_id: String,
+    },
+    /// `source_seqs` on a type that may not carry it.
+    #[error("{type_name} may not carry source_seqs")]
+    SourcesNotAllowed {
+        /// The event type.
+        type_name: String,
+    },
+    /// `assistant/message` cites something other than one successful attempt's chunks of
+    /// its own step.
+    #[error("assistant/message cites seq {cited}: {why}")]
+    BadCitation {
+        /// The cited seq.
+        cited: u64,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+/// A broken invariant and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("seq {seq}: {rule}")]
+pub struct Violation {
+    /// The seq of the offending record.
+    pub seq: u64,
+    /// The rule it broke.
+    pub rule: Rule,
+}
+
+#[derive(Debug, Default, Clone)]
+struct OpenStep {
+    step: u32,
+    has_message: bool,
+    requested: BTreeSet<String>,
+    called: BTreeSet<String>,
+    answered: BTreeSet<String>,
+    /// seq → attempt of each chunk in this step.
+    chunk_attempts: BTreeMap<u64, u32>,
+    /// Attempts whose terminal chunk was `error`/`aborted`.
+    failed_attempts: BTreeSet<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct OpenTurn {
+    turn: u32,
+    last_step: u32,
+    step: Option<OpenStep>,
+}
+
+/// Checks records one at a time, so the same code validates a whole file on load and each
+/// batch before it is appended.
+#[derive(Debug, Clone, Default)]
+pub struct Validator {
+    next_seq: u64,
+    last_turn: u32,
+    open: Option<OpenTurn>,
+}
+
+impl Validator {
+    /// A validator expecting seq 0 and turn 1.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates a whole sequence of records.
+    pub fn validate_all<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Validator, Violation> {
+        let mut validator = Validator::new();
+        for record in records {
+            validator.push(record)?;
+        }
+        Ok(validator)
+    }
+
+    /// The seq the next record must carry.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// The open turn, if any.
+    pub fn open_turn(&self) -> Option<u32> {
+        self.open.as_ref().map(|t| t.turn)
+    }
+
+    /// The open step of the open turn, if any.
+    pub fn open_step(&self) -> Option<u32> {
+        self.open.as_ref().and_then(|t| t.step.as_ref()).map(|s| s.step)
+    }
+
+    /// The number of the last turn started (0 if none).
+    pub fn last_turn(&self) -> u32 {
+        self.last_turn
+    }
+
+    /// Checks `record` against everything seen so far and, if it is valid, absorbs it. On
+    /// error the validator is unchanged.
+    pub fn push(&mut self, record: &Record) -> Result<(), Violation> {
+        let mut next = self.clone();
+        next.apply(record).map_err(|rule| Violation { seq: record.seq, rule })?;
+        *self = next;
+        Ok(())
+    }
+
+    fn apply(&mut self, record: &Record) -> Result<(), Rule> {
+        if record.seq != self.next_seq {
+            return Err(Rule::SeqGap { expected: self.next_seq, found: record.seq });
+        }
+        self.next_seq += 1;
+        if record.source_seqs.is_some() && !record.event.may_cite_sources() {
+            return Err(Rule::SourcesNotAllowed { type_name: record.event.type_name().to_owned() });
+        }
+        match &record.event {
+            Event::TurnStart(start) => {
+                if let Some(open) = &self.open {
+                    return Err(Rule::NestedTurn { open: open.turn, found: start.turn });
+                }
+                if start.turn != self.last_turn + 1 {
+                    return Err(Rule::TurnNumber { expected: self.last_turn + 1, found: start.turn });
+                }
+                self.last_turn = start.turn;
+                self.open = Some(OpenTurn { turn: start.turn, last_step: 0, step: None });
+            }
+            Event::TurnEnd(end) => {
+                let open = self.open.as_ref().filter(|t| t.turn == end.turn);
+                let open = open.ok_or(Rule::TurnEndMismatch { open: self.open_turn(), found: end.turn })?;
+                if let Some(step) = &open.step {
+                    return Err(Rule::TurnEndWithOpenStep { step: step.step });
+                }
+                self.open = None;
+            }
+            Event::StepStart(at) => {
+                let turn = self.turn_mut("step/start")?;
+                check_turn(turn, "step/start", at.turn, at.step)?;
+                if let Some(step) = &turn.step {
+                    return Err(Rule::NestedStep { open: step.step, found: at.step });
+                }
+                if at.step != turn.last_step + 1 {
+                    return Err(Rule::StepNumber { expected: turn.last_step + 1, found: at.step });
+                }
+                turn.last_step = at.step;
+                turn.step = Some(OpenStep { step: at.step, ..OpenStep::default() });
+            }
+            Event::StepEnd(at) => {
+                self.step_mut("step/end", at.turn, at.step)?;
+                if let Some(turn) = self.open.as_mut() {
+                    turn.step = None;
+                }
+            }
+            Event::UserMessage(_) | Event::RequestHeader(_) => {
+                self.turn_mut(record.event.type_name())?;
+            }
+            Event::AssistantChunk(chunk) => {
+                let step = self.step_mut("assistant/chunk", chunk.turn, chunk.step)?;
+                step.chunk_attempts.insert(record.seq, chunk.attempt);
+                if let Some(ChunkFinish::Failed) = ChunkFinish::of(&chunk.chunk) {
+                    step.failed_attempts.insert(chunk.attempt);
+                }
+            }
+            Event::AssistantMessage(message) => {
+                let step = self.step_mut("assistant/message", message.turn, message.step)?;
+                if step.has_message {
+                    return Err(Rule::DuplicateAssistantMessage);
+                }
+                check_citations(step, record.source_seqs.as_deref().unwrap_or_default())?;
+                step.has_message = true;
+                step.requested = message.message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
+            }
+            Event::ToolCall(call) => {
+                let step = self.step_mut("tool/call", call.turn, call.step)?;
+                if !step.requested.contains(&call.call_id) {
+                    return Err(Rule::ToolCallNotRequested { call_id: call.call_id.clone() });
+                }
+                if !step.called.insert(call.call_id.clone()) {
+                    return Err(Rule::DuplicateToolCall { call_id: call.call_id.clone() });
+                }
+            }
+            Event::ToolResult(result) => {
+                let step = self.step_mut("tool/result", result.turn, result.step)?;
+                let not_started = result.error.as_ref().is_some_and(|e| e.code == ErrorCode::ToolNotStarted);
+                let known =
+                    step.called.contains(&result.call_id) || (not_started && step.requested.contains(&result.call_id));
+                if !known {
+                    return Err(Rule::ToolResultWithoutCall { call_id: result.call_id.clone() });
+                }
+                if !step.answered.insert(result.call_id.clone()) {
+                    return Err(Rule::DuplicateToolResult { call_id: result.call_id.clone() });
+                }
+            }
+            Event::LlmRetry(retry) => {
+                self.step_mut("llm/retry", retry.turn, retry.step)?;
+            }
+            Event::LlmRetryStarted(started) => {
+                self.step_mut("llm/retry-started", started.turn, started.step)?;
+            }
+            // An ignorable record of an unknown type constrains nothing.
+            Event::Unknown(_) => {}
+        }
+        Ok(())
+    }
+
+    fn turn_mut(&mut self, type_name: &str) -> Result<&mut OpenTurn, Rule> {
+        self.open.as_mut().ok_or_else(|| Rule::OutsideTurn { type_name: type_name.to_owned() })
+    }
+
+    fn step_mut(&mut self, type_name: &str, turn: u32, step: u32) -> Result<&mut OpenStep, Rule> {
+        let open = self.turn_mut(type_name)?;
+        check_turn(open, type_name, turn, step)?;
+        let open_turn = open.turn;
+        let open_step = open.step.as_mut().ok_or_else(|| Rule::OutsideStep { type_name: type_name.to_owned() })?;
+        if open_step.step != step {
+            return Err(Rule::WrongStep {
+                type_name: type_name.to_owned(),
+                turn,
+                step,
+                open_turn,
+                open_step: open_step.step,
+            });
+        }
+        Ok(open_step)
+    }
+}
+
+fn check_turn(open: &OpenTurn, type_name: &str, turn: u32, step: u32) -> Result<(), Rule> {
+    if open.turn == turn {
+        return Ok(());
+    }
+    let open_step = open.step.as_ref().map_or(0, |s| s.step);
+    Err(Rule::WrongStep { type_name: type_name.to_owned(), turn, step, open_turn: open.turn, open_step })
+}
+
+/// An `assistant/message` cites only chunks of its own step, all from one attempt, and that
+/// attempt did not fail (FAILURE-RETRY-SEMANTICS-TEST).
+fn check_citations(step: &OpenStep, cited: &[u64]) -> Result<(), Rule> {
+    let mut attempt = None;
+    for &seq in cited {
+        let found = *step
+            .chunk_attempts
+            .get(&seq)
+            .ok_or(Rule::BadCitation { cited: seq, why: "not an assistant/chunk of this step" })?;
+        if step.failed_attempts.contains(&found) {
+            return Err(Rule::BadCitation { cited: seq, why: "chunk of a failed attempt" });
+        }
+        if *attempt.get_or_insert(found) != found {
+            return Err(Rule::BadCitation { cited: seq, why: "chunks of more than one attempt" });
+        }
+    }
+    Ok(())
+}

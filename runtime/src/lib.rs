@@ -1,0 +1,16 @@
+//! faultline runtime: an LLM tool-calling agent runtime with layered failure recovery.
+//!
+//! The runtime is compiled against four seams ([`Clock`], [`Net`], [`Fs`], [`Entropy`]) so the
+//! same code runs in production ([`production::seams`]) and inside the deterministic simulator
+//! of the `faultline-sim` crate. See `ARCHITECTURE.md` at the repository root for the map.
+
+mod error;
+pub mod event;
+pub mod production;
+mod seams;
+
+pub use error::{Error, Result};
+pub use seams::{
+    BoxFuture, ByteStream, Clock, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Monotonic, Net, OpenOptions,
+    Seams,
+};

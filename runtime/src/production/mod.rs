@@ -1,0 +1,32 @@
+//! The production seam module: the only runtime code that touches the OS.
+//!
+//! Architecture invariant: this module (and nothing else in `runtime`) may read the wall
+//! clock, open sockets, touch real files, draw OS randomness or block a thread. The crate-wide
+//! clippy `disallowed-methods` / `disallowed-types` lint enforces that; this module opts out
+//! explicitly, below, and nowhere else in `runtime` may.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod clock;
+mod entropy;
+mod fs;
+mod net;
+
+use std::sync::Arc;
+
+pub use clock::SystemClock;
+pub use entropy::OsEntropy;
+pub use fs::RealFs;
+pub use net::TokioNet;
+
+use crate::seams::Seams;
+
+/// The seams of a real process: tokio time and `SystemTime`, `tokio::net`, real files with
+/// real `fsync`, and an OS-seeded RNG.
+pub fn seams() -> Seams {
+    Seams {
+        clock: Arc::new(SystemClock::new()),
+        net: Arc::new(TokioNet),
+        fs: Arc::new(RealFs),
+        entropy: Arc::new(OsEntropy::new()),
+    }
+}

@@ -1,0 +1,44 @@
+//! The four seams through which the runtime touches the outside world.
+//!
+//! Everything the runtime does that depends on time, the network, the disk or randomness goes
+//! through one of these traits. The production implementations live in
+//! [`crate::production`]; the simulation implementations live in the `faultline-sim` crate on
+//! top of turmoil. Because the runtime is compiled against the traits only, the very same code
+//! runs on a real machine and inside a seeded, deterministic simulation.
+
+mod clock;
+mod entropy;
+mod fs;
+mod net;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use clock::{Clock, Monotonic};
+pub use entropy::{Entropy, EntropyExt};
+pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
+pub use net::{ByteStream, Listener, Net};
+
+/// A boxed, sendable future: the return type of every asynchronous seam operation, so that
+/// the traits stay object-safe and a whole world of seams can be passed as `Arc<dyn _>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One world's worth of seams, cheap to clone and handed to every runtime component.
+#[derive(Clone)]
+pub struct Seams {
+    /// Time: monotonic instants, epoch milliseconds for event timestamps, sleeping.
+    pub clock: Arc<dyn Clock>,
+    /// Byte streams to `host:port` and listeners for the servers the project ships.
+    pub net: Arc<dyn Net>,
+    /// Files and directories with explicit durability (`sync`, `sync_dir`).
+    pub fs: Arc<dyn Fs>,
+    /// Randomness for jitter, ids and temp-file names.
+    pub entropy: Arc<dyn Entropy>,
+}
+
+impl std::fmt::Debug for Seams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seams").finish_non_exhaustive()
+    }
+}

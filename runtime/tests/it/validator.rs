@@ -1,0 +1,217 @@
+//! Every log invariant of SPEC §2, violated once and reported with its seq and rule.
+
+use faultline_runtime::event::*;
+
+use crate::support::*;
+
+fn validate(log: &Log) -> Result<Validator, Violation> {
+    Validator::validate_all(&log.records)
+}
+
+/// Asserts that the log's last record, and only it, breaks `rule`.
+fn assert_last_breaks(log: &Log, rule: Rule) {
+    let violation = validate(log).expect_err("the log must be refused");
+    assert_eq!(violation, Violation { seq: log.records.len() as u64 - 1, rule });
+    assert!(violation.to_string().starts_with(&format!("seq {}: ", log.records.len() - 1)));
+}
+
+/// A log with turn 1 open and step 1 of it open.
+fn open_step() -> Log {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    log.push(Event::StepStart(StepRef { turn: 1, step: 1 }));
+    log
+}
+
+#[test]
+fn well_formed_logs_pass() {
+    let mut log = Log::default();
+    log.tool_turn(1);
+    log.tool_turn(2);
+    let validator = validate(&log).unwrap();
+    assert_eq!(validator.next_seq(), log.records.len() as u64);
+    assert_eq!(validator.last_turn(), 2);
+    assert_eq!(validator.open_turn(), None);
+}
+
+#[test]
+fn seq_must_be_contiguous() {
+    let mut log = open_step();
+    log.records[1].seq = 2;
+    let violation = validate(&log).unwrap_err();
+    assert_eq!(violation, Violation { seq: 2, rule: Rule::SeqGap { expected: 1, found: 2 } });
+}
+
+#[test]
+fn turns_are_numbered_from_one() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 2 }));
+    assert_last_breaks(&log, Rule::TurnNumber { expected: 1, found: 2 });
+}
+
+#[test]
+fn turns_never_nest() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    log.push(Event::TurnStart(TurnStart { turn: 2 }));
+    assert_last_breaks(&log, Rule::NestedTurn { open: 1, found: 2 });
+}
+
+#[test]
+fn turn_end_names_the_open_turn() {
+    let mut log = Log::default();
+    log.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Completed }));
+    assert_last_breaks(&log, Rule::TurnEndMismatch { open: None, found: 1 });
+}
+
+#[test]
+fn turn_end_never_while_a_step_is_open() {
+    let mut log = open_step();
+    log.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Interrupted }));
+    assert_last_breaks(&log, Rule::TurnEndWithOpenStep { step: 1 });
+}
+
+#[test]
+fn steps_are_numbered_from_one_inside_a_turn() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    log.push(Event::StepStart(StepRef { turn: 1, step: 2 }));
+    assert_last_breaks(&log, Rule::StepNumber { expected: 1, found: 2 });
+}
+
+#[test]
+fn steps_never_nest() {
+    let mut log = open_step();
+    log.push(Event::StepStart(StepRef { turn: 1, step: 2 }));
+    assert_last_breaks(&log, Rule::NestedStep { open: 1, found: 2 });
+}
+
+#[test]
+fn execution_events_only_inside_a_turn() {
+    let mut log = Log::default();
+    log.push(Event::UserMessage(UserMessage { message: Message::user_text("hi") }));
+    assert_last_breaks(&log, Rule::OutsideTurn { type_name: "user/message".into() });
+}
+
+#[test]
+fn step_events_only_inside_a_step() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    log.push(chunk(1, 1, 1, Chunk::TextDelta { index: 0, text: "x".into() }));
+    assert_last_breaks(&log, Rule::OutsideStep { type_name: "assistant/chunk".into() });
+}
+
+#[test]
+fn step_events_name_the_open_step() {
+    let mut log = open_step();
+    log.push(Event::ToolCall(tool_call(1, 2, "c1")));
+    assert_last_breaks(
+        &log,
+        Rule::WrongStep { type_name: "tool/call".into(), turn: 1, step: 2, open_turn: 1, open_step: 1 },
+    );
+}
+
+#[test]
+fn one_assistant_message_per_step() {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(text_message(1, 1, "a")));
+    log.push(Event::AssistantMessage(text_message(1, 1, "b")));
+    assert_last_breaks(&log, Rule::DuplicateAssistantMessage);
+}
+
+#[test]
+fn tool_call_must_be_requested_by_the_committed_message() {
+    // Partial tool-call chunks of a failed attempt never become a tool/call.
+    let mut log = open_step();
+    log.push(chunk(1, 1, 1, tool_delta()));
+    log.push(Event::ToolCall(tool_call(1, 1, "c1")));
+    assert_last_breaks(&log, Rule::ToolCallNotRequested { call_id: "c1".into() });
+}
+
+#[test]
+fn tool_call_ids_are_unique_in_a_step() {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    log.push(Event::ToolCall(tool_call(1, 1, "c1")));
+    log.push(Event::ToolCall(tool_call(1, 1, "c1")));
+    assert_last_breaks(&log, Rule::DuplicateToolCall { call_id: "c1".into() });
+}
+
+#[test]
+fn tool_result_needs_a_tool_call_in_the_same_step() {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    log.push(Event::ToolResult(error_result(1, 1, "c1", ErrorCode::ToolOutcomeUnknown)));
+    assert_last_breaks(&log, Rule::ToolResultWithoutCall { call_id: "c1".into() });
+}
+
+#[test]
+fn tool_not_started_closer_needs_no_tool_call() {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    log.push(Event::ToolResult(error_result(1, 1, "c1", ErrorCode::ToolNotStarted)));
+    log.push(Event::StepEnd(StepRef { turn: 1, step: 1 }));
+    log.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Interrupted }));
+    validate(&log).unwrap();
+}
+
+#[test]
+fn one_tool_result_per_call() {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    log.push(Event::ToolCall(tool_call(1, 1, "c1")));
+    log.push(Event::ToolResult(ok_result(1, 1, "c1")));
+    log.push(Event::ToolResult(ok_result(1, 1, "c1")));
+    assert_last_breaks(&log, Rule::DuplicateToolResult { call_id: "c1".into() });
+}
+
+#[test]
+fn only_derived_records_cite_sources() {
+    let mut log = Log::default();
+    log.push_cited(Event::TurnStart(TurnStart { turn: 1 }), vec![]);
+    assert_last_breaks(&log, Rule::SourcesNotAllowed { type_name: "turn/start".into() });
+}
+
+#[test]
+fn assistant_message_never_cites_a_failed_attempt() {
+    let mut log = open_step();
+    let partial = log.push(chunk(1, 1, 1, tool_delta()));
+    let transport = Failure::new(ErrorCode::Transport, "reset");
+    log.push(chunk(1, 1, 1, Chunk::Finish { reason: FinishReason::Error { failure: transport } }));
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![partial]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: partial, why: "chunk of a failed attempt" });
+}
+
+#[test]
+fn assistant_message_cites_one_attempt_of_its_own_step() {
+    let mut log = open_step();
+    let first = log.push(chunk(1, 1, 1, Chunk::TextDelta { index: 0, text: "a".into() }));
+    let second = log.push(chunk(1, 1, 2, Chunk::TextDelta { index: 0, text: "b".into() }));
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "ab")), vec![first, second]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: second, why: "chunks of more than one attempt" });
+
+    let mut log = open_step();
+    let header = log.push(Event::RequestHeader(request_header()));
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![header]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: header, why: "not an assistant/chunk of this step" });
+}
+
+#[test]
+fn a_refused_record_leaves_the_validator_unchanged() {
+    let mut validator = Validator::new();
+    let bad = Record::new(0, T0, Event::TurnStart(TurnStart { turn: 5 }));
+    assert!(validator.push(&bad).is_err());
+    assert_eq!(validator.next_seq(), 0);
+    validator.push(&Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 }))).unwrap();
+    assert_eq!(validator.open_turn(), Some(1));
+}
+
+#[test]
+fn ignorable_unknown_records_constrain_nothing() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    let line = r#"{"type":"future/thing","seq":1,"time":1,"data":{},"ignorable":true}"#;
+    log.records.push(Record::decode(line).unwrap());
+    log.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Completed }));
+    validate(&log).unwrap();
+}

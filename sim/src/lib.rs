@@ -1,0 +1,11 @@
+//! faultline-sim: the deterministic simulation harness for the faultline runtime.
+//!
+//! The same runtime code that runs in production runs here inside turmoil: simulated time,
+//! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
+
+pub mod cli;
+mod scenario;
+mod seams;
+
+pub use scenario::{ScenarioInfo, BUILT_IN_SCENARIOS};
+pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SIM_EPOCH_MS};

@@ -1,0 +1,32 @@
+//! Simulation implementations of the runtime's seams, on turmoil.
+//!
+//! Everything here runs inside a turmoil host: time is the host's simulated clock, sockets are
+//! turmoil's, files live in the host's simulated filesystem (`unstable-fs`), and randomness
+//! is a ChaCha8 stream derived from the scenario seed.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod clock;
+mod entropy;
+mod fs;
+mod net;
+
+use std::sync::Arc;
+
+use faultline_runtime::Seams;
+
+pub use clock::{sim_epoch, SimClock, SIM_EPOCH_MS};
+pub use entropy::SimEntropy;
+pub use fs::SimFs;
+pub use net::SimNet;
+
+/// The seams of a turmoil host, with entropy drawn from `seed`'s stream named `stream`.
+///
+/// Must be called (and its seams used) from inside a turmoil host or client.
+pub fn sim_seams(seed: u64, stream: &str) -> Seams {
+    Seams {
+        clock: Arc::new(SimClock),
+        net: Arc::new(SimNet),
+        fs: Arc::new(SimFs),
+        entropy: Arc::new(SimEntropy::new(seed, stream)),
+    }
+}

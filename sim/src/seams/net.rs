@@ -1,0 +1,43 @@
+use std::io;
+use std::net::SocketAddr;
+
+use faultline_runtime::{BoxFuture, ByteStream, Listener, Net};
+
+/// turmoil's simulated TCP. Host names are turmoil host names (`model:80`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimNet;
+
+struct SimListener {
+    inner: turmoil::net::TcpListener,
+}
+
+impl Listener for SimListener {
+    fn accept(&self) -> BoxFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>> {
+        Box::pin(async move {
+            let (stream, peer) = self.inner.accept().await?;
+            Ok((Box::new(stream) as Box<dyn ByteStream>, peer))
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+impl Net for SimNet {
+    fn connect(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn ByteStream>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let stream = turmoil::net::TcpStream::connect(addr.as_str()).await?;
+            Ok(Box::new(stream) as Box<dyn ByteStream>)
+        })
+    }
+
+    fn bind(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn Listener>>> {
+        let addr = addr.to_owned();
+        Box::pin(async move {
+            let inner = turmoil::net::TcpListener::bind(addr.as_str()).await?;
+            Ok(Box::new(SimListener { inner }) as Box<dyn Listener>)
+        })
+    }
+}

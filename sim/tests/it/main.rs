@@ -1,0 +1,5 @@
+//! The single integration-test binary of `faultline-sim` (one binary links once; shared
+//! helpers live in `support`).
+
+mod seam_smoke;
+mod support;
