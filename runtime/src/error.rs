@@ -1,6 +1,7 @@
 //! The runtime's error type.
 
 use crate::event::{HeaderError, RecordError, Violation};
+use crate::store::InvalidSessionId;
 
 /// Everything that can go wrong in the runtime, one variant per kind of cause.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +23,85 @@ pub enum Error {
     /// A log invariant is broken.
     #[error("log invariant violated: {0}")]
     Invariant(#[from] Violation),
+    /// A session id failed validation.
+    #[error(transparent)]
+    InvalidSessionId(#[from] InvalidSessionId),
+    /// `create` of a session that already exists.
+    #[error("session {0} already exists")]
+    SessionExists(String),
+    /// No such session (or session file).
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    /// Another live writer holds the session.
+    #[error("session {id} is held by a live writer: {holder}")]
+    SessionLocked {
+        /// The session.
+        id: String,
+        /// Who holds it.
+        holder: String,
+    },
+    /// The recorded owner is gone, and the caller did not ask to take over.
+    #[error("session {id} is still recorded as owned by {holder}, which is no longer running; open it with takeover to continue")]
+    StaleOwner {
+        /// The session.
+        id: String,
+        /// The dead owner.
+        holder: String,
+    },
+    /// This writer was taken over; its writes are rejected so it cannot roll back newer progress.
+    #[error("session {id}: writer with fencing token {token} was superseded by token {current}; write rejected")]
+    Fenced {
+        /// The session.
+        id: String,
+        /// This writer's token.
+        token: u64,
+        /// The current token.
+        current: u64,
+    },
+    /// The stored log cannot be explained by a crash; nothing was changed.
+    #[error("session {id} is corrupt at byte {offset}: {reason}")]
+    Corrupt {
+        /// The session.
+        id: String,
+        /// Byte offset of the problem.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The stored log has a format version this build does not read.
+    #[error("session {id} is unsupported: {reason}")]
+    Unsupported {
+        /// The session.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+    /// A live writer has a turn open; loading would "repair" a turn that is still running.
+    #[error("session {id} has a turn open by its live writer {holder}; refusing to repair a running turn")]
+    SessionLive {
+        /// The session.
+        id: String,
+        /// The live writer.
+        holder: String,
+    },
+    /// A batch that does not continue the log (wrong seq or empty).
+    #[error("batch refused: {0}")]
+    BadBatch(String),
+    /// A durable append failed and was rolled back (or the rollback failed too).
+    #[error("append failed: {write}{}", rollback.as_ref().map(|r| format!("; rollback to the previous length also failed: {r}")).unwrap_or_default())]
+    AppendFailed {
+        /// The write or fsync error.
+        write: std::io::Error,
+        /// The truncate-back error, if the rollback failed too.
+        rollback: Option<std::io::Error>,
+    },
+    /// A previous append's rollback failed, so the file's tail is unknown; reopen the session
+    /// (which scans and repairs) before writing again.
+    #[error("session {0}: writer disabled after a failed rollback; reopen the session to repair it")]
+    Poisoned(String),
+    /// SQLite reported an error.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
 }
 
 impl Error {

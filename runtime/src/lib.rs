@@ -8,9 +8,10 @@ mod error;
 pub mod event;
 pub mod production;
 mod seams;
+pub mod store;
 
 pub use error::{Error, Result};
 pub use seams::{
-    BoxFuture, ByteStream, Clock, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Monotonic, Net, OpenOptions,
-    Seams,
+    BoxFuture, ByteStream, Clock, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Liveness, Monotonic, Net,
+    OpenOptions, OwnerIdentity, Process, Seams,
 };

@@ -8,4 +8,4 @@ mod scenario;
 mod seams;
 
 pub use scenario::{ScenarioInfo, BUILT_IN_SCENARIOS};
-pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SIM_EPOCH_MS};
+pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};

@@ -10,6 +10,8 @@ mod clock;
 mod entropy;
 mod fs;
 mod net;
+mod process;
+mod sqlite_store;
 
 use std::sync::Arc;
 
@@ -17,16 +19,20 @@ pub use clock::SystemClock;
 pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;
+pub use process::OsProcess;
+pub use sqlite_store::SqliteStore;
 
 use crate::seams::Seams;
 
 /// The seams of a real process: tokio time and `SystemTime`, `tokio::net`, real files with
 /// real `fsync`, and an OS-seeded RNG.
 pub fn seams() -> Seams {
+    let entropy = Arc::new(OsEntropy::new());
     Seams {
         clock: Arc::new(SystemClock::new()),
         net: Arc::new(TokioNet),
         fs: Arc::new(RealFs),
-        entropy: Arc::new(OsEntropy::new()),
+        process: Arc::new(OsProcess::new(entropy.as_ref())),
+        entropy,
     }
 }

@@ -1,4 +1,4 @@
-//! The four seams through which the runtime touches the outside world.
+//! The seams through which the runtime touches the outside world.
 //!
 //! Everything the runtime does that depends on time, the network, the disk or randomness goes
 //! through one of these traits. The production implementations live in
@@ -10,6 +10,7 @@ mod clock;
 mod entropy;
 mod fs;
 mod net;
+mod process;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +20,7 @@ pub use clock::{Clock, Monotonic};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use net::{ByteStream, Listener, Net};
+pub use process::{Liveness, OwnerIdentity, Process};
 
 /// A boxed, sendable future: the return type of every asynchronous seam operation, so that
 /// the traits stay object-safe and a whole world of seams can be passed as `Arc<dyn _>`.
@@ -35,6 +37,9 @@ pub struct Seams {
     pub fs: Arc<dyn Fs>,
     /// Randomness for jitter, ids and temp-file names.
     pub entropy: Arc<dyn Entropy>,
+    /// This process's identity and the liveness of other owners (session and delivery
+    /// ownership). A small fifth seam: the SPEC's four cannot tell a dead owner from a live one.
+    pub process: Arc<dyn Process>,
 }
 
 impl std::fmt::Debug for Seams {

@@ -1,5 +1,8 @@
 //! The single integration-test binary of `faultline-runtime`.
 
 mod event_model;
+mod fixtures;
+mod store_contract;
+mod store_scan;
 mod support;
 mod validator;

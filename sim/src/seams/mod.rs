@@ -9,6 +9,7 @@ mod clock;
 mod entropy;
 mod fs;
 mod net;
+mod process;
 
 use std::sync::Arc;
 
@@ -18,15 +19,18 @@ pub use clock::{sim_epoch, SimClock, SIM_EPOCH_MS};
 pub use entropy::SimEntropy;
 pub use fs::SimFs;
 pub use net::SimNet;
+pub use process::SimProcess;
 
-/// The seams of a turmoil host, with entropy drawn from `seed`'s stream named `stream`.
+/// The seams of incarnation `incarnation` of turmoil host `host`, with entropy drawn from the
+/// stream of `seed` named after the host and incarnation.
 ///
 /// Must be called (and its seams used) from inside a turmoil host or client.
-pub fn sim_seams(seed: u64, stream: &str) -> Seams {
+pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
     Seams {
         clock: Arc::new(SimClock),
         net: Arc::new(SimNet),
         fs: Arc::new(SimFs),
-        entropy: Arc::new(SimEntropy::new(seed, stream)),
+        entropy: Arc::new(SimEntropy::new(seed, &format!("{host}#{incarnation}"))),
+        process: Arc::new(SimProcess::new(host, incarnation)),
     }
 }

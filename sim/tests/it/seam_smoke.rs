@@ -106,7 +106,7 @@ fn simulate(sync_dir: bool) -> (SmokeReport, Option<Vec<u8>>, Duration) {
     let mut sim = sim_builder(7).build();
     let report = Arc::new(Mutex::new(None));
     let after_crash = Arc::new(Mutex::new(None));
-    let incarnation = Arc::new(Mutex::new(0u32));
+    let incarnation = Arc::new(Mutex::new(0u64));
     let dir = PathBuf::from("/data");
 
     sim.host("echo", || async {
@@ -121,12 +121,13 @@ fn simulate(sync_dir: bool) -> (SmokeReport, Option<Vec<u8>>, Duration) {
             let (report, after_crash, incarnation, dir) =
                 (report.clone(), after_crash.clone(), incarnation.clone(), dir.clone());
             async move {
-                let seams = faultline_sim::sim_seams(7, "smoke");
-                let first_life = {
+                let life = {
                     let mut n = incarnation.lock().unwrap();
                     *n += 1;
-                    *n == 1
+                    *n
                 };
+                let seams = faultline_sim::sim_seams(7, "agent", life);
+                let first_life = life == 1;
                 if first_life {
                     seams.fs.create_dir(&dir)?;
                     seams.fs.sync_dir(Path::new("/"))?;

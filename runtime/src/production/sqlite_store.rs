@@ -1,0 +1,327 @@
+//! The SQLite backend (rusqlite, bundled): WAL, `synchronous=FULL`, one `BEGIN IMMEDIATE`
+//! transaction per batch, ownership and fencing token in the `sessions` row.
+//!
+//! SQLite does its own file I/O through its VFS, so this backend lives with the production
+//! seams: it is proven on real files and by real SIGKILL, not in the simulator.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::event::{HeaderError, Record, SessionHeader, Validator};
+use crate::seams::{Liveness, OwnerIdentity, Process};
+use crate::store::repair;
+use crate::store::{Inspection, Loaded, Opened, Repair, ScanError, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use crate::{Error, Result};
+
+/// How long a writer waits for another connection's transaction before giving up.
+const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    id       TEXT PRIMARY KEY,
+    header   TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 0,
+    token    INTEGER NOT NULL DEFAULT 0,
+    owner    TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    seq        INTEGER NOT NULL,
+    record     TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+";
+
+/// Sessions in one SQLite database file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    process: Arc<dyn Process>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+struct Row {
+    header: String,
+    revision: u64,
+    token: u64,
+    owner: Option<OwnerIdentity>,
+}
+
+impl SqliteStore {
+    /// Opens (creating, mode 0600) the database at `path`.
+    pub fn open(path: impl AsRef<Path>, process: Arc<dyn Process>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        // Create the file ourselves so it is private from the first byte; SQLite gives its
+        // -wal and -shm files the database file's permissions.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let conn = Connection::open(&path)?;
+        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many times the session's stored log was rewritten by repair.
+    pub fn revision(&self, id: &SessionId) -> Result<u64> {
+        let conn = self.lock();
+        Ok(read_row(&conn, id)?.revision)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn acquire(&self, id: &SessionId, row: &Row, takeover: Takeover) -> Result<u64> {
+        if let Some(holder) = &row.owner {
+            if self.process.liveness(holder) == Liveness::Alive {
+                return Err(Error::SessionLocked { id: id.to_string(), holder: holder.to_string() });
+            }
+            if takeover == Takeover::Never {
+                return Err(Error::StaleOwner { id: id.to_string(), holder: holder.to_string() });
+            }
+        }
+        Ok(row.token + 1)
+    }
+}
+
+fn read_row(conn: &Connection, id: &SessionId) -> Result<Row> {
+    let row = conn
+        .query_row("SELECT header, revision, token, owner FROM sessions WHERE id = ?1", [id.as_str()], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<String>>(3)?))
+        })
+        .optional()?
+        .ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
+    let owner = row.3.map(|text| serde_json::from_str(&text)).transpose().map_err(|e| Error::Corrupt {
+        id: id.to_string(),
+        offset: 0,
+        reason: format!("owner column is not an identity: {e}"),
+    })?;
+    Ok(Row { header: row.0, revision: row.1 as u64, token: row.2 as u64, owner })
+}
+
+/// Reads and checks a session's records, returning the inspection.
+fn inspect_rows(conn: &Connection, id: &SessionId, row: &Row) -> Result<Inspection> {
+    let refused = |status, offset, reason: String| Inspection {
+        status,
+        header: None,
+        records: Vec::new(),
+        torn_bytes: 0,
+        recovered: Vec::new(),
+        open_turn: false,
+        closers: Vec::new(),
+        error: Some(ScanError { offset, reason }),
+        owner: row.owner.clone(),
+    };
+    let header = match SessionHeader::decode(&row.header) {
+        Ok(header) => header,
+        Err(e @ HeaderError::Unsupported { .. }) => return Ok(refused(ScanStatus::Unsupported, 0, e.to_string())),
+        Err(e) => return Ok(refused(ScanStatus::Corrupt, 0, e.to_string())),
+    };
+    let mut statement = conn.prepare_cached("SELECT seq, record FROM events WHERE session_id = ?1 ORDER BY seq")?;
+    let mut rows = statement.query([id.as_str()])?;
+    let mut validator = Validator::new();
+    let mut records = Vec::new();
+    while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
+        let text: String = r.get(1)?;
+        // SQLite cannot tear: every problem in a committed row is corruption. The "offset"
+        // of a row is its seq.
+        let record = match Record::decode(&text) {
+            Ok(record) if record.seq == seq as u64 => record,
+            Ok(record) => {
+                return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("row seq {seq} holds seq {}", record.seq)))
+            }
+            Err(e) => return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("row seq {seq}: {e}"))),
+        };
+        if let Err(v) = validator.push(&record) {
+            return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("log invariant violated: {v}")));
+        }
+        records.push(record);
+    }
+    let closers = repair::closers(&records);
+    Ok(Inspection {
+        status: ScanStatus::Clean,
+        header: Some(header),
+        records,
+        torn_bytes: 0,
+        recovered: Vec::new(),
+        open_turn: !closers.is_empty(),
+        closers,
+        error: None,
+        owner: row.owner.clone(),
+    })
+}
+
+fn refuse_unusable(id: &SessionId, inspection: &Inspection) -> Result<()> {
+    let error = inspection.error.clone().unwrap_or(ScanError { offset: 0, reason: String::new() });
+    match inspection.status {
+        ScanStatus::Corrupt => Err(Error::Corrupt { id: id.to_string(), offset: error.offset, reason: error.reason }),
+        ScanStatus::Unsupported => Err(Error::Unsupported { id: id.to_string(), reason: error.reason }),
+        ScanStatus::Clean | ScanStatus::Torn => Ok(()),
+    }
+}
+
+fn insert_records(tx: &rusqlite::Transaction<'_>, id: &SessionId, records: &[Record]) -> Result<()> {
+    let mut insert = tx.prepare_cached("INSERT INTO events (session_id, seq, record) VALUES (?1, ?2, ?3)")?;
+    for record in records {
+        insert.execute(params![id.as_str(), record.seq as i64, record.encode()])?;
+    }
+    Ok(())
+}
+
+fn identity_json(identity: &OwnerIdentity) -> String {
+    serde_json::to_string(identity).expect("identities always serialise")
+}
+
+impl Store for SqliteStore {
+    fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let header = SessionHeader::new(id.as_str(), created_at).encode();
+        let me = identity_json(&self.process.identity());
+        let inserted = tx.execute(
+            "INSERT INTO sessions (id, header, revision, token, owner) VALUES (?1, ?2, 0, 1, ?3) ON CONFLICT(id) DO NOTHING",
+            params![id.as_str(), header, me],
+        )?;
+        if inserted == 0 {
+            return Err(Error::SessionExists(id.to_string()));
+        }
+        tx.commit()?;
+        Ok(Box::new(SqliteLog { store: self.clone(), id: id.clone(), token: 1, validator: Validator::new() }))
+    }
+
+    fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let row = read_row(&tx, id)?;
+        let token = self.acquire(id, &row, takeover)?;
+        let inspection = inspect_rows(&tx, id, &row)?;
+        refuse_unusable(id, &inspection)?;
+        let header = inspection.header.clone().expect("clean inspections have a header");
+        let mut records = inspection.records.clone();
+        let repair = if inspection.closers.is_empty() {
+            None
+        } else {
+            // Repair is one transaction: the closers and the revision bump land together.
+            insert_records(&tx, id, &inspection.closers)?;
+            tx.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?1", [id.as_str()])?;
+            records.extend(inspection.closers.iter().cloned());
+            Some(Repair { truncated_bytes: 0, recovered: Vec::new(), closers: inspection.closers.clone() })
+        };
+        tx.execute(
+            "UPDATE sessions SET token = ?2, owner = ?3 WHERE id = ?1",
+            params![id.as_str(), token as i64, identity_json(&self.process.identity())],
+        )?;
+        tx.commit()?;
+        drop(conn);
+        let validator = Validator::validate_all(&records)?;
+        let log = SqliteLog { store: self.clone(), id: id.clone(), token, validator };
+        Ok(Opened { log: Box::new(log), loaded: Loaded { header, records, repair } })
+    }
+
+    fn inspect(&self, id: &SessionId) -> Result<Inspection> {
+        let mut conn = self.lock();
+        // A read transaction gives one consistent snapshot of the row and its events.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let row = read_row(&tx, id)?;
+        inspect_rows(&tx, id, &row)
+    }
+
+    fn load(&self, id: &SessionId) -> Result<Loaded> {
+        let inspection = self.inspect(id)?;
+        refuse_unusable(id, &inspection)?;
+        if !inspection.needs_repair() {
+            let header = inspection.header.expect("clean inspections have a header");
+            return Ok(Loaded { header, records: inspection.records, repair: None });
+        }
+        if let Some(holder) = inspection.owner.filter(|o| self.process.liveness(o) == Liveness::Alive) {
+            return Err(Error::SessionLive { id: id.to_string(), holder: holder.to_string() });
+        }
+        let Opened { log, loaded } = self.open(id, Takeover::IfDead)?;
+        log.close()?;
+        Ok(loaded)
+    }
+
+    fn list(&self) -> Result<Vec<SessionId>> {
+        let conn = self.lock();
+        let mut statement = conn.prepare("SELECT id FROM sessions ORDER BY id")?;
+        let ids = statement.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(ids.into_iter().filter_map(|id| SessionId::new(id).ok()).collect())
+    }
+}
+
+#[derive(Debug)]
+struct SqliteLog {
+    store: SqliteStore,
+    id: SessionId,
+    token: u64,
+    validator: Validator,
+}
+
+impl SqliteLog {
+    fn check_fence(&self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
+        let current: i64 =
+            tx.query_row("SELECT token FROM sessions WHERE id = ?1", [self.id.as_str()], |r| r.get(0))?;
+        if current as u64 != self.token {
+            return Err(Error::Fenced { id: self.id.to_string(), token: self.token, current: current as u64 });
+        }
+        Ok(())
+    }
+}
+
+impl SessionLog for SqliteLog {
+    fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.validator.next_seq()
+    }
+
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    fn append(&mut self, batch: &[Record]) -> Result<()> {
+        let next = crate::store::check_batch(&self.validator, batch)?;
+        let mut conn = self.store.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // The fence and the insert are one transaction: a takeover cannot slip between them.
+        self.check_fence(&tx)?;
+        insert_records(&tx, &self.id, batch)?;
+        tx.commit()?;
+        self.validator = next;
+        Ok(())
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let mut conn = self.store.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.check_fence(&tx)?;
+        tx.execute("UPDATE sessions SET token = token + 1, owner = NULL WHERE id = ?1", [self.id.as_str()])?;
+        tx.commit()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,351 @@
+//! The file backends (JSONL and JSONL+zstd) on the `Fs` seam (FAILURE-JSONL-ATOMICITY).
+//!
+//! Layout: `ROOT/<id>/session.jsonl` (or `.jsonl.zst`) and `ROOT/<id>/owner.<token>.json`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::format::BatchEncoder;
+use super::owner::{self, CurrentOwner};
+use super::{Format, Inspection, Loaded, Opened, Repair, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use crate::event::{Record, SessionHeader, Validator};
+use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, Seams};
+use crate::{Error, Result};
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> Error {
+    Error::io(format!("{what} {}", path.display()), e)
+}
+
+/// Creates `path` and every missing ancestor, syncing each new directory's parent so the
+/// whole chain of names is durable.
+pub(crate) fn create_dir_all_durable(seams: &Seams, path: &Path) -> Result<()> {
+    if seams.fs.metadata(path).map_err(|e| io_err("inspecting", path, e))?.is_some() {
+        return Ok(());
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("/"));
+    create_dir_all_durable(seams, parent)?;
+    match seams.fs.create_dir(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(io_err("creating directory", path, e)),
+    }
+    seams.fs.sync_dir(parent).map_err(|e| io_err("syncing directory", parent, e))
+}
+
+/// Publishes `bytes` at `path` exactly once: `<path>.<random>.tmp` (create_new, 0600) →
+/// write → fsync → `hard_link` (never overwrites: `AlreadyExists` is an error) → fsync the
+/// directory → remove the temp. A crash at any point leaves either no `path` or a complete one.
+pub(crate) fn materialise(seams: &Seams, path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().expect("session files live in a directory");
+    let file_name = path.file_name().and_then(|n| n.to_str()).expect("UTF-8 file name");
+    let temp = dir.join(format!("{file_name}.{}.tmp", seams.entropy.hex_id(16)));
+    let mut file = seams.fs.open(&temp, OpenOptions::create_new_private()).map_err(|e| io_err("creating", &temp, e))?;
+    let written = file.write_all(bytes).and_then(|()| file.sync());
+    drop(file);
+    if let Err(e) = written {
+        let _ = seams.fs.remove_file(&temp);
+        return Err(io_err("writing", &temp, e));
+    }
+    if let Err(e) = seams.fs.hard_link(&temp, path) {
+        let _ = seams.fs.remove_file(&temp);
+        return Err(io_err("publishing", path, e));
+    }
+    seams.fs.sync_dir(dir).map_err(|e| io_err("syncing directory", dir, e))?;
+    // The temp name is garbage now. Its removal need not be durable: a leftover temp after a
+    // crash is ignored by every reader.
+    seams.fs.remove_file(&temp).map_err(|e| io_err("removing", &temp, e))
+}
+
+/// Truncates `path` to `len` and fsyncs it.
+fn truncate_durably(file: &mut dyn FsFile, len: u64) -> io::Result<()> {
+    file.set_len(len)?;
+    file.sync()
+}
+
+/// Appends `bytes` and fsyncs; on failure truncates back to `prev_len` and fsyncs, reporting
+/// both errors if the rollback fails too.
+fn append_durably(file: &mut dyn FsFile, prev_len: u64, bytes: &[u8]) -> Result<()> {
+    let write = file.write_all(bytes).and_then(|()| file.sync());
+    match write {
+        Ok(()) => Ok(()),
+        Err(write) => {
+            let rollback = truncate_durably(file, prev_len).err();
+            Err(Error::AppendFailed { write, rollback })
+        }
+    }
+}
+
+/// Inspects a session file on its own (any directory, e.g. a copy handed over by a user).
+pub fn inspect_file(seams: &Seams, path: &Path) -> Result<Inspection> {
+    let format = Format::of_path(path).ok_or_else(|| {
+        Error::io(
+            format!("inspecting {}", path.display()),
+            io::Error::other("not a session.jsonl or session.jsonl.zst file"),
+        )
+    })?;
+    let bytes = match seams.fs.read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Error::SessionNotFound(path.display().to_string()))
+        }
+        Err(e) => return Err(io_err("reading", path, e)),
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let owner = owner::current(seams, dir)?.and_then(|c| c.owner).flatten();
+    Ok(Inspection::from_scan(format.scan(&bytes), owner))
+}
+
+/// Commits the repair `inspection` describes to the file at `path`: truncate the torn tail
+/// and fsync, then append the salvaged records and the closers as one batch (one zstd frame)
+/// and fsync. Corrupt and unsupported files are refused untouched.
+pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Result<Option<Repair>> {
+    let id = path.display().to_string();
+    refuse_unusable(&id, inspection)?;
+    if !inspection.needs_repair() {
+        return Ok(None);
+    }
+    let format = Format::of_path(path).expect("inspected files have a known format");
+    let mut file = seams.fs.open(path, OpenOptions::append()).map_err(|e| io_err("opening", path, e))?;
+    let len = file.len().map_err(|e| io_err("measuring", path, e))?;
+    let committed_len = len - inspection.torn_bytes;
+    if inspection.torn_bytes > 0 {
+        truncate_durably(file.as_mut(), committed_len).map_err(|e| io_err("truncating torn tail of", path, e))?;
+    }
+    let tail: Vec<Record> = inspection.recovered.iter().chain(&inspection.closers).cloned().collect();
+    if !tail.is_empty() {
+        let bytes = BatchEncoder::new(format).encode(&tail);
+        append_durably(file.as_mut(), committed_len, &bytes)?;
+    }
+    Ok(Some(Repair {
+        truncated_bytes: inspection.torn_bytes,
+        recovered: inspection.recovered.clone(),
+        closers: inspection.closers.clone(),
+    }))
+}
+
+fn refuse_unusable(id: &str, inspection: &Inspection) -> Result<()> {
+    let error =
+        || inspection.error.clone().unwrap_or_else(|| super::ScanError { offset: 0, reason: "unreadable".into() });
+    match inspection.status {
+        ScanStatus::Corrupt => {
+            let e = error();
+            Err(Error::Corrupt { id: id.to_owned(), offset: e.offset, reason: e.reason })
+        }
+        ScanStatus::Unsupported => Err(Error::Unsupported { id: id.to_owned(), reason: error().reason }),
+        ScanStatus::Clean | ScanStatus::Torn => Ok(()),
+    }
+}
+
+/// Sessions as directories of files on the `Fs` seam.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    seams: Seams,
+    root: PathBuf,
+    format: Format,
+}
+
+impl FileStore {
+    /// A store of `format` sessions under `root` (created on first use).
+    pub fn new(seams: Seams, root: impl Into<PathBuf>, format: Format) -> Self {
+        Self { seams, root: root.into(), format }
+    }
+
+    /// The session file of `id`.
+    pub fn session_path(&self, id: &SessionId) -> PathBuf {
+        self.root.join(id.as_str()).join(self.format.file_name())
+    }
+
+    fn require_session(&self, id: &SessionId) -> Result<PathBuf> {
+        let path = self.session_path(id);
+        match self.seams.fs.metadata(&path).map_err(|e| io_err("inspecting", &path, e))? {
+            Some(_) => Ok(path),
+            None => Err(Error::SessionNotFound(id.to_string())),
+        }
+    }
+
+    fn loaded(&self, id: &SessionId, inspection: Inspection, repair: Option<Repair>) -> Result<Loaded> {
+        refuse_unusable(id.as_str(), &inspection)?;
+        let header = inspection.header.clone().expect("usable scans have a header");
+        let mut records = inspection.records;
+        if let Some(repair) = &repair {
+            records.extend(repair.recovered.iter().cloned());
+            records.extend(repair.closers.iter().cloned());
+        }
+        Ok(Loaded { header, records, repair })
+    }
+
+    fn writer(&self, id: &SessionId, path: PathBuf, token: u64, records: &[Record]) -> Result<FileLog> {
+        let file = self.seams.fs.open(&path, OpenOptions::append()).map_err(|e| io_err("opening", &path, e))?;
+        let len = file.len().map_err(|e| io_err("measuring", &path, e))?;
+        Ok(FileLog {
+            seams: self.seams.clone(),
+            id: id.clone(),
+            dir: path.parent().expect("session dir").to_path_buf(),
+            file,
+            len,
+            validator: Validator::validate_all(records)?,
+            token,
+            encoder: BatchEncoder::new(self.format),
+            poisoned: false,
+        })
+    }
+}
+
+impl Store for FileStore {
+    fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>> {
+        create_dir_all_durable(&self.seams, &self.root)?;
+        let dir = self.root.join(id.as_str());
+        let path = self.session_path(id);
+        match self.seams.fs.create_dir(&dir) {
+            Ok(()) => self.seams.fs.sync_dir(&self.root).map_err(|e| io_err("syncing directory", &self.root, e))?,
+            // A create that crashed before publishing its session file leaves an empty
+            // directory behind; it may be reused. A published session may not.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                if self.seams.fs.metadata(&path).map_err(|e| io_err("inspecting", &path, e))?.is_some() {
+                    return Err(Error::SessionExists(id.to_string()));
+                }
+            }
+            Err(e) => return Err(io_err("creating directory", &dir, e)),
+        }
+        let token = owner::acquire(&self.seams, &dir, id.as_str(), Takeover::IfDead)?;
+        let header = SessionHeader::new(id.as_str(), created_at);
+        match materialise(&self.seams, &path, &self.format.encode_header(&header)) {
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(Error::SessionExists(id.to_string()))
+            }
+            other => other?,
+        }
+        Ok(Box::new(self.writer(id, path, token, &[])?))
+    }
+
+    fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
+        let path = self.require_session(id)?;
+        let dir = path.parent().expect("session dir").to_path_buf();
+        let token = owner::acquire(&self.seams, &dir, id.as_str(), takeover)?;
+        let opened = (|| {
+            let inspection = inspect_file(&self.seams, &path)?;
+            let repair = repair_file(&self.seams, &path, &inspection)?;
+            let loaded = self.loaded(id, inspection, repair)?;
+            let log = self.writer(id, path.clone(), token, &loaded.records)?;
+            Ok(Opened { log: Box::new(log), loaded })
+        })();
+        if opened.is_err() {
+            // Never keep a session locked because it could not be opened.
+            let _ = owner::release(&self.seams, &dir, id.as_str(), token);
+        }
+        opened
+    }
+
+    fn inspect(&self, id: &SessionId) -> Result<Inspection> {
+        inspect_file(&self.seams, &self.require_session(id)?)
+    }
+
+    fn load(&self, id: &SessionId) -> Result<Loaded> {
+        let path = self.require_session(id)?;
+        let dir = path.parent().expect("session dir").to_path_buf();
+        let inspection = inspect_file(&self.seams, &path)?;
+        if !inspection.needs_repair() {
+            return self.loaded(id, inspection, None);
+        }
+        refuse_unusable(id.as_str(), &inspection)?;
+        if let Some(CurrentOwner { owner: Some(Some(holder)), .. }) = owner::current(&self.seams, &dir)? {
+            if self.seams.process.liveness(&holder) == Liveness::Alive {
+                return Err(Error::SessionLive { id: id.to_string(), holder: holder.to_string() });
+            }
+        }
+        let Opened { log, loaded } = self.open(id, Takeover::IfDead)?;
+        log.close()?;
+        Ok(loaded)
+    }
+
+    fn list(&self) -> Result<Vec<SessionId>> {
+        let entries = match self.seams.fs.read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("listing", &self.root, e)),
+        };
+        let mut ids = Vec::new();
+        for entry in entries {
+            let Some(id) = entry.file_name().and_then(|n| n.to_str()).and_then(|n| SessionId::new(n).ok()) else {
+                continue;
+            };
+            if self.seams.fs.metadata(&self.session_path(&id)).map_err(|e| io_err("inspecting", &entry, e))?.is_some() {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+}
+
+/// The writer of one file session.
+#[derive(Debug)]
+struct FileLog {
+    seams: Seams,
+    id: SessionId,
+    dir: PathBuf,
+    file: Box<dyn FsFile>,
+    /// Length of the durable prefix: where a failed append truncates back to.
+    len: u64,
+    validator: Validator,
+    token: u64,
+    encoder: BatchEncoder,
+    poisoned: bool,
+}
+
+/// Checks that `batch` continues `validator`'s log, returning the validator after it.
+pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Validator> {
+    let first = batch.first().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
+    if first.seq != validator.next_seq() {
+        return Err(Error::BadBatch(format!(
+            "batch starts at seq {}, the log continues at {}",
+            first.seq,
+            validator.next_seq()
+        )));
+    }
+    let mut next = validator.clone();
+    for record in batch {
+        next.push(record)?;
+    }
+    Ok(next)
+}
+
+impl SessionLog for FileLog {
+    fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.validator.next_seq()
+    }
+
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    fn append(&mut self, batch: &[Record]) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned(self.id.to_string()));
+        }
+        let next = check_batch(&self.validator, batch)?;
+        owner::check_fence(&self.seams, &self.dir, self.id.as_str(), self.token)?;
+        let bytes = self.encoder.encode(batch);
+        match append_durably(self.file.as_mut(), self.len, &bytes) {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                self.validator = next;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
+                    self.poisoned = true;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let FileLog { seams, dir, id, token, .. } = *self;
+        owner::release(&seams, &dir, id.as_str(), token)
+    }
+}

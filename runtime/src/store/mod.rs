@@ -1,0 +1,169 @@
+//! Durable session transcripts: one trait, four backends (memory, JSONL, JSONL+zstd, SQLite),
+//! one shared contract suite.
+//!
+//! A backend stores one append-only log per session plus an ownership record that admits a
+//! single writer at a time (seed 004 §15.6). Appends are durable when they return `Ok`;
+//! loading applies the torn-versus-corrupt rule and commits crash repair.
+
+mod file;
+mod format;
+mod id;
+mod memory;
+mod owner;
+pub mod repair;
+mod scan;
+mod zstd_frames;
+
+use serde::Serialize;
+
+pub(crate) use file::check_batch;
+pub use file::{inspect_file, repair_file, FileStore};
+pub use format::Format;
+pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
+pub use memory::MemoryStore;
+pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX, RECORD_LINE_BYTES_MAX};
+pub use zstd_frames::{walk_frames, FrameSpan, FrameWalk};
+
+use crate::event::{Record, SessionHeader};
+use crate::seams::OwnerIdentity;
+use crate::Result;
+
+/// Whether opening a session may take it over from a previous owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Refuse if any owner is recorded, live or dead.
+    Never,
+    /// Take over from an owner that is provably gone (its process exited, its host restarted).
+    /// A live owner is always refused.
+    IfDead,
+}
+
+/// What an open or a load repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Repair {
+    /// Bytes of torn tail truncated.
+    pub truncated_bytes: u64,
+    /// Records salvaged from a torn zstd frame and appended again.
+    pub recovered: Vec<Record>,
+    /// Synthetic closers appended.
+    pub closers: Vec<Record>,
+}
+
+/// A session loaded (and repaired) from a store.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The header.
+    pub header: SessionHeader,
+    /// Every record after repair.
+    pub records: Vec<Record>,
+    /// The repair that was committed, if one was needed.
+    pub repair: Option<Repair>,
+}
+
+/// A session opened for writing.
+#[derive(Debug)]
+pub struct Opened {
+    /// The writer.
+    pub log: Box<dyn SessionLog>,
+    /// What was on disk, after repair.
+    pub loaded: Loaded,
+}
+
+/// What `inspect` found, without writing anything.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// The scan's verdict.
+    pub status: ScanStatus,
+    /// The header, when readable.
+    pub header: Option<SessionHeader>,
+    /// Committed records (header excluded).
+    pub records: Vec<Record>,
+    /// Bytes after the committed prefix.
+    pub torn_bytes: u64,
+    /// Records a repair would salvage from a torn zstd frame.
+    pub recovered: Vec<Record>,
+    /// Whether the last turn is open (after salvage).
+    pub open_turn: bool,
+    /// The closers a repair would append.
+    pub closers: Vec<Record>,
+    /// Why the bytes were refused (corrupt or unsupported).
+    pub error: Option<ScanError>,
+    /// The recorded owner, if one holds the session now.
+    pub owner: Option<OwnerIdentity>,
+}
+
+impl Inspection {
+    /// Whether `load`/`repair` would change anything.
+    pub fn needs_repair(&self) -> bool {
+        self.status == ScanStatus::Torn || !self.closers.is_empty()
+    }
+
+    pub(crate) fn from_scan(scan: Scan, owner: Option<OwnerIdentity>) -> Inspection {
+        let usable = matches!(scan.status, ScanStatus::Clean | ScanStatus::Torn);
+        let closers = if usable {
+            let all: Vec<Record> = scan.records.iter().chain(&scan.recovered).cloned().collect();
+            repair::closers(&all)
+        } else {
+            Vec::new()
+        };
+        Inspection {
+            status: scan.status,
+            torn_bytes: scan.torn_bytes(),
+            header: scan.header,
+            records: scan.records,
+            recovered: scan.recovered,
+            open_turn: !closers.is_empty(),
+            closers,
+            error: scan.error,
+            owner,
+        }
+    }
+}
+
+/// A store of session logs.
+///
+/// Contract (the shared suite in `runtime/tests/it/store_contract.rs` checks it for every
+/// backend):
+/// - `create` publishes a new session (header only) and returns its single writer.
+/// - `open` takes ownership, commits crash repair, and returns the writer and the records.
+/// - `inspect` never writes; `load` commits repair, and refuses a session whose live owner
+///   has a turn open (that turn is in progress, not interrupted).
+/// - A second live writer is refused with an error naming the holder; a dead owner is taken
+///   over only with [`Takeover::IfDead`], after which the old writer's appends are rejected.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Creates a new session and returns its writer.
+    fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>>;
+
+    /// Opens an existing session for writing.
+    fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened>;
+
+    /// Reports the session's state without writing.
+    fn inspect(&self, id: &SessionId) -> Result<Inspection>;
+
+    /// Cold load: reads the session and commits any repair it needs.
+    fn load(&self, id: &SessionId) -> Result<Loaded>;
+
+    /// Every session id in the store, sorted.
+    fn list(&self) -> Result<Vec<SessionId>>;
+}
+
+/// The single writer of one session.
+pub trait SessionLog: Send + std::fmt::Debug {
+    /// The session.
+    fn id(&self) -> &SessionId;
+
+    /// The seq the next appended record must carry.
+    fn next_seq(&self) -> u64;
+
+    /// This writer's fencing token.
+    fn token(&self) -> u64;
+
+    /// Appends `batch` durably: when this returns `Ok`, every record survives a crash. The
+    /// batch must continue the log's seqs and keep its invariants, or nothing is written. On
+    /// failure nothing of the batch remains, so retrying the same batch never duplicates or
+    /// skips a seq.
+    fn append(&mut self, batch: &[Record]) -> Result<()>;
+
+    /// Releases ownership. The log must not be used afterwards.
+    fn close(self: Box<Self>) -> Result<()>;
+}

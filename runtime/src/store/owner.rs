@@ -1,0 +1,136 @@
+//! Ownership records for file stores: one writer per session, with a fencing token
+//! (seed 004 §15.6).
+//!
+//! The record is a sequence of files `owner.<token>.json` in the session directory; the one
+//! with the highest token is current. Acquiring token `n + 1` creates `owner.<n+1>.json` with
+//! `create_new`, which is atomic on POSIX and in turmoil: of two racing writers exactly one
+//! succeeds. Releasing writes a record with no owner (and the next token), so tokens never
+//! repeat and a released session can be opened without takeover. A writer checks before each
+//! append that no higher token exists: once taken over, its writes are rejected.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::seams::{Liveness, OpenOptions, OwnerIdentity, Seams};
+use crate::store::Takeover;
+use crate::{Error, Result};
+
+/// Largest owner record accepted, in bytes (an identity is ~150 bytes).
+const OWNER_RECORD_BYTES_MAX: u64 = 4096;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OwnerRecord {
+    token: u64,
+    owner: Option<OwnerIdentity>,
+}
+
+/// The current owner record of a session directory.
+#[derive(Debug, Clone)]
+pub(crate) struct CurrentOwner {
+    pub(crate) token: u64,
+    /// `None` when released. An unreadable record (a crash before its fsync) reads as an
+    /// owner that never acknowledged ownership: `Some(None)` below means "unknown, dead".
+    pub(crate) owner: Option<Option<OwnerIdentity>>,
+}
+
+fn record_path(dir: &Path, token: u64) -> PathBuf {
+    dir.join(format!("owner.{token}.json"))
+}
+
+fn token_of(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix("owner.")?.strip_suffix(".json")?.parse().ok()
+}
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> Error {
+    Error::io(format!("{what} {}", path.display()), e)
+}
+
+/// Reads the current owner record (`None` if the session has never been owned).
+pub(crate) fn current(seams: &Seams, dir: &Path) -> Result<Option<CurrentOwner>> {
+    let names = seams.fs.read_dir(dir).map_err(|e| io_err("listing", dir, e))?;
+    let Some(token) = names.iter().filter_map(|p| token_of(p)).max() else { return Ok(None) };
+    let path = record_path(dir, token);
+    let bytes = seams.fs.read(&path).map_err(|e| io_err("reading owner record", &path, e))?;
+    let parsed = (bytes.len() as u64 <= OWNER_RECORD_BYTES_MAX)
+        .then(|| serde_json::from_slice::<OwnerRecord>(&bytes).ok())
+        .flatten()
+        .filter(|r| r.token == token);
+    let owner = match parsed {
+        Some(record) => record.owner.map(Some),
+        None => Some(None),
+    };
+    Ok(Some(CurrentOwner { token, owner }))
+}
+
+/// A printable description of a recorded owner.
+pub(crate) fn describe(owner: &Option<OwnerIdentity>) -> String {
+    match owner {
+        Some(identity) => identity.to_string(),
+        None => "an owner whose record was never completed (crashed while acquiring)".into(),
+    }
+}
+
+/// Takes ownership of the session in `dir`, returning the new fencing token.
+pub(crate) fn acquire(seams: &Seams, dir: &Path, id: &str, takeover: Takeover) -> Result<u64> {
+    let current = current(seams, dir)?;
+    let token = match &current {
+        None => 1,
+        Some(CurrentOwner { token, owner: None }) => token + 1,
+        Some(CurrentOwner { token, owner: Some(owner) }) => {
+            let alive = owner.as_ref().is_some_and(|o| seams.process.liveness(o) == Liveness::Alive);
+            if alive {
+                return Err(Error::SessionLocked { id: id.to_owned(), holder: describe(owner) });
+            }
+            if takeover == Takeover::Never {
+                return Err(Error::StaleOwner { id: id.to_owned(), holder: describe(owner) });
+            }
+            token + 1
+        }
+    };
+    write_record(seams, dir, id, &OwnerRecord { token, owner: Some(seams.process.identity()) })?;
+    // Older records are garbage now; removing them is best-effort (a leftover one is harmless,
+    // the highest token wins).
+    for stale in (token.saturating_sub(3)..token).map(|t| record_path(dir, t)) {
+        let _ = seams.fs.remove_file(&stale);
+    }
+    Ok(token)
+}
+
+/// Releases ownership held with `token`.
+pub(crate) fn release(seams: &Seams, dir: &Path, id: &str, token: u64) -> Result<()> {
+    check_fence(seams, dir, id, token)?;
+    write_record(seams, dir, id, &OwnerRecord { token: token + 1, owner: None })
+}
+
+/// Errors with [`Error::Fenced`] if a newer owner record than `token` exists.
+pub(crate) fn check_fence(seams: &Seams, dir: &Path, id: &str, token: u64) -> Result<()> {
+    let names = seams.fs.read_dir(dir).map_err(|e| io_err("listing", dir, e))?;
+    let newest = names.iter().filter_map(|p| token_of(p)).max().unwrap_or(0);
+    if newest > token {
+        return Err(Error::Fenced { id: id.to_owned(), token, current: newest });
+    }
+    Ok(())
+}
+
+fn write_record(seams: &Seams, dir: &Path, id: &str, record: &OwnerRecord) -> Result<()> {
+    let path = record_path(dir, record.token);
+    let bytes = serde_json::to_vec(record).expect("owner records always serialise");
+    debug_assert!(bytes.len() as u64 <= OWNER_RECORD_BYTES_MAX);
+    let mut file = match seams.fs.open(&path, OpenOptions::create_new_private()) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            // Lost a race with another writer acquiring the same token.
+            let holder =
+                current(seams, dir)?.and_then(|c| c.owner).map_or("another writer".to_owned(), |o| describe(&o));
+            return Err(Error::SessionLocked { id: id.to_owned(), holder });
+        }
+        Err(e) => return Err(io_err("creating owner record", &path, e)),
+    };
+    file.write_all(&bytes).map_err(|e| io_err("writing owner record", &path, e))?;
+    file.sync().map_err(|e| io_err("syncing owner record", &path, e))?;
+    seams.fs.sync_dir(dir).map_err(|e| io_err("syncing directory", dir, e))
+}

@@ -1,0 +1,127 @@
+//! Structural walk over a sequence of zstd frames, without decompressing
+//! (FAILURE-JSONL-ZSTD-SCAN).
+//!
+//! The walk answers one question per frame: does the file hold all of its bytes? A frame the
+//! file ends inside is *torn* (a crash during its append); bytes that cannot be the start of a
+//! frame are *corrupt*. Whether a complete frame's content is intact is checked afterwards,
+//! by decompressing it with its content checksum.
+
+/// Little-endian zstd frame magic `0xFD2FB528`.
+const FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+/// Size of a block header.
+const BLOCK_HEADER_BYTES: usize = 3;
+/// Size of the optional content checksum.
+const CHECKSUM_BYTES: usize = 4;
+/// Block type 3 is reserved by RFC 8878: its presence is corruption.
+const BLOCK_TYPE_RESERVED: u8 = 3;
+/// Block type 1 (RLE) stores one byte regardless of the block size.
+const BLOCK_TYPE_RLE: u8 = 1;
+
+/// One frame's position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSpan {
+    /// Offset of the frame's magic.
+    pub start: usize,
+    /// Offset just past the frame (checksum included).
+    pub end: usize,
+    /// Whether the frame header asks for a content checksum.
+    pub has_checksum: bool,
+}
+
+/// Result of walking a file's frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameWalk {
+    /// Every byte belongs to a complete frame.
+    Complete(Vec<FrameSpan>),
+    /// The file ends inside the frame starting at `torn_at`.
+    Torn {
+        /// The complete frames before it.
+        frames: Vec<FrameSpan>,
+        /// Start of the incomplete frame.
+        torn_at: usize,
+    },
+    /// Bytes at `offset` cannot be a frame.
+    Corrupt {
+        /// The complete frames before it.
+        frames: Vec<FrameSpan>,
+        /// Where the problem is.
+        offset: usize,
+        /// What the problem is.
+        reason: String,
+    },
+}
+
+enum FrameEnd {
+    Complete(FrameSpan),
+    Torn,
+    Corrupt(usize, String),
+}
+
+/// Walks `bytes` frame by frame.
+pub fn walk_frames(bytes: &[u8]) -> FrameWalk {
+    let mut frames = Vec::new();
+    let mut offset = 0;
+    while offset < bytes.len() {
+        match walk_one(bytes, offset) {
+            FrameEnd::Complete(span) => {
+                debug_assert!(span.end > span.start && span.end <= bytes.len());
+                offset = span.end;
+                frames.push(span);
+            }
+            FrameEnd::Torn => return FrameWalk::Torn { frames, torn_at: offset },
+            FrameEnd::Corrupt(at, reason) => return FrameWalk::Corrupt { frames, offset: at, reason },
+        }
+    }
+    FrameWalk::Complete(frames)
+}
+
+fn walk_one(bytes: &[u8], start: usize) -> FrameEnd {
+    let rest = &bytes[start..];
+    if rest.len() < FRAME_MAGIC.len() {
+        // Fewer than four bytes cannot be judged: a frame whose append was cut short.
+        return FrameEnd::Torn;
+    }
+    if rest[..4] != FRAME_MAGIC {
+        return FrameEnd::Corrupt(start, format!("bad zstd frame magic {:02x?}", &rest[..4]));
+    }
+    let Some(&descriptor) = rest.get(4) else { return FrameEnd::Torn };
+    if descriptor & 0b0000_1000 != 0 {
+        return FrameEnd::Corrupt(start + 4, "zstd frame descriptor has its reserved bit set".into());
+    }
+    let single_segment = descriptor & 0b0010_0000 != 0;
+    let has_checksum = descriptor & 0b0000_0100 != 0;
+    let dictionary_id_bytes = [0, 1, 2, 4][usize::from(descriptor & 0b11)];
+    let content_size_bytes = match descriptor >> 6 {
+        0 => usize::from(single_segment),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let window_bytes = usize::from(!single_segment);
+    let mut at = 5 + window_bytes + dictionary_id_bytes + content_size_bytes;
+    loop {
+        let Some(header) = rest.get(at..at + BLOCK_HEADER_BYTES) else { return FrameEnd::Torn };
+        let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+        let last = header & 1 == 1;
+        let block_type = ((header >> 1) & 0b11) as u8;
+        let block_size = (header >> 3) as usize;
+        if block_type == BLOCK_TYPE_RESERVED {
+            return FrameEnd::Corrupt(start + at, "zstd block of reserved type".into());
+        }
+        let stored = if block_type == BLOCK_TYPE_RLE { 1 } else { block_size };
+        at += BLOCK_HEADER_BYTES + stored;
+        if at > rest.len() {
+            return FrameEnd::Torn;
+        }
+        if last {
+            break;
+        }
+    }
+    if has_checksum {
+        at += CHECKSUM_BYTES;
+        if at > rest.len() {
+            return FrameEnd::Torn;
+        }
+    }
+    FrameEnd::Complete(FrameSpan { start, end: start + at, has_checksum })
+}

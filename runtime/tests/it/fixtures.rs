@@ -1,0 +1,174 @@
+//! Real-filesystem fixtures for store tests: production seams with a controllable process
+//! identity and a filesystem that fails chosen operations.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // fixtures build real files
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use faultline_runtime::production::RealFs;
+use faultline_runtime::{Fs, FsFile, FsMetadata, Liveness, OpenOptions, OwnerIdentity, Process, Seams};
+
+/// A process identity whose liveness the test decides.
+#[derive(Debug, Clone)]
+pub struct TestProcess {
+    me: OwnerIdentity,
+    dead: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl TestProcess {
+    /// A fresh "world" of processes; `spawn` makes members.
+    pub fn world() -> Arc<Mutex<BTreeSet<String>>> {
+        Arc::default()
+    }
+
+    pub fn new(name: &str, dead: &Arc<Mutex<BTreeSet<String>>>) -> Arc<Self> {
+        let me = OwnerIdentity { host: "test-host".into(), pid: 4242, started_at: 1, instance: name.into() };
+        Arc::new(Self { me, dead: dead.clone() })
+    }
+
+    /// Marks this process as exited.
+    pub fn kill(&self) {
+        self.dead.lock().unwrap().insert(self.me.instance.clone());
+    }
+}
+
+impl Process for TestProcess {
+    fn identity(&self) -> OwnerIdentity {
+        self.me.clone()
+    }
+
+    fn liveness(&self, owner: &OwnerIdentity) -> Liveness {
+        if self.dead.lock().unwrap().contains(&owner.instance) {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        }
+    }
+}
+
+/// Which operation a [`FaultyFs`] fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOp {
+    Write,
+    Sync,
+    SetLen,
+}
+
+/// Real files, except that the next `n`-th write/sync/set_len (armed by the test) fails
+/// with EIO.
+#[derive(Debug, Clone, Default)]
+pub struct FaultyFs {
+    armed: Arc<Mutex<Vec<(FailOp, u64)>>>,
+    calls: Arc<AtomicU64>,
+}
+
+impl FaultyFs {
+    /// Fails the `after`-th next call of `op` (0 = the very next one).
+    pub fn fail(&self, op: FailOp, after: u64) {
+        self.armed.lock().unwrap().push((op, after));
+    }
+
+    fn check(&self, op: FailOp) -> io::Result<()> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut armed = self.armed.lock().unwrap();
+        let mut fire = false;
+        armed.retain_mut(|(armed_op, countdown)| {
+            if *armed_op != op {
+                return true;
+            }
+            if *countdown == 0 {
+                fire = true;
+                return false;
+            }
+            *countdown -= 1;
+            true
+        });
+        if fire {
+            Err(io::Error::other(format!("injected EIO on {op:?}")))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Box<dyn FsFile>,
+    fs: FaultyFs,
+}
+
+impl FsFile for FaultyFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.fs.check(FailOp::Write)?;
+        self.inner.write_all(buf)
+    }
+
+    fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        self.inner.read_all()
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.fs.check(FailOp::Sync)?;
+        self.inner.sync()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.fs.check(FailOp::SetLen)?;
+        self.inner.set_len(len)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+}
+
+impl Fs for FaultyFs {
+    fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Box<dyn FsFile>> {
+        Ok(Box::new(FaultyFile { inner: RealFs.open(path, options)?, fs: self.clone() }))
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        RealFs.read(path)
+    }
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        RealFs.create_dir(path)
+    }
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        RealFs.hard_link(original, link)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove_file(path)
+    }
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        RealFs.read_dir(path)
+    }
+    fn metadata(&self, path: &Path) -> io::Result<Option<FsMetadata>> {
+        RealFs.metadata(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        RealFs.sync_dir(path)
+    }
+}
+
+/// Production seams with `process` and `fs` swapped in.
+pub fn seams_with(process: Arc<dyn Process>, fs: Arc<dyn Fs>) -> Seams {
+    let mut seams = faultline_runtime::production::seams();
+    seams.process = process;
+    seams.fs = fs;
+    seams
+}
+
+/// Reads a real file.
+pub fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+/// Overwrites a real file.
+pub fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap()
+}

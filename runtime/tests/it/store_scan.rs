@@ -1,0 +1,232 @@
+//! The torn-versus-corrupt rule on hand-tampered files (FAILURE-JSONL-RAW-SCAN,
+//! FAILURE-JSONL-ZSTD-SCAN, FAILURE-JSONL-PREFIX).
+
+use std::path::PathBuf;
+
+use faultline_runtime::event::*;
+use faultline_runtime::store::*;
+use faultline_runtime::Error;
+
+use crate::fixtures::{read, write};
+use crate::store_contract::{append_all, sid, Backend, Bench};
+use crate::support::*;
+
+/// A file session holding two complete tool turns, written in batches of 5, closed.
+fn two_turns(backend: Backend) -> (Bench, PathBuf, Log) {
+    let bench = Bench::new(backend);
+    let a = bench.process("a");
+    let mut log = Log::default();
+    log.tool_turn(1);
+    log.tool_turn(2);
+    let mut writer = bench.store(&a).create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &log.records, 5);
+    writer.close().unwrap();
+    let path = bench.session_file(&sid("s")).unwrap();
+    (bench, path, log)
+}
+
+fn inspect(bench: &Bench) -> Inspection {
+    bench.store(&bench.process("inspector")).inspect(&sid("s")).unwrap()
+}
+
+fn line(record: &Record) -> Vec<u8> {
+    let mut bytes = record.encode().into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
+
+fn frame(text: &[u8], checksum: bool) -> Vec<u8> {
+    let mut compressor = zstd::bulk::Compressor::new(3).unwrap();
+    compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(checksum)).unwrap();
+    compressor.compress(text).unwrap()
+}
+
+fn turn_end(seq: u64) -> Record {
+    Record::new(seq, T0, Event::TurnEnd(TurnEnd { turn: 3, reason: TurnEndReason::Completed }))
+}
+
+#[test]
+fn jsonl_unterminated_final_line_is_a_torn_tail_and_repair_restores_the_prefix() {
+    let (bench, path, log) = two_turns(Backend::Jsonl);
+    let clean = read(&path);
+    let mut torn = clean.clone();
+    torn.extend_from_slice(&line(&turn_end(log.records.len() as u64))[..20]);
+    write(&path, &torn);
+
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    assert_eq!(inspection.torn_bytes, 20);
+    assert_eq!(inspection.records, log.records);
+    assert!(!inspection.open_turn);
+
+    let loaded = bench.store(&bench.process("b")).load(&sid("s")).unwrap();
+    assert_eq!(loaded.repair.unwrap().truncated_bytes, 20);
+    assert_eq!(read(&path), clean, "repair truncates exactly the torn tail");
+}
+
+#[test]
+fn jsonl_undecodable_line_without_a_later_turn_end_is_torn() {
+    let (bench, path, log) = two_turns(Backend::Jsonl);
+    let mut bytes = read(&path);
+    bytes.extend_from_slice(b"{\"type\":\"turn/st\0\0\0\n");
+    bytes.extend_from_slice(&line(&Record::new(
+        log.records.len() as u64 + 1,
+        T0,
+        Event::TurnStart(TurnStart { turn: 3 }),
+    )));
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    assert_eq!(inspection.records, log.records);
+}
+
+#[test]
+fn jsonl_undecodable_line_before_a_committed_turn_end_is_corrupt_and_left_untouched() {
+    let (bench, path, log) = two_turns(Backend::Jsonl);
+    let mut bytes = read(&path);
+    let garbage_at = bytes.len() as u64;
+    bytes.extend_from_slice(b"garbage\n");
+    bytes.extend_from_slice(&line(&turn_end(log.records.len() as u64 + 1)));
+    write(&path, &bytes);
+
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, garbage_at);
+    assert!(error.reason.contains("turn/end"), "{}", error.reason);
+
+    let refused = bench.store(&bench.process("b")).load(&sid("s")).unwrap_err();
+    assert!(matches!(refused, Error::Corrupt { offset, .. } if offset == garbage_at), "{refused}");
+    assert_eq!(read(&path), bytes, "corruption is refused, never silently dropped");
+}
+
+#[test]
+fn jsonl_duplicated_seq_is_a_suspect_line() {
+    let (bench, path, log) = two_turns(Backend::Jsonl);
+    let mut bytes = read(&path);
+    bytes.extend_from_slice(&line(log.records.last().unwrap()));
+    write(&path, &bytes);
+    assert_eq!(inspect(&bench).status, ScanStatus::Torn);
+}
+
+#[test]
+fn jsonl_missing_or_unsupported_header() {
+    let (bench, path, _) = two_turns(Backend::Jsonl);
+    write(&path, b"");
+    assert_eq!(inspect(&bench).status, ScanStatus::Corrupt);
+    write(&path, b"{\"type\":\"session\",\"version\":9,\"id\":\"s\",\"created_at\":0}\n");
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Unsupported);
+    assert!(inspection.error.unwrap().reason.contains("version 9"));
+    let refused = bench.store(&bench.process("b")).load(&sid("s")).unwrap_err();
+    assert!(matches!(refused, Error::Unsupported { .. }), "{refused}");
+}
+
+#[test]
+fn zstd_two_stray_magic_bytes_are_dropped_and_repair_is_byte_identical() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    let mut bytes = clean.clone();
+    bytes.extend_from_slice(&[0x28, 0xB5]);
+    write(&path, &bytes);
+
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    assert_eq!(inspection.torn_bytes, 2);
+    assert_eq!(inspection.records, log.records);
+    bench.store(&bench.process("b")).load(&sid("s")).unwrap();
+    assert_eq!(read(&path), clean);
+}
+
+#[test]
+fn zstd_frame_torn_only_inside_its_checksum_has_its_events_recovered() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    write(&path, &clean[..clean.len() - 2]);
+    // Batches were 5 records; the last frame holds the remainder.
+    let last_batch = log.records.len() % 5;
+    let last_batch = if last_batch == 0 { 5 } else { last_batch };
+    let committed = log.records.len() - last_batch;
+
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    assert_eq!(inspection.records, log.records[..committed]);
+    assert_eq!(inspection.recovered, log.records[committed..]);
+    assert!(!inspection.open_turn);
+
+    let loaded = bench.store(&bench.process("b")).load(&sid("s")).unwrap();
+    assert_eq!(loaded.records, log.records);
+    let reloaded = bench.store(&bench.process("c")).inspect(&sid("s")).unwrap();
+    assert_eq!(reloaded.status, ScanStatus::Clean);
+    assert_eq!(reloaded.records, log.records, "salvaged events are committed as one new frame");
+}
+
+#[test]
+fn zstd_complete_frame_without_a_final_newline_is_corrupt() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let mut bytes = read(&path);
+    let at = bytes.len() as u64;
+    let text = line(&turn_end(log.records.len() as u64));
+    bytes.extend_from_slice(&frame(&text[..text.len() - 1], true));
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, at);
+    assert!(error.reason.contains("newline"), "{}", error.reason);
+}
+
+#[test]
+fn zstd_garbage_followed_by_a_later_turn_end_is_corrupt() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let mut bytes = read(&path);
+    let at = bytes.len() as u64;
+    bytes.extend_from_slice(b"GARBAGE!");
+    bytes.extend_from_slice(&frame(&line(&turn_end(log.records.len() as u64)), true));
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    assert_eq!(inspection.error.unwrap().offset, at);
+    assert!(bench.store(&bench.process("b")).load(&sid("s")).is_err());
+    assert_eq!(read(&path), bytes);
+}
+
+#[test]
+fn zstd_frames_must_carry_checksums_and_pass_them() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+
+    let mut unchecked = clean.clone();
+    unchecked.extend_from_slice(&frame(&line(&turn_end(log.records.len() as u64)), false));
+    write(&path, &unchecked);
+    assert!(inspect(&bench).error.unwrap().reason.contains("checksum"));
+
+    // Flip one byte of the last frame's checksum: complete frame, bad content → corrupt.
+    let mut flipped = clean.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0xff;
+    write(&path, &flipped);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    assert!(inspection.error.unwrap().reason.contains("decompress"));
+}
+
+#[test]
+fn zstd_frame_walk_is_structural() {
+    let one = frame(b"a\n", true);
+    let two = frame(b"bb\n", true);
+    let both = [one.clone(), two.clone()].concat();
+    let FrameWalk::Complete(spans) = walk_frames(&both) else { panic!() };
+    assert_eq!(spans.len(), 2);
+    assert_eq!((spans[1].start, spans[1].end), (one.len(), both.len()));
+    for cut in 1..two.len() {
+        assert_eq!(
+            walk_frames(&both[..one.len() + cut]),
+            FrameWalk::Torn { frames: vec![spans[0]], torn_at: one.len() },
+            "a frame cut after {cut} bytes is torn at its start"
+        );
+    }
+    let mut reserved = one.clone();
+    reserved[4] |= 0b1000;
+    assert!(matches!(walk_frames(&reserved), FrameWalk::Corrupt { offset: 4, .. }));
+}
