@@ -99,6 +99,12 @@ pub enum Error {
     /// (which scans and repairs) before writing again.
     #[error("session {0}: writer disabled after a failed rollback; reopen the session to repair it")]
     Poisoned(String),
+    /// Persisting accepted events failed (write-behind); the events are still queued.
+    #[error("persisting the session failed: {0}")]
+    Persist(std::sync::Arc<Error>),
+    /// The session's write-behind was closed.
+    #[error("session writer is closed")]
+    Closed,
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -12,6 +12,7 @@ mod memory;
 mod owner;
 pub mod repair;
 mod scan;
+mod write_behind;
 mod zstd_frames;
 
 use serde::Serialize;
@@ -22,6 +23,10 @@ pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
 pub use memory::MemoryStore;
 pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX, RECORD_LINE_BYTES_MAX};
+pub use write_behind::{
+    FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
+    PENDING_EVENTS_MAX_DEFAULT,
+};
 pub use zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 
 use crate::event::{Record, SessionHeader};

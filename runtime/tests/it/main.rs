@@ -6,3 +6,4 @@ mod store_contract;
 mod store_scan;
 mod support;
 mod validator;
+mod write_behind;

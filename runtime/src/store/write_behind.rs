@@ -1,0 +1,300 @@
+//! Write-behind persistence for one live session (FAILURE-WRITE-BEHIND,
+//! FAILURE-PERSISTENCE-WIRING).
+//!
+//! `append` copies an event into a bounded pending queue and returns its seq at once: the
+//! event is *accepted*. A single writer task turns pending events into durable batches: the
+//! first pending event arms a fixed batching window (not reset by later events); when it
+//! expires, everything pending is appended as one batch. `flush` is the barrier: it skips the
+//! window, waits for any write in progress and drains until everything accepted before it is
+//! *durable*. A failed batch stays at the front of the queue, in order, and pauses the
+//! automatic path; the failure is reported at once and surfaced by the next flush, which also
+//! retries it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use super::SessionLog;
+use crate::event::{Event, Record};
+use crate::seams::{Clock, Monotonic};
+use crate::{Error, Result};
+
+/// Default batching window (SPEC §7).
+pub const BATCH_WINDOW_MS_DEFAULT: u64 = 200;
+/// Default bound of the pending queue, in events. A model streams at most a few hundred
+/// chunks per second; 4096 is seconds of slack before producers feel backpressure.
+pub const PENDING_EVENTS_MAX_DEFAULT: usize = 4096;
+/// Largest batch written at once, in events: bounds one append's size and latency.
+pub const BATCH_EVENTS_MAX: usize = 1024;
+
+/// Write-behind knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBehindConfig {
+    /// The batching window, armed by the first pending event. Range 0..=60 000.
+    pub batch_window_ms: u64,
+    /// Bound of the pending queue (accepted, not yet durable). Range 1..=1 000 000.
+    pub pending_events_max: usize,
+}
+
+impl Default for WriteBehindConfig {
+    fn default() -> Self {
+        Self { batch_window_ms: BATCH_WINDOW_MS_DEFAULT, pending_events_max: PENDING_EVENTS_MAX_DEFAULT }
+    }
+}
+
+impl WriteBehindConfig {
+    fn validate(&self) {
+        assert!(self.batch_window_ms <= 60_000, "batch_window_ms must be at most 60 000");
+        assert!((1..=1_000_000).contains(&self.pending_events_max), "pending_events_max must be in 1..=1 000 000");
+    }
+}
+
+/// Called with every failure of the automatic (background) path.
+pub type FailureReporter = Arc<dyn Fn(&Error) + Send + Sync>;
+
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// Every record with `seq < durable_through` is durable.
+    durable_through: u64,
+    /// Incremented on every failed batch.
+    failures: u64,
+    /// The last failure, for flushes waiting on it.
+    last_failure: Option<Arc<Error>>,
+}
+
+#[derive(Debug)]
+struct State {
+    pending: VecDeque<Record>,
+    next_seq: u64,
+    deadline: Option<Monotonic>,
+    /// Set by a failed batch; cleared by an explicit flush.
+    paused: bool,
+    flush_wanted: bool,
+    /// No new events are admitted.
+    closed: bool,
+    /// The writer task should exit once nothing is pending.
+    stopping: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake_writer: Notify,
+    space: Notify,
+    progress: watch::Sender<Progress>,
+    clock: Arc<dyn Clock>,
+    config: WriteBehindConfig,
+    reporter: Option<FailureReporter>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The write-behind handle of one live session. Cheap to clone; every clone feeds the same
+/// queue.
+#[derive(Clone)]
+pub struct WriteBehind {
+    shared: Arc<Shared>,
+    writer: Arc<Mutex<Option<tokio::task::JoinHandle<Box<dyn SessionLog>>>>>,
+}
+
+impl std::fmt::Debug for WriteBehind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteBehind").finish_non_exhaustive()
+    }
+}
+
+impl WriteBehind {
+    /// Starts the writer task for `log` (on the current tokio runtime).
+    pub fn start(
+        log: Box<dyn SessionLog>,
+        clock: Arc<dyn Clock>,
+        config: WriteBehindConfig,
+        reporter: Option<FailureReporter>,
+    ) -> Self {
+        config.validate();
+        let next_seq = log.next_seq();
+        let (progress, _) = watch::channel(Progress { durable_through: next_seq, ..Progress::default() });
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                pending: VecDeque::new(),
+                next_seq,
+                deadline: None,
+                paused: false,
+                flush_wanted: false,
+                closed: false,
+                stopping: false,
+            }),
+            wake_writer: Notify::new(),
+            space: Notify::new(),
+            progress,
+            clock,
+            config,
+            reporter,
+        });
+        let writer = tokio::spawn(run_writer(shared.clone(), log));
+        Self { shared, writer: Arc::new(Mutex::new(Some(writer))) }
+    }
+
+    /// Accepts `event` (waiting only while the queue is full) and returns its seq.
+    pub async fn append(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<u64> {
+        loop {
+            let space = self.shared.space.notified();
+            {
+                let mut state = self.shared.lock();
+                if state.closed {
+                    return Err(Error::Closed);
+                }
+                if state.pending.len() < self.shared.config.pending_events_max {
+                    let seq = state.next_seq;
+                    let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
+                    record.source_seqs = source_seqs;
+                    state.pending.push_back(record);
+                    state.next_seq += 1;
+                    if state.deadline.is_none() {
+                        let window = Duration::from_millis(self.shared.config.batch_window_ms);
+                        state.deadline = Some(self.shared.clock.now().saturating_add(window));
+                        self.shared.wake_writer.notify_one();
+                    }
+                    return Ok(seq);
+                }
+            }
+            space.await;
+        }
+    }
+
+    /// The seq the next accepted event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.shared.lock().next_seq
+    }
+
+    /// Events accepted but not yet durable.
+    pub fn pending_len(&self) -> usize {
+        self.shared.lock().pending.len()
+    }
+
+    /// The barrier: returns once every event accepted before the call is durable, or with
+    /// the failure of the batch that held them. Resumes a paused automatic path.
+    pub async fn flush(&self) -> Result<()> {
+        let mut progress = self.shared.progress.subscribe();
+        let (target, failures_before) = {
+            let mut state = self.shared.lock();
+            let seen = progress.borrow_and_update().clone();
+            if seen.durable_through >= state.next_seq {
+                return Ok(());
+            }
+            state.flush_wanted = true;
+            state.paused = false;
+            (state.next_seq, seen.failures)
+        };
+        self.shared.wake_writer.notify_one();
+        loop {
+            {
+                let seen = progress.borrow_and_update();
+                if seen.durable_through >= target {
+                    return Ok(());
+                }
+                if seen.failures > failures_before {
+                    let failure = seen.last_failure.clone().expect("a counted failure is recorded");
+                    return Err(Error::Persist(failure));
+                }
+            }
+            if progress.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
+    }
+
+    /// Ordered teardown: closes admission, makes everything accepted durable, stops the
+    /// writer task, then closes the log. A close error never masks an earlier drain error.
+    pub async fn close(self) -> Result<()> {
+        self.shared.lock().closed = true;
+        let drained = self.flush().await;
+        self.shared.lock().stopping = true;
+        self.shared.wake_writer.notify_one();
+        let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(handle) = handle else { return drained };
+        let log = handle.await.map_err(|e| {
+            Error::Persist(Arc::new(Error::io("write-behind task", std::io::Error::other(e.to_string()))))
+        })?;
+        let closed = log.close();
+        drained.and(closed)
+    }
+}
+
+enum Action {
+    Write(Vec<Record>),
+    Wait(Option<Monotonic>),
+    Exit,
+}
+
+fn next_action(shared: &Shared) -> Action {
+    let mut state = shared.lock();
+    if state.pending.is_empty() {
+        state.deadline = None;
+        state.flush_wanted = false;
+        return if state.stopping { Action::Exit } else { Action::Wait(None) };
+    }
+    let window_over = state.deadline.is_some_and(|d| shared.clock.now() >= d);
+    if state.flush_wanted || (window_over && !state.paused) {
+        let n = state.pending.len().min(BATCH_EVENTS_MAX);
+        return Action::Write(state.pending.iter().take(n).cloned().collect());
+    }
+    if state.stopping && state.paused {
+        // Teardown after a failed drain: the failure was surfaced; nothing more will succeed.
+        return Action::Exit;
+    }
+    Action::Wait(if state.paused { None } else { state.deadline })
+}
+
+async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {
+    loop {
+        let woken = shared.wake_writer.notified();
+        match next_action(&shared) {
+            Action::Exit => return log,
+            Action::Wait(None) => woken.await,
+            Action::Wait(Some(deadline)) => {
+                tokio::select! {
+                    () = woken => {}
+                    () = shared.clock.sleep_until(deadline) => {}
+                }
+            }
+            Action::Write(batch) => {
+                let written = log.append(&batch);
+                let mut state = shared.lock();
+                match written {
+                    Ok(()) => {
+                        debug_assert_eq!(state.pending.front().map(|r| r.seq), batch.first().map(|r| r.seq));
+                        state.pending.drain(..batch.len());
+                        if state.pending.is_empty() {
+                            state.deadline = None;
+                        }
+                        let durable_through = batch.last().expect("batches are non-empty").seq + 1;
+                        drop(state);
+                        shared.progress.send_modify(|p| p.durable_through = durable_through);
+                        shared.space.notify_waiters();
+                    }
+                    Err(error) => {
+                        // The batch stays at the front of the queue, in order; the automatic
+                        // path waits for an explicit flush.
+                        state.paused = true;
+                        state.flush_wanted = false;
+                        drop(state);
+                        if let Some(report) = &shared.reporter {
+                            report(&error);
+                        }
+                        let error = Arc::new(error);
+                        shared.progress.send_modify(|p| {
+                            p.failures += 1;
+                            p.last_failure = Some(error);
+                        });
+                    }
+                }
+            }
+        }
+    }
+}

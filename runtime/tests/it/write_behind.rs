@@ -1,0 +1,220 @@
+//! Write-behind on tokio's paused clock (FAILURE-WRITE-BEHIND, FAILURE-PERSISTENCE-WIRING):
+//! no wall-clock sleeps; time moves only when the test advances it.
+#![allow(clippy::disallowed_methods)] // the test drives tokio's paused clock directly
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::event::*;
+use faultline_runtime::production::SystemClock;
+use faultline_runtime::store::*;
+use faultline_runtime::{Clock, Error, Result};
+
+use crate::fixtures::TestProcess;
+use crate::store_contract::sid;
+
+/// A log that records each batch (with the clock time it was written) and fails on demand.
+#[derive(Debug)]
+struct RecordingLog {
+    inner: Box<dyn SessionLog>,
+    batches: Arc<Mutex<Vec<(u128, Vec<u64>)>>>,
+    fail_next: Arc<Mutex<u32>>,
+    clock: SystemClock,
+    close_fails: bool,
+}
+
+impl SessionLog for RecordingLog {
+    fn id(&self) -> &SessionId {
+        self.inner.id()
+    }
+    fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+    fn token(&self) -> u64 {
+        self.inner.token()
+    }
+    fn append(&mut self, batch: &[Record]) -> Result<()> {
+        let mut fail = self.fail_next.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(Error::io("append", std::io::Error::other("injected EIO")));
+        }
+        self.inner.append(batch)?;
+        self.batches.lock().unwrap().push((self.clock.now().as_millis(), batch.iter().map(|r| r.seq).collect()));
+        Ok(())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        if self.close_fails {
+            return Err(Error::io("close", std::io::Error::other("injected close failure")));
+        }
+        self.inner.close()
+    }
+}
+
+struct Rig {
+    wb: WriteBehind,
+    store: MemoryStore,
+    batches: Arc<Mutex<Vec<(u128, Vec<u64>)>>>,
+    fail_next: Arc<Mutex<u32>>,
+    reported: Arc<Mutex<Vec<String>>>,
+}
+
+fn rig(config: WriteBehindConfig, close_fails: bool) -> Rig {
+    let world = TestProcess::world();
+    let store = MemoryStore::new(TestProcess::new("a", &world));
+    let clock = SystemClock::new();
+    let batches = Arc::default();
+    let fail_next = Arc::default();
+    let reported: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = RecordingLog {
+        inner: store.create(&sid("s"), 0).unwrap(),
+        batches: Arc::clone(&batches),
+        fail_next: Arc::clone(&fail_next),
+        clock,
+        close_fails,
+    };
+    let sink = reported.clone();
+    let reporter: FailureReporter = Arc::new(move |e: &Error| sink.lock().unwrap().push(e.to_string()));
+    let wb = WriteBehind::start(Box::new(log), Arc::new(clock), config, Some(reporter));
+    Rig { wb, store, batches, fail_next, reported }
+}
+
+fn turn_start(turn: u32) -> Event {
+    Event::TurnStart(TurnStart { turn })
+}
+
+fn turn_end(turn: u32) -> Event {
+    Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Completed })
+}
+
+/// Appends alternating turn/start and turn/end events (always a valid log).
+async fn append_n(wb: &WriteBehind, n: u64) {
+    for _ in 0..n {
+        let seq = wb.next_seq();
+        let turn = (seq / 2 + 1) as u32;
+        let event = if seq % 2 == 0 { turn_start(turn) } else { turn_end(turn) };
+        wb.append(event, None).await.unwrap();
+    }
+}
+
+/// Advances the paused clock in 1 ms steps, letting the writer task run what became due at
+/// each step (a single big `advance` would run it only at the end of the jump).
+async fn advance_ms(ms: u64) {
+    for _ in 0..ms {
+        tokio::time::advance(Duration::from_millis(1)).await;
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn twenty_events_ten_ms_apart_form_exactly_one_batch_at_the_window() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    for _ in 0..20 {
+        append_n(&rig.wb, 1).await;
+        advance_ms(10).await;
+    }
+    // 200 ms have passed since the first event armed the window.
+    advance_ms(1).await;
+    let batches = rig.batches.lock().unwrap().clone();
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(batches[0].0, 200, "written when the window armed by the first event closed");
+    assert_eq!(batches[0].1, (0..20).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_is_not_reset_by_later_events() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    append_n(&rig.wb, 1).await;
+    advance_ms(150).await;
+    append_n(&rig.wb, 1).await;
+    advance_ms(60).await;
+    append_n(&rig.wb, 1).await;
+    advance_ms(250).await;
+    let batches = rig.batches.lock().unwrap().clone();
+    assert_eq!(batches, vec![(200, vec![0, 1]), (410, vec![2])], "the third event (at 210 ms) armed a new window");
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_is_a_barrier_that_skips_the_window() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    append_n(&rig.wb, 3).await;
+    assert_eq!(rig.wb.pending_len(), 3, "accepted, not yet durable");
+    rig.wb.flush().await.unwrap();
+    assert_eq!(rig.wb.pending_len(), 0);
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2])]);
+    rig.wb.flush().await.unwrap();
+    assert_eq!(rig.batches.lock().unwrap().len(), 1, "a flush with nothing pending writes nothing");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_batch_is_requeued_in_order_and_pauses_the_automatic_path() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    *rig.fail_next.lock().unwrap() = 1;
+    append_n(&rig.wb, 5).await;
+    advance_ms(201).await;
+    assert_eq!(rig.reported.lock().unwrap().len(), 1, "the background failure is reported");
+    assert!(rig.batches.lock().unwrap().is_empty());
+    advance_ms(5_000).await;
+    assert!(rig.batches.lock().unwrap().is_empty(), "no automatic retry while paused");
+    append_n(&rig.wb, 2).await;
+    rig.wb.flush().await.unwrap();
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(5201, (0..7).collect())], "one batch, original order");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_explicit_flush_surfaces_the_failure_and_a_later_flush_retries() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    *rig.fail_next.lock().unwrap() = 1;
+    append_n(&rig.wb, 2).await;
+    let error = rig.wb.flush().await.unwrap_err();
+    assert!(matches!(error, Error::Persist(_)), "{error}");
+    assert!(error.to_string().contains("injected EIO"));
+    assert_eq!(rig.wb.pending_len(), 2, "nothing accepted is lost");
+    rig.wb.flush().await.unwrap();
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_applies_backpressure() {
+    let rig = rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4 }, false);
+    append_n(&rig.wb, 4).await;
+    let wb = rig.wb.clone();
+    let blocked = tokio::spawn(async move { append_n(&wb, 1).await });
+    advance_ms(100).await;
+    assert!(!blocked.is_finished(), "the fifth event waits for room");
+    assert_eq!(rig.wb.pending_len(), 4);
+    advance_ms(100).await;
+    blocked.await.unwrap();
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(200, vec![0, 1, 2, 3])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn close_drains_then_releases_ownership() {
+    let rig = rig(WriteBehindConfig::default(), false);
+    append_n(&rig.wb, 4).await;
+    let wb = rig.wb.clone();
+    rig.wb.close().await.unwrap();
+    assert!(matches!(wb.append(turn_start(9), None).await, Err(Error::Closed)), "admission is closed");
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3])]);
+    let world = TestProcess::world();
+    let other = rig.store.as_process(TestProcess::new("b", &world));
+    let opened = other.open(&sid("s"), Takeover::Never).unwrap();
+    assert_eq!(opened.loaded.records.len(), 4, "released: another writer opens without takeover");
+    assert!(opened.loaded.repair.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_close_error_never_masks_an_earlier_drain_error() {
+    let rig = rig(WriteBehindConfig::default(), true);
+    *rig.fail_next.lock().unwrap() = 1;
+    append_n(&rig.wb, 1).await;
+    let error = rig.wb.close().await.unwrap_err();
+    assert!(error.to_string().contains("injected EIO"), "the drain error wins: {error}");
+
+    let rig = self::rig(WriteBehindConfig::default(), true);
+    append_n(&rig.wb, 1).await;
+    let error = rig.wb.close().await.unwrap_err();
+    assert!(error.to_string().contains("injected close failure"), "{error}");
+}
