@@ -94,12 +94,15 @@ impl Shared {
     }
 }
 
+/// The writer task, which hands the log back when it exits (for the final `close`).
+type WriterTask = tokio::task::JoinHandle<Box<dyn SessionLog>>;
+
 /// The write-behind handle of one live session. Cheap to clone; every clone feeds the same
 /// queue.
 #[derive(Clone)]
 pub struct WriteBehind {
     shared: Arc<Shared>,
-    writer: Arc<Mutex<Option<tokio::task::JoinHandle<Box<dyn SessionLog>>>>>,
+    writer: Arc<Mutex<Option<WriterTask>>>,
 }
 
 impl std::fmt::Debug for WriteBehind {
