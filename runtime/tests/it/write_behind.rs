@@ -13,11 +13,14 @@ use faultline_runtime::{Clock, Error, Result};
 use crate::fixtures::TestProcess;
 use crate::store_contract::sid;
 
+/// Each written batch: (clock ms when written, seqs).
+type BatchLog = Arc<Mutex<Vec<(u128, Vec<u64>)>>>;
+
 /// A log that records each batch (with the clock time it was written) and fails on demand.
 #[derive(Debug)]
 struct RecordingLog {
     inner: Box<dyn SessionLog>,
-    batches: Arc<Mutex<Vec<(u128, Vec<u64>)>>>,
+    batches: BatchLog,
     fail_next: Arc<Mutex<u32>>,
     clock: SystemClock,
     close_fails: bool,
@@ -54,7 +57,7 @@ impl SessionLog for RecordingLog {
 struct Rig {
     wb: WriteBehind,
     store: MemoryStore,
-    batches: Arc<Mutex<Vec<(u128, Vec<u64>)>>>,
+    batches: BatchLog,
     fail_next: Arc<Mutex<u32>>,
     reported: Arc<Mutex<Vec<String>>>,
 }
