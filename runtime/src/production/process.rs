@@ -26,13 +26,18 @@ fn host_name() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "localhost".into())
 }
 
-/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot. The command name
-/// (field 2) may contain spaces and parentheses, so parse after the last `)`.
+/// Field 22 of `/proc/<pid>/stat`: start time in clock ticks since boot, or `None` if the
+/// process is gone or a zombie (killed, not yet reaped: it will never write again). The
+/// command name (field 2) may contain spaces and parentheses, so parse after the last `)`.
 fn start_time(pid: u32) -> Option<u64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    // after_name starts at field 3; field 22 is the 20th from here.
-    after_name.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3 is the state; field 22 is 19 fields after it.
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 impl Process for OsProcess {

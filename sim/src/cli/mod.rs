@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod sweep;
+mod transcript;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,8 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// List the built-in scenarios.
     Scenarios,
+    /// Inspect, repair or print a session transcript (after a crash, say).
+    Transcript(transcript::TranscriptArgs),
 }
 
 /// Parses the process arguments and runs the command.
@@ -32,5 +35,6 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
+        Command::Transcript(args) => transcript::run(&args),
     }
 }

@@ -1,0 +1,350 @@
+//! `faultline transcript`: look at, repair and print a crashed session's log.
+
+use std::io::{self, BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use faultline_runtime::event::Record;
+use faultline_runtime::production::{self, SqliteStore};
+use faultline_runtime::store::{
+    inspect_file, repair_file, FileStore, Format, Inspection, ScanStatus, SessionId, Store, Takeover,
+};
+use faultline_runtime::{Error, Liveness, Seams};
+use serde_json::json;
+
+/// Exit status: nothing to repair / success.
+const EXIT_OK: u8 = 0;
+/// Exit status: any other error (missing file, I/O, bad arguments).
+const EXIT_ERROR: u8 = 1;
+/// Exit status: repair needed (torn tail and/or open turn).
+const EXIT_NEEDS_REPAIR: u8 = 3;
+/// Exit status: corrupt.
+const EXIT_CORRUPT: u8 = 4;
+/// Exit status: unsupported version.
+const EXIT_UNSUPPORTED: u8 = 5;
+
+/// `faultline transcript ...`
+#[derive(Debug, Args)]
+pub struct TranscriptArgs {
+    #[command(subcommand)]
+    command: TranscriptCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum TranscriptCommand {
+    /// Report a session's state without changing it. Exit 0 clean, 3 repair needed, 4 corrupt,
+    /// 5 unsupported version, 1 other error.
+    Inspect {
+        #[command(flatten)]
+        target: Target,
+        /// Print one JSON object instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Commit the crash repair. Exit 0 repaired or nothing to do, 4 corrupt (left untouched),
+    /// 1 other error.
+    Repair {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the committed events as plain JSONL (decompressed).
+    Cat {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Append records read as JSON lines from stdin, each as its own durable batch, holding
+    /// the session's ownership until stdin closes (for building fixtures by hand).
+    Append {
+        /// Directory of the store (sessions are `DIR/<id>/...`, or `DIR/sessions.sqlite`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Session id.
+        #[arg(long)]
+        session: String,
+        /// Store backend.
+        #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
+        store: StoreKind,
+        /// Create the session.
+        #[arg(long)]
+        create: bool,
+        /// Take the session over from an owner whose process is gone.
+        #[arg(long)]
+        takeover: bool,
+    },
+}
+
+/// A store backend on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// `DIR/<id>/session.jsonl`
+    Jsonl,
+    /// `DIR/<id>/session.jsonl.zst`
+    Zstd,
+    /// `DIR/sessions.sqlite`
+    Sqlite,
+}
+
+/// Opens the store of `kind` under `dir` with the production seams.
+pub fn open_store(kind: StoreKind, dir: &Path, seams: &Seams) -> Result<Box<dyn Store>, Error> {
+    Ok(match kind {
+        StoreKind::Jsonl => Box::new(FileStore::new(seams.clone(), dir, Format::Jsonl)),
+        StoreKind::Zstd => Box::new(FileStore::new(seams.clone(), dir, Format::Zstd)),
+        StoreKind::Sqlite => Box::new(SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())?),
+    })
+}
+
+#[derive(Debug, Args)]
+struct Target {
+    /// A `session.jsonl` / `session.jsonl.zst` file, or a session directory.
+    #[arg(required_unless_present = "sqlite", conflicts_with = "sqlite")]
+    path: Option<PathBuf>,
+    /// A SQLite store (with --session).
+    #[arg(long, requires = "session")]
+    sqlite: Option<PathBuf>,
+    /// The session id in the SQLite store.
+    #[arg(long, requires = "sqlite")]
+    session: Option<String>,
+}
+
+enum Resolved {
+    File(PathBuf),
+    Sqlite(SqliteStore, SessionId),
+}
+
+fn resolve(target: &Target, seams: &Seams) -> Result<Resolved, String> {
+    if let (Some(db), Some(session)) = (&target.sqlite, &target.session) {
+        if !db.exists() {
+            return Err(format!("{}: no such SQLite store", db.display()));
+        }
+        let id = SessionId::new(session.as_str()).map_err(|e| e.to_string())?;
+        let store = SqliteStore::open(db, seams.process.clone()).map_err(|e| e.to_string())?;
+        return Ok(Resolved::Sqlite(store, id));
+    }
+    let path = target.path.as_ref().expect("clap requires a path without --sqlite");
+    if path.is_dir() {
+        let candidates: Vec<PathBuf> =
+            [Format::Jsonl, Format::Zstd].iter().map(|f| path.join(f.file_name())).filter(|p| p.exists()).collect();
+        return match candidates.as_slice() {
+            [one] => Ok(Resolved::File(one.clone())),
+            [] => Err(format!("{}: no session.jsonl or session.jsonl.zst in this directory", path.display())),
+            _ => Err(format!("{}: holds both session.jsonl and session.jsonl.zst; name the file", path.display())),
+        };
+    }
+    if Format::of_path(path).is_none() {
+        return Err(format!("{}: not a session.jsonl or session.jsonl.zst file", path.display()));
+    }
+    Ok(Resolved::File(path.clone()))
+}
+
+fn inspect_target(resolved: &Resolved, seams: &Seams) -> Result<Inspection, Error> {
+    match resolved {
+        Resolved::File(path) => inspect_file(seams, path),
+        Resolved::Sqlite(store, id) => store.inspect(id),
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("faultline transcript: {message}");
+    ExitCode::from(EXIT_ERROR)
+}
+
+/// Runs `faultline transcript ...`.
+pub fn run(args: &TranscriptArgs) -> ExitCode {
+    let seams = production::seams();
+    match &args.command {
+        TranscriptCommand::Inspect { target, json } => inspect(target, *json, &seams),
+        TranscriptCommand::Repair { target } => repair(target, &seams),
+        TranscriptCommand::Cat { target } => cat(target, &seams),
+        TranscriptCommand::Append { dir, session, store, create, takeover } => {
+            append(dir, session, *store, *create, *takeover, &seams)
+        }
+    }
+}
+
+fn status_exit(inspection: &Inspection) -> u8 {
+    match inspection.status {
+        ScanStatus::Corrupt => EXIT_CORRUPT,
+        ScanStatus::Unsupported => EXIT_UNSUPPORTED,
+        _ if inspection.needs_repair() => EXIT_NEEDS_REPAIR,
+        _ => EXIT_OK,
+    }
+}
+
+fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
+    let resolved = match resolve(target, seams) {
+        Ok(resolved) => resolved,
+        Err(message) => return fail(message),
+    };
+    let inspection = match inspect_target(&resolved, seams) {
+        Ok(inspection) => inspection,
+        Err(e) => return fail(e),
+    };
+    let mut out = io::stdout().lock();
+    let printed = if as_json {
+        let value = json!({
+            "status": inspection.status,
+            "records": inspection.records.len(),
+            "last_seq": inspection.records.last().map(|r| r.seq),
+            "torn_bytes": inspection.torn_bytes,
+            "open_turn": inspection.open_turn,
+            "recovered": inspection.recovered,
+            "closers": inspection.closers,
+            "error": inspection.error,
+            "owner": inspection.owner,
+        });
+        writeln!(out, "{value}")
+    } else {
+        print_summary(&mut out, &inspection)
+    };
+    if let Err(e) = printed {
+        return fail(e);
+    }
+    ExitCode::from(status_exit(&inspection))
+}
+
+fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()> {
+    let status = serde_json::to_value(inspection.status).expect("status serialises");
+    writeln!(out, "status:     {}", status.as_str().unwrap_or("?"))?;
+    if let Some(error) = &inspection.error {
+        writeln!(out, "error:      at byte {}: {}", error.offset, error.reason)?;
+        return Ok(());
+    }
+    let last = inspection.records.last().map_or("none".to_owned(), |r| r.seq.to_string());
+    writeln!(out, "records:    {} (last seq {last})", inspection.records.len())?;
+    writeln!(out, "torn bytes: {}", inspection.torn_bytes)?;
+    if !inspection.recovered.is_empty() {
+        writeln!(out, "salvaged:   {} records from the torn frame", inspection.recovered.len())?;
+    }
+    writeln!(out, "open turn:  {}", if inspection.open_turn { "yes" } else { "no" })?;
+    if let Some(owner) = &inspection.owner {
+        writeln!(out, "owner:      {owner}")?;
+    }
+    if !inspection.closers.is_empty() {
+        writeln!(out, "repair would append:")?;
+        for closer in &inspection.closers {
+            writeln!(out, "  {}", closer.encode())?;
+        }
+    }
+    Ok(())
+}
+
+fn repair(target: &Target, seams: &Seams) -> ExitCode {
+    let resolved = match resolve(target, seams) {
+        Ok(resolved) => resolved,
+        Err(message) => return fail(message),
+    };
+    let result = match &resolved {
+        Resolved::Sqlite(store, id) => store.load(id).map(|loaded| loaded.repair),
+        Resolved::File(path) => inspect_file(seams, path).and_then(|inspection| {
+            if let Some(owner) = &inspection.owner {
+                if inspection.needs_repair() && seams.process.liveness(owner) == Liveness::Alive {
+                    return Err(Error::SessionLive { id: path.display().to_string(), holder: owner.to_string() });
+                }
+            }
+            repair_file(seams, path, &inspection)
+        }),
+    };
+    match result {
+        Ok(None) => {
+            println!("nothing to repair");
+            ExitCode::from(EXIT_OK)
+        }
+        Ok(Some(repair)) => {
+            println!(
+                "repaired: truncated {} torn bytes, salvaged {} records, appended {} closers",
+                repair.truncated_bytes,
+                repair.recovered.len(),
+                repair.closers.len()
+            );
+            ExitCode::from(EXIT_OK)
+        }
+        Err(e @ Error::Corrupt { .. }) => {
+            eprintln!("faultline transcript: {e} (left untouched)");
+            ExitCode::from(EXIT_CORRUPT)
+        }
+        Err(e @ Error::Unsupported { .. }) => {
+            eprintln!("faultline transcript: {e} (left untouched)");
+            ExitCode::from(EXIT_UNSUPPORTED)
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn cat(target: &Target, seams: &Seams) -> ExitCode {
+    let resolved = match resolve(target, seams) {
+        Ok(resolved) => resolved,
+        Err(message) => return fail(message),
+    };
+    let inspection = match inspect_target(&resolved, seams) {
+        Ok(inspection) => inspection,
+        Err(e) => return fail(e),
+    };
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    for record in &inspection.records {
+        if let Err(e) = writeln!(out, "{}", record.encode()) {
+            return fail(e);
+        }
+    }
+    if let Err(e) = out.flush() {
+        return fail(e);
+    }
+    match inspection.status {
+        ScanStatus::Corrupt | ScanStatus::Unsupported => {
+            let error = inspection.error.map(|e| format!("at byte {}: {}", e.offset, e.reason)).unwrap_or_default();
+            eprintln!("faultline transcript: printed the prefix before the problem {error}");
+            ExitCode::from(status_exit_code(inspection.status))
+        }
+        _ => ExitCode::from(EXIT_OK),
+    }
+}
+
+fn status_exit_code(status: ScanStatus) -> u8 {
+    match status {
+        ScanStatus::Unsupported => EXIT_UNSUPPORTED,
+        _ => EXIT_CORRUPT,
+    }
+}
+
+fn append(dir: &Path, session: &str, kind: StoreKind, create: bool, takeover: bool, seams: &Seams) -> ExitCode {
+    let id = match SessionId::new(session) {
+        Ok(id) => id,
+        Err(e) => return fail(e),
+    };
+    let store = match open_store(kind, dir, seams) {
+        Ok(store) => store,
+        Err(e) => return fail(e),
+    };
+    let opened = if create {
+        store.create(&id, seams.clock.now_ms())
+    } else {
+        let takeover = if takeover { Takeover::IfDead } else { Takeover::Never };
+        store.open(&id, takeover).map(|opened| opened.log)
+    };
+    let mut log = match opened {
+        Ok(log) => log,
+        Err(e) => return fail(e),
+    };
+    println!("holding session {id} with fencing token {} (next seq {})", log.token(), log.next_seq());
+    let _ = io::stdout().flush();
+    for line in io::stdin().lock().lines() {
+        let line = match line {
+            Ok(line) if line.trim().is_empty() => continue,
+            Ok(line) => line,
+            Err(e) => return fail(e),
+        };
+        let record = match Record::decode(&line) {
+            Ok(record) => record,
+            Err(e) => return fail(format!("stdin: {e}")),
+        };
+        if let Err(e) = log.append(std::slice::from_ref(&record)) {
+            return fail(e);
+        }
+        println!("appended seq {}", record.seq);
+        let _ = io::stdout().flush();
+    }
+    match log.close() {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => fail(e),
+    }
+}
