@@ -4,8 +4,10 @@
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
 
 pub mod cli;
+mod fault_fs;
 mod scenario;
 mod seams;
 
+pub use fault_fs::{FaultFs, FsFaults, FsOp};
 pub use scenario::{ScenarioInfo, BUILT_IN_SCENARIOS};
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};

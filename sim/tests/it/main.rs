@@ -1,5 +1,6 @@
 //! The single integration-test binary of `faultline-sim` (one binary links once; shared
 //! helpers live in `support`).
 
+mod crash_points;
 mod seam_smoke;
 mod support;

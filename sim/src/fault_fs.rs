@@ -1,0 +1,231 @@
+//! A fault-injecting filesystem over any `Fs` (in the simulator: turmoil's), driven by a
+//! shared [`FsFaults`] control.
+//!
+//! Every *mutating* operation (create/open-for-create, write, fsync, set_len, create_dir,
+//! hard_link, rename, remove, sync_dir) gets an index, in program order. The control can:
+//! - **crash before operation `k`**: operation `k` and everything after it are refused without
+//!   touching the disk, and the control reports `crashed()`; the driver then crashes the host
+//!   (`Sim::crash`), so the durable state is exactly "everything synced before op `k`", with
+//!   unsynced writes torn by turmoil at the configured block size;
+//! - **fail operation `k`** with an error kind (EIO on a write or fsync, ENOSPC), once.
+//!
+//! Reads are not numbered: a crash before a read leaves the same disk as a crash after the
+//! previous mutation.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use faultline_runtime::{Fs, FsFile, FsMetadata, OpenOptions};
+
+/// The kinds of mutating operation, for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FsOp {
+    /// `open` with `create`/`create_new`.
+    Create,
+    /// `FsFile::write_all`.
+    Write,
+    /// `FsFile::sync`.
+    Sync,
+    /// `FsFile::set_len`.
+    SetLen,
+    /// `Fs::create_dir`.
+    CreateDir,
+    /// `Fs::hard_link`.
+    HardLink,
+    /// `Fs::rename`.
+    Rename,
+    /// `Fs::remove_file`.
+    Remove,
+    /// `Fs::sync_dir`.
+    SyncDir,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_op: u64,
+    crash_before: Option<u64>,
+    crashed: bool,
+    failures: BTreeMap<u64, io::ErrorKind>,
+    log: Vec<(FsOp, PathBuf)>,
+}
+
+/// Shared control of one host's filesystem faults.
+#[derive(Debug, Clone, Default)]
+pub struct FsFaults {
+    state: Arc<Mutex<State>>,
+}
+
+impl FsFaults {
+    /// No faults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Crash before mutating operation `op` (0-based).
+    pub fn crash_before(&self, op: u64) -> &Self {
+        self.lock().crash_before = Some(op);
+        self
+    }
+
+    /// Fail mutating operation `op` once with `kind`.
+    pub fn fail(&self, op: u64, kind: io::ErrorKind) -> &Self {
+        self.lock().failures.insert(op, kind);
+        self
+    }
+
+    /// Whether the crash point has been reached.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// How many mutating operations were numbered so far.
+    pub fn ops(&self) -> u64 {
+        self.lock().next_op
+    }
+
+    /// The numbered operations so far, in order.
+    pub fn log(&self) -> Vec<(FsOp, PathBuf)> {
+        self.lock().log.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers one mutating operation and decides its fate.
+    fn admit(&self, op: FsOp, path: &Path) -> io::Result<()> {
+        let mut state = self.lock();
+        if state.crashed {
+            return Err(io::Error::other("host crashed (simulated)"));
+        }
+        let index = state.next_op;
+        if state.crash_before == Some(index) {
+            state.crashed = true;
+            return Err(io::Error::other("host crashed (simulated)"));
+        }
+        state.next_op += 1;
+        state.log.push((op, path.to_path_buf()));
+        match state.failures.remove(&index) {
+            Some(io::ErrorKind::StorageFull) => {
+                Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device"))
+            }
+            Some(kind) => Err(io::Error::new(kind, format!("injected {op:?} failure (op {index})"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses reads after the crash point, so a "dead" host learns nothing more.
+    fn read_allowed(&self) -> io::Result<()> {
+        if self.lock().crashed {
+            return Err(io::Error::other("host crashed (simulated)"));
+        }
+        Ok(())
+    }
+}
+
+/// An `Fs` whose mutations are numbered and can be crashed or failed.
+pub struct FaultFs {
+    inner: Arc<dyn Fs>,
+    faults: FsFaults,
+}
+
+impl std::fmt::Debug for FaultFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultFs").field("faults", &self.faults).finish_non_exhaustive()
+    }
+}
+
+impl FaultFs {
+    /// Wraps `inner`, controlled by `faults`.
+    pub fn new(inner: Arc<dyn Fs>, faults: FsFaults) -> Self {
+        Self { inner, faults }
+    }
+}
+
+#[derive(Debug)]
+struct FaultFile {
+    inner: Box<dyn FsFile>,
+    path: PathBuf,
+    faults: FsFaults,
+}
+
+impl FsFile for FaultFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.faults.admit(FsOp::Write, &self.path)?;
+        self.inner.write_all(buf)
+    }
+
+    fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        self.faults.read_allowed()?;
+        self.inner.read_all()
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.faults.admit(FsOp::Sync, &self.path)?;
+        self.inner.sync()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.faults.admit(FsOp::SetLen, &self.path)?;
+        self.inner.set_len(len)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.faults.read_allowed()?;
+        self.inner.len()
+    }
+}
+
+impl Fs for FaultFs {
+    fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Box<dyn FsFile>> {
+        if options.create || options.create_new {
+            self.faults.admit(FsOp::Create, path)?;
+        } else {
+            self.faults.read_allowed()?;
+        }
+        let inner = self.inner.open(path, options)?;
+        Ok(Box::new(FaultFile { inner, path: path.to_path_buf(), faults: self.faults.clone() }))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.faults.read_allowed()?;
+        self.inner.read(path)
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.faults.admit(FsOp::CreateDir, path)?;
+        self.inner.create_dir(path)
+    }
+
+    fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        self.faults.admit(FsOp::HardLink, link)?;
+        self.inner.hard_link(original, link)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.faults.admit(FsOp::Rename, to)?;
+        self.inner.rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.faults.admit(FsOp::Remove, path)?;
+        self.inner.remove_file(path)
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
+        self.faults.read_allowed()?;
+        self.inner.read_dir(path)
+    }
+
+    fn metadata(&self, path: &Path) -> io::Result<Option<FsMetadata>> {
+        self.faults.read_allowed()?;
+        self.inner.metadata(path)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.faults.admit(FsOp::SyncDir, path)?;
+        self.inner.sync_dir(path)
+    }
+}
