@@ -6,6 +6,7 @@
 
 mod error;
 pub mod event;
+pub mod llm;
 pub mod production;
 mod seams;
 pub mod store;

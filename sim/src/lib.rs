@@ -5,6 +5,7 @@
 
 pub mod cli;
 mod fault_fs;
+pub mod model_server;
 mod scenario;
 mod seams;
 

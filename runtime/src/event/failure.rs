@@ -133,7 +133,7 @@ impl FromStr for ErrorCode {
         if let Some(digits) = s.strip_prefix("HTTP_") {
             if digits.len() == 3 && digits.bytes().all(|b| b.is_ascii_digit()) {
                 let status: u16 = digits.parse().map_err(|_| UnknownErrorCode(s.to_owned()))?;
-                if (100..=599).contains(&status) {
+                if (100..=999).contains(&status) {
                     return Ok(ErrorCode::Http(status));
                 }
             }

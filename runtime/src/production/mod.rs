@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod clock;
+mod credentials;
 mod entropy;
 mod fs;
 mod net;
@@ -16,6 +17,7 @@ mod sqlite_store;
 use std::sync::Arc;
 
 pub use clock::SystemClock;
+pub use credentials::EnvCredentials;
 pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;

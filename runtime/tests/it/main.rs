@@ -2,6 +2,8 @@
 
 mod event_model;
 mod fixtures;
+mod llm_config;
+mod llm_sse;
 mod store_contract;
 mod store_scan;
 mod support;

@@ -4,6 +4,7 @@
 //! (it reads scenario files, talks to the terminal, and later spawns and kills processes).
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
+mod llm;
 mod sweep;
 mod transcript;
 
@@ -27,14 +28,33 @@ enum Command {
     Scenarios,
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
+    /// Talk to a model endpoint directly (one attempt, no retries).
+    Llm(llm::LlmArgs),
+    /// Run the scriptable fake OpenAI-compatible model server.
+    ModelServer(llm::ModelServerArgs),
 }
+
+/// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
+/// "the model or the turn ended in error").
+const EXIT_BAD_ARGUMENTS: u8 = 1;
 
 /// Parses the process arguments and runs the command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(EXIT_BAD_ARGUMENTS),
+            };
+        }
+    };
     match cli.command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
         Command::Transcript(args) => transcript::run(&args),
+        Command::Llm(args) => llm::run(&args),
+        Command::ModelServer(args) => llm::model_server(&args),
     }
 }

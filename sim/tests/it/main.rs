@@ -1,6 +1,7 @@
 //! The single integration-test binary of `faultline-sim` (one binary links once; shared
 //! helpers live in `support`).
 
+mod adapter;
 mod crash_points;
 mod seam_smoke;
 mod support;

@@ -1,0 +1,297 @@
+//! The streaming adapter for OpenAI-compatible chat completions (DeepSeek preset), on hyper
+//! 1.x over the `Net` seam (FAILURE-DEEPSEEK-STREAM, FAILURE-ADAPTER-BOUNDARY).
+//!
+//! One call = one connection, one request, one [`ModelStream`]. Every way a call can fail —
+//! credential, connect, send, status, idle, abort, stream breakage, bad data, early EOF —
+//! becomes exactly one terminal `finish` chunk; the stream never panics or returns an error
+//! past its boundary. Dropping the stream aborts the connection task, so nothing keeps running
+//! below a caller that has moved on.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{header, Request};
+use hyper_util::rt::TokioIo;
+use tokio_util::sync::CancellationToken;
+
+use super::classify::classify_status;
+use super::config::{resolve_credential, Credentials, ResolvedProvider};
+use super::normalise::Normaliser;
+use super::sse::{SseDecoder, SseItem};
+use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
+use crate::seams::{Clock, Net};
+
+/// Largest error-response body read for classification, in bytes.
+pub const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// The model adapter: the seams a call needs.
+#[derive(Clone)]
+pub struct Adapter {
+    net: Arc<dyn Net>,
+    clock: Arc<dyn Clock>,
+    credentials: Arc<dyn Credentials>,
+}
+
+impl std::fmt::Debug for Adapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapter").finish_non_exhaustive()
+    }
+}
+
+impl Adapter {
+    /// An adapter on these seams.
+    pub fn new(net: Arc<dyn Net>, clock: Arc<dyn Clock>, credentials: Arc<dyn Credentials>) -> Self {
+        Self { net, clock, credentials }
+    }
+
+    /// Starts one streaming call of `route` with the exact request `body` (so a retry can send
+    /// identical bytes). Nothing happens until the first `next()`.
+    pub fn stream(&self, route: Arc<ResolvedProvider>, body: Bytes, cancel: CancellationToken) -> ModelStream {
+        ModelStream {
+            adapter: self.clone(),
+            route,
+            request: Some(body),
+            cancel,
+            phase: Phase::Start,
+            queue: VecDeque::new(),
+            connection: None,
+            finished: false,
+        }
+    }
+}
+
+enum Phase {
+    Start,
+    Streaming { body: Incoming, decoder: SseDecoder, normaliser: Normaliser },
+    Done,
+}
+
+/// The chunks of one call. Ends with exactly one `finish` chunk, then `None`.
+pub struct ModelStream {
+    adapter: Adapter,
+    route: Arc<ResolvedProvider>,
+    request: Option<Bytes>,
+    cancel: CancellationToken,
+    phase: Phase,
+    queue: VecDeque<Chunk>,
+    connection: Option<tokio::task::JoinHandle<()>>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for ModelStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelStream").field("finished", &self.finished).finish_non_exhaustive()
+    }
+}
+
+impl Drop for ModelStream {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn aborted() -> FinishReason {
+    FinishReason::Aborted { failure: Failure::new(ErrorCode::Aborted, "the caller aborted the request") }
+}
+
+fn timeout(idle: Duration, waiting_for: &str) -> FinishReason {
+    FinishReason::Error {
+        failure: Failure::new(
+            ErrorCode::Timeout,
+            format!("no {waiting_for} for {} ms (idle timeout)", idle.as_millis()),
+        ),
+    }
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> FinishReason {
+    FinishReason::Error { failure: Failure::new(code, message) }
+}
+
+impl ModelStream {
+    /// The next chunk; `None` after the terminal `finish`.
+    pub async fn next(&mut self) -> Option<Chunk> {
+        loop {
+            if let Some(chunk) = self.queue.pop_front() {
+                if matches!(chunk, Chunk::Finish { .. }) {
+                    self.finished = true;
+                    self.shutdown();
+                }
+                return Some(chunk);
+            }
+            if self.finished {
+                return None;
+            }
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Start => match self.open().await {
+                    Ok(body) => {
+                        self.phase =
+                            Phase::Streaming { body, decoder: SseDecoder::new(), normaliser: Normaliser::new() }
+                    }
+                    Err(reason) => self.queue.push_back(Chunk::Finish { reason }),
+                },
+                Phase::Streaming { mut body, mut decoder, mut normaliser } => {
+                    match self.read_more(&mut body, &mut decoder, &mut normaliser).await {
+                        Ok(()) => self.phase = Phase::Streaming { body, decoder, normaliser },
+                        Err(reason) => self.queue.push_back(Chunk::Finish { reason }),
+                    }
+                }
+                Phase::Done => {
+                    // Only reachable if a finish was already queued and consumed.
+                    self.finished = true;
+                }
+            }
+        }
+    }
+
+    /// Cancels the transport: the connection task is aborted and the body dropped.
+    fn shutdown(&mut self) {
+        self.phase = Phase::Done;
+        if let Some(connection) = self.connection.take() {
+            connection.abort();
+        }
+    }
+
+    /// Connects, sends the request and returns the body of a 2xx response.
+    async fn open(&mut self) -> Result<Incoming, FinishReason> {
+        let key = resolve_credential(&self.route, self.adapter.credentials.as_ref())
+            .map_err(|failure| FinishReason::Error { failure })?;
+        if self.route.endpoint.tls {
+            return Err(error(
+                ErrorCode::Transport,
+                format!(
+                    "{}: https endpoints need TLS, which this build does not include; use an http:// base_url (e.g. a local proxy)",
+                    self.route.endpoint.host
+                ),
+            ));
+        }
+        let endpoint = self.route.endpoint.clone();
+        let mut request = Request::post(endpoint.chat_path())
+            .header(header::HOST, endpoint.authority())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "text/event-stream");
+        if let Some(key) = &key {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {}", key.expose()));
+        }
+        let body = self.request.take().unwrap_or_default();
+        let request = request
+            .body(Full::new(body))
+            .map_err(|e| error(ErrorCode::Unknown, format!("could not build the request: {e}")))?;
+
+        let net = self.adapter.net.clone();
+        let idle = self.route.idle_timeout;
+        let exchange = async {
+            let stream = net
+                .connect(&endpoint.authority())
+                .await
+                .map_err(|e| error(ErrorCode::Transport, format!("connect to {}: {e}", endpoint.authority())))?;
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| error(ErrorCode::Transport, format!("HTTP handshake: {e}")))?;
+            let task = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            Ok::<_, FinishReason>((sender.send_request(request), task))
+        };
+        let (send, task) = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Err(aborted()),
+            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "connection")),
+            result = exchange => result?,
+        };
+        self.connection = Some(task);
+        let response = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Err(aborted()),
+            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "response")),
+            response = send => response.map_err(|e| error(ErrorCode::Transport, format!("sending the request: {e}")))?,
+        };
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response.into_body());
+        }
+        let (parts, body) = response.into_parts();
+        let text = self.read_error_body(body).await?;
+        Err(FinishReason::Error {
+            failure: classify_status(status, &parts.headers, &text, self.adapter.clock.now_ms()),
+        })
+    }
+
+    /// Reads at most [`ERROR_BODY_BYTES_MAX`] of an error body, under the same watchdog.
+    async fn read_error_body(&self, mut body: Incoming) -> Result<String, FinishReason> {
+        let idle = self.route.idle_timeout;
+        let mut bytes = Vec::new();
+        while bytes.len() < ERROR_BODY_BYTES_MAX {
+            let frame = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(aborted()),
+                () = self.adapter.clock.sleep(idle) => break,
+                frame = body.frame() => frame,
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                // A broken or slow error body still has a status worth classifying.
+                Some(Err(_)) | None => break,
+            }
+        }
+        bytes.truncate(ERROR_BODY_BYTES_MAX);
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Waits for the next body frame (the idle watchdog runs only during this wait) and
+    /// queues the chunks it completes.
+    async fn read_more(
+        &mut self,
+        body: &mut Incoming,
+        decoder: &mut SseDecoder,
+        normaliser: &mut Normaliser,
+    ) -> Result<(), FinishReason> {
+        let idle = self.route.idle_timeout;
+        let frame = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Err(aborted()),
+            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "stream bytes")),
+            frame = body.frame() => frame,
+        };
+        let data = match frame {
+            None if decoder.total_bytes() == 0 => {
+                return Err(error(ErrorCode::EmptyResponse, "the response had no body"))
+            }
+            None => return Err(error(ErrorCode::StreamClosed, "the stream ended without [DONE]")),
+            Some(Err(e)) => return Err(error(ErrorCode::Transport, format!("the stream broke: {e}"))),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => return Ok(()), // trailers carry nothing for us
+            },
+        };
+        let mut items = Vec::new();
+        decoder.feed(&data, &mut items).map_err(|e| error(ErrorCode::MalformedResponse, e.to_string()))?;
+        let mut chunks = Vec::new();
+        for item in items {
+            match item {
+                SseItem::Comment => {}
+                SseItem::Data(data) if data.trim() == "[DONE]" => {
+                    let finish = normaliser.on_done(&mut chunks);
+                    self.queue.extend(chunks);
+                    self.queue.push_back(finish);
+                    return Ok(());
+                }
+                SseItem::Data(data) => {
+                    if let Err(failure) = normaliser.on_data(&data, &mut chunks) {
+                        self.queue.extend(chunks);
+                        return Err(FinishReason::Error { failure });
+                    }
+                }
+            }
+        }
+        self.queue.extend(chunks);
+        Ok(())
+    }
+}

@@ -1,0 +1,507 @@
+//! Provider configuration (FAILURE-CONFIG-RESOLUTION, FAILURE-CREDENTIAL-ROUTE,
+//! FAILURE-RETRY-POLICY): a schema that rejects unknown keys by path, a resolver with
+//! explicit validation, a live handle that keeps the whole last-good snapshot when an update
+//! is invalid, and credentials resolved lazily per request and never printed.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::event::{ErrorCode, Failure};
+
+/// Default idle watchdog (SPEC §3).
+pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
+/// Largest idle timeout accepted: one day.
+pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
+/// Largest `max_retries` accepted by the `normal` policy.
+pub const MAX_RETRIES_MAX: u32 = 100;
+/// Upper bound of backoff delays (SPEC §4: `≤ 2^31 - 1`).
+pub const DELAY_MS_MAX: u64 = (1 << 31) - 1;
+
+/// A configuration error, naming the key's path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// Dotted path of the offending key (`provider.retry_policy.backoff.jitter_ratio`).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    fn at(path: &str, message: impl Into<String>) -> Self {
+        Self { path: path.to_owned(), message: message.into() }
+    }
+}
+
+/// Deserialises TOML text into `T`, reporting errors with the key path (unknown keys
+/// included: `provider.retry_policy.surprise: unknown key`).
+pub fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    let value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::at("(file)", e.message().to_owned()))?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut path = e.path().to_string();
+        let message = e.inner().to_string();
+        if let Some(rest) = message.strip_prefix("unknown field `") {
+            // The path usually already ends at the unknown key; make sure it names it.
+            let field = rest.split('`').next().unwrap_or_default();
+            if path == "." || path.is_empty() {
+                path = field.to_owned();
+            } else if !path.ends_with(field) {
+                path = format!("{path}.{field}");
+            }
+            return ConfigError::at(&path, "unknown key");
+        }
+        ConfigError::at(if path == "." { "(root)" } else { &path }, message)
+    })
+}
+
+/// Which adapter serves the route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// DeepSeek: `https://api.deepseek.com`, `deepseek-chat`, `DEEPSEEK_API_KEY`.
+    Deepseek,
+    /// Any OpenAI-compatible `/chat/completions` endpoint.
+    OpenaiCompatible,
+}
+
+/// `[provider]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The adapter preset.
+    pub preset: Preset,
+    /// Route name (default: the preset's name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Requests go to `{base_url}/chat/completions`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key (none: the server needs no key).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Idle watchdog, armed only while a read is outstanding.
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+    /// The route's retry policy.
+    #[serde(default)]
+    pub retry_policy: Option<RetryPolicyConfig>,
+}
+
+/// `[provider.retry_policy]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryPolicyConfig {
+    /// `normal` (default) or `always`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// `normal` only: retries per step (default 2).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    /// `normal` only: codes worth retrying.
+    #[serde(default)]
+    pub retryable_codes: Option<Vec<String>>,
+    /// Delays.
+    #[serde(default)]
+    pub backoff: Option<BackoffConfig>,
+}
+
+/// `[provider.retry_policy.backoff]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffConfig {
+    /// First delay (default 500).
+    #[serde(default)]
+    pub initial_delay_ms: Option<u64>,
+    /// Cap (default 10 000).
+    #[serde(default)]
+    pub max_delay_ms: Option<u64>,
+    /// Jitter in [0, 1] (default 0.1).
+    #[serde(default)]
+    pub jitter_ratio: Option<f64>,
+}
+
+/// Resolved, immutable backoff.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    /// First delay.
+    pub initial_delay_ms: u64,
+    /// Cap.
+    pub max_delay_ms: u64,
+    /// Jitter ratio in [0, 1].
+    pub jitter_ratio: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { initial_delay_ms: 500, max_delay_ms: 10_000, jitter_ratio: 0.1 }
+    }
+}
+
+/// The default retryable codes of the `normal` policy.
+pub const RETRYABLE_CODES_DEFAULT: [ErrorCode; 5] =
+    [ErrorCode::EmptyResponse, ErrorCode::RateLimit, ErrorCode::Server, ErrorCode::Timeout, ErrorCode::Transport];
+
+/// A resolved, immutable retry policy (it belongs to a provider route, never to the executor).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryPolicy {
+    /// Retry the listed codes up to `max_retries` times per step.
+    Normal {
+        /// Budget per step.
+        max_retries: u32,
+        /// Retryable codes, sorted by their spelling.
+        codes: Vec<ErrorCode>,
+        /// Delays.
+        backoff: Backoff,
+    },
+    /// Retry every code, without bound.
+    Always {
+        /// Delays.
+        backoff: Backoff,
+    },
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        let mut codes = RETRYABLE_CODES_DEFAULT.to_vec();
+        codes.sort_by_key(|c| c.to_string());
+        RetryPolicy::Normal { max_retries: 2, codes, backoff: Backoff::default() }
+    }
+}
+
+impl RetryPolicy {
+    /// `normal` or `always`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            RetryPolicy::Normal { .. } => "normal",
+            RetryPolicy::Always { .. } => "always",
+        }
+    }
+
+    /// The backoff.
+    pub fn backoff(&self) -> Backoff {
+        match self {
+            RetryPolicy::Normal { backoff, .. } | RetryPolicy::Always { backoff } => *backoff,
+        }
+    }
+
+    /// The canonical JSON array identifying the policy (FAILURE-RETRY-EXECUTOR):
+    /// normal → `[mode, max_retries, [sorted codes], initial, max, jitter]`;
+    /// always → `[mode, initial, max, jitter]`.
+    pub fn policy_key(&self) -> serde_json::Value {
+        let b = self.backoff();
+        let jitter = serde_json::Number::from_f64(b.jitter_ratio).map_or(serde_json::Value::Null, |n| {
+            // Whole numbers print as integers (`0`, `1`) so the key is stable across spellings.
+            if b.jitter_ratio.fract() == 0.0 {
+                serde_json::Value::from(b.jitter_ratio as u64)
+            } else {
+                serde_json::Value::Number(n)
+            }
+        });
+        match self {
+            RetryPolicy::Normal { max_retries, codes, .. } => {
+                let codes: Vec<String> = codes.iter().map(ToString::to_string).collect();
+                serde_json::json!(["normal", max_retries, codes, b.initial_delay_ms, b.max_delay_ms, jitter])
+            }
+            RetryPolicy::Always { .. } => serde_json::json!(["always", b.initial_delay_ms, b.max_delay_ms, jitter]),
+        }
+    }
+}
+
+impl RetryPolicyConfig {
+    /// Validates and resolves (`path` is where this table sits, for errors).
+    pub fn resolve(&self, path: &str) -> Result<RetryPolicy, ConfigError> {
+        let backoff = resolve_backoff(self.backoff.as_ref(), &format!("{path}.backoff"))?;
+        match self.mode.as_deref().unwrap_or("normal") {
+            "normal" => {
+                let max_retries = self.max_retries.unwrap_or(2);
+                if max_retries > MAX_RETRIES_MAX {
+                    return Err(ConfigError::at(
+                        &format!("{path}.max_retries"),
+                        format!("must be at most {MAX_RETRIES_MAX}"),
+                    ));
+                }
+                let codes = match &self.retryable_codes {
+                    None => RETRYABLE_CODES_DEFAULT.to_vec(),
+                    Some(names) => {
+                        let at = format!("{path}.retryable_codes");
+                        if names.is_empty() {
+                            return Err(ConfigError::at(&at, "must name at least one code"));
+                        }
+                        let mut seen = BTreeSet::new();
+                        let mut codes = Vec::new();
+                        for name in names {
+                            let code: ErrorCode = name
+                                .parse()
+                                .map_err(|_| ConfigError::at(&at, format!("unknown error code {name:?}")))?;
+                            if !seen.insert(name.clone()) {
+                                return Err(ConfigError::at(&at, format!("duplicate code {name:?}")));
+                            }
+                            codes.push(code);
+                        }
+                        codes
+                    }
+                };
+                let mut codes = codes;
+                codes.sort_by_key(|c| c.to_string());
+                Ok(RetryPolicy::Normal { max_retries, codes, backoff })
+            }
+            "always" => {
+                if self.max_retries.is_some() || self.retryable_codes.is_some() {
+                    return Err(ConfigError::at(
+                        path,
+                        "mode \"always\" retries every code without bound; remove max_retries and retryable_codes",
+                    ));
+                }
+                Ok(RetryPolicy::Always { backoff })
+            }
+            other => Err(ConfigError::at(
+                &format!("{path}.mode"),
+                format!("must be \"normal\" or \"always\", not {other:?}"),
+            )),
+        }
+    }
+}
+
+fn resolve_backoff(config: Option<&BackoffConfig>, path: &str) -> Result<Backoff, ConfigError> {
+    let default = Backoff::default();
+    let Some(config) = config else { return Ok(default) };
+    let backoff = Backoff {
+        initial_delay_ms: config.initial_delay_ms.unwrap_or(default.initial_delay_ms),
+        max_delay_ms: config.max_delay_ms.unwrap_or(default.max_delay_ms),
+        jitter_ratio: config.jitter_ratio.unwrap_or(default.jitter_ratio),
+    };
+    if !(0 < backoff.initial_delay_ms
+        && backoff.initial_delay_ms <= backoff.max_delay_ms
+        && backoff.max_delay_ms <= DELAY_MS_MAX)
+    {
+        return Err(ConfigError::at(
+            path,
+            format!(
+                "delays must satisfy 0 < initial_delay_ms ({}) <= max_delay_ms ({}) <= {DELAY_MS_MAX}",
+                backoff.initial_delay_ms, backoff.max_delay_ms
+            ),
+        ));
+    }
+    if !(0.0..=1.0).contains(&backoff.jitter_ratio) {
+        return Err(ConfigError::at(
+            &format!("{path}.jitter_ratio"),
+            format!("must be within [0, 1], not {}", backoff.jitter_ratio),
+        ));
+    }
+    Ok(backoff)
+}
+
+/// Where requests go: `{scheme}://{host}:{port}{path_prefix}/chat/completions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `https` when true.
+    pub tls: bool,
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Path before `/chat/completions`, without a trailing slash (`/v1`, or empty).
+    pub path_prefix: String,
+}
+
+impl Endpoint {
+    /// Parses a base URL (`http://127.0.0.1:8080/v1`).
+    pub fn parse(base_url: &str) -> Result<Endpoint, String> {
+        let uri: hyper::Uri = base_url.parse().map_err(|e| format!("not a URL: {e}"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            Some(other) => return Err(format!("scheme must be http or https, not {other:?}")),
+            None => return Err("missing scheme (http:// or https://)".into()),
+        };
+        let host = uri.host().filter(|h| !h.is_empty()).ok_or("missing host")?.to_owned();
+        if uri.query().is_some() {
+            return Err("a base URL takes no query string".into());
+        }
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let path_prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(Endpoint { tls, host, port, path_prefix })
+    }
+
+    /// `host:port` for the Net seam.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The request path.
+    pub fn chat_path(&self) -> String {
+        format!("{}/chat/completions", self.path_prefix)
+    }
+}
+
+/// A resolved provider route: one immutable snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedProvider {
+    /// Route name (`provider` field of `llm/retry`).
+    pub name: String,
+    /// Adapter preset.
+    pub preset: Preset,
+    /// Where requests go.
+    pub endpoint: Endpoint,
+    /// Model name.
+    pub model: String,
+    /// Environment variable of the key (resolved lazily per request).
+    pub api_key_env: Option<String>,
+    /// Idle watchdog.
+    pub idle_timeout: Duration,
+    /// Retry policy of this route.
+    pub retry: RetryPolicy,
+}
+
+impl ProviderConfig {
+    /// Validates and resolves; `path` is where this table sits (`provider`).
+    pub fn resolve(&self, path: &str) -> Result<ResolvedProvider, ConfigError> {
+        let (default_url, default_model, default_key, default_name) = match self.preset {
+            Preset::Deepseek => {
+                (Some("https://api.deepseek.com"), Some("deepseek-chat"), Some("DEEPSEEK_API_KEY"), "deepseek")
+            }
+            Preset::OpenaiCompatible => (None, None, None, "openai-compatible"),
+        };
+        let base_url =
+            self.base_url.as_deref().or(default_url).ok_or_else(|| {
+                ConfigError::at(&format!("{path}.base_url"), "required for preset \"openai-compatible\"")
+            })?;
+        let endpoint = Endpoint::parse(base_url).map_err(|e| ConfigError::at(&format!("{path}.base_url"), e))?;
+        let model = self
+            .model
+            .as_deref()
+            .or(default_model)
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| ConfigError::at(&format!("{path}.model"), "required (a non-empty model name)"))?
+            .to_owned();
+        let api_key_env = self.api_key_env.as_deref().or(default_key).map(str::to_owned);
+        if let Some(var) = &api_key_env {
+            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(ConfigError::at(
+                    &format!("{path}.api_key_env"),
+                    "must be an environment variable name ([A-Za-z0-9_]+)",
+                ));
+            }
+        }
+        let idle_timeout_ms = self.idle_timeout_ms.unwrap_or(IDLE_TIMEOUT_MS_DEFAULT);
+        if !(1..=IDLE_TIMEOUT_MS_MAX).contains(&idle_timeout_ms) {
+            return Err(ConfigError::at(
+                &format!("{path}.idle_timeout_ms"),
+                format!("must be within 1..={IDLE_TIMEOUT_MS_MAX}"),
+            ));
+        }
+        let retry = match &self.retry_policy {
+            Some(policy) => policy.resolve(&format!("{path}.retry_policy"))?,
+            None => RetryPolicy::default(),
+        };
+        Ok(ResolvedProvider {
+            name: self.name.clone().unwrap_or_else(|| default_name.to_owned()),
+            preset: self.preset,
+            endpoint,
+            model,
+            api_key_env,
+            idle_timeout: Duration::from_millis(idle_timeout_ms),
+            retry,
+        })
+    }
+}
+
+/// The live provider route: every call takes one snapshot; an invalid update keeps the whole
+/// last-good snapshot (FAILURE-CONFIG-RESOLUTION), and a valid one replaces it atomically, so
+/// there is never a window without a route (FAILURE-CREDENTIAL-ROUTE).
+#[derive(Debug)]
+pub struct LiveProvider {
+    current: Mutex<Arc<ResolvedProvider>>,
+}
+
+impl LiveProvider {
+    /// Starts from a resolved route.
+    pub fn new(route: ResolvedProvider) -> Self {
+        Self { current: Mutex::new(Arc::new(route)) }
+    }
+
+    /// The route for one call; later updates never leak into it.
+    pub fn snapshot(&self) -> Arc<ResolvedProvider> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Applies an update, or reports why not and keeps the last good route.
+    pub fn update(&self, config: &ProviderConfig, path: &str) -> Result<(), ConfigError> {
+        let route = config.resolve(path)?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(route);
+        Ok(())
+    }
+}
+
+/// Where credentials come from (production: the environment; tests: a map).
+pub trait Credentials: Send + Sync {
+    /// The value of credential variable `name`, if set.
+    fn lookup(&self, name: &str) -> Option<String>;
+}
+
+/// A credential value. Never printed: `Debug` and `Display` show `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that puts it on the wire.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Resolves the route's credential for one request. The failure names the variable, never
+/// its value.
+pub fn resolve_credential(route: &ResolvedProvider, credentials: &dyn Credentials) -> Result<Option<Secret>, Failure> {
+    let Some(var) = &route.api_key_env else { return Ok(None) };
+    let value = credentials
+        .lookup(var)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| Failure::new(ErrorCode::MissingCredential, format!("the API key variable {var} is not set")))?;
+    if !value.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Err(Failure::new(
+            ErrorCode::InvalidCredential,
+            format!("the API key in {var} is not valid header text (spaces, newlines or non-ASCII)"),
+        ));
+    }
+    Ok(Some(Secret::new(value)))
+}
+
+/// Credentials from a fixed map (tests, simulation).
+#[derive(Debug, Clone, Default)]
+pub struct StaticCredentials(pub std::collections::BTreeMap<String, String>);
+
+impl Credentials for StaticCredentials {
+    fn lookup(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+}

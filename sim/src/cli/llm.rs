@@ -1,0 +1,198 @@
+//! `faultline llm stream` (curl for the adapter) and `faultline model-server`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use faultline_runtime::event::{Chunk, FinishReason, RequestPrefix, ToolSchema};
+use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy};
+use faultline_runtime::production::{self, EnvCredentials};
+use tokio_util::sync::CancellationToken;
+
+use crate::model_server::{ModelServer, RecordedRequest, RequestObserver, Script};
+
+/// `faultline llm ...`
+#[derive(Debug, Args)]
+pub struct LlmArgs {
+    #[command(subcommand)]
+    command: LlmCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum LlmCommand {
+    /// Stream one chat completion and print the normalised chunks as JSON lines. No retries:
+    /// one attempt, exactly as the runtime sees it. Exit 0 for stop, tool-calls or
+    /// max-tokens; 2 for error or aborted (Ctrl-C); 1 for bad arguments.
+    Stream(StreamArgs),
+}
+
+#[derive(Debug, Args)]
+struct StreamArgs {
+    /// Requests go to {base_url}/chat/completions.
+    #[arg(long)]
+    base_url: String,
+    /// Model name.
+    #[arg(long)]
+    model: String,
+    /// Environment variable holding the API key (none: send no key).
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Idle timeout while waiting for bytes, in ms.
+    #[arg(long, default_value_t = 300_000)]
+    idle_timeout_ms: u64,
+    /// JSON file with an array of tools: [{"name", "description", "parameters"}].
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// The user message.
+    #[arg(long)]
+    prompt: String,
+    /// Optional system prompt.
+    #[arg(long)]
+    system: Option<String>,
+}
+
+fn bad_arguments(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("faultline llm stream: {message}");
+    ExitCode::from(1)
+}
+
+/// Runs `faultline llm ...`.
+pub fn run(args: &LlmArgs) -> ExitCode {
+    match &args.command {
+        LlmCommand::Stream(args) => stream(args),
+    }
+}
+
+fn stream(args: &StreamArgs) -> ExitCode {
+    let endpoint = match Endpoint::parse(&args.base_url) {
+        Ok(endpoint) => endpoint,
+        Err(e) => return bad_arguments(format!("--base-url: {e}")),
+    };
+    if !(1..=86_400_000).contains(&args.idle_timeout_ms) {
+        return bad_arguments("--idle-timeout-ms must be within 1..=86400000");
+    }
+    let tools: Vec<ToolSchema> = match &args.tools {
+        None => Vec::new(),
+        Some(path) => match std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(tools) => tools,
+            Err(e) => return bad_arguments(format!("--tools {}: {e}", path.display())),
+        },
+    };
+    let route = Arc::new(ResolvedProvider {
+        name: "cli".into(),
+        preset: Preset::OpenaiCompatible,
+        endpoint,
+        model: args.model.clone(),
+        api_key_env: args.api_key_env.clone(),
+        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
+        retry: RetryPolicy::default(),
+    });
+    let prefix = RequestPrefix { model: args.model.clone(), system: args.system.clone(), tools };
+    let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": args.prompt})]);
+
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return bad_arguments(e),
+    };
+    runtime.block_on(async move {
+        let seams = production::seams();
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials));
+        let cancel = CancellationToken::new();
+        let on_ctrl_c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_ctrl_c.cancel();
+            }
+        });
+        let mut stream = adapter.stream(route, body, cancel);
+        let mut out = std::io::stdout().lock();
+        let mut code = 2;
+        while let Some(chunk) = stream.next().await {
+            if let Chunk::Finish { reason } = &chunk {
+                code = match reason {
+                    FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => 0,
+                    FinishReason::Error { .. } | FinishReason::Aborted { .. } => 2,
+                };
+            }
+            let line = serde_json::to_string(&chunk).expect("chunks serialise");
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                // The reader went away: stop early, which closes the transport.
+                return ExitCode::from(2);
+            }
+        }
+        ExitCode::from(code)
+    })
+}
+
+/// `faultline model-server`
+#[derive(Debug, Args)]
+pub struct ModelServerArgs {
+    /// Address to listen on (port 0 picks a free port; the first stdout line names it).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// JSON script of responses (see README "Fake model server").
+    #[arg(long)]
+    script: PathBuf,
+    /// Append every request received as a JSON line to this file.
+    #[arg(long)]
+    request_log: Option<PathBuf>,
+}
+
+/// Runs the fake model server until killed.
+pub fn model_server(args: &ModelServerArgs) -> ExitCode {
+    let script: Script = match std::fs::read(&args.script)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+    {
+        Ok(script) => script,
+        Err(e) => {
+            eprintln!("faultline model-server: --script {}: {e}", args.script.display());
+            return ExitCode::from(1);
+        }
+    };
+    let log = match &args.request_log {
+        None => None,
+        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => Some(Mutex::new(file)),
+            Err(e) => {
+                eprintln!("faultline model-server: --request-log {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let on_request: Option<RequestObserver> = log.map(|file| {
+        Box::new(move |request: &RecordedRequest| {
+            let line = serde_json::to_string(request).expect("requests serialise");
+            let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = writeln!(file, "{line}").and_then(|()| file.flush());
+        }) as RequestObserver
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("faultline model-server: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        let seams = production::seams();
+        let server =
+            match ModelServer::start(seams.net.clone(), seams.clock.clone(), &args.listen, script, on_request).await {
+                Ok(server) => server,
+                Err(e) => {
+                    eprintln!("faultline model-server: listen on {}: {e}", args.listen);
+                    return ExitCode::from(1);
+                }
+            };
+        println!("listening on {}", server.addr());
+        let _ = std::io::stdout().flush();
+        let _ = tokio::signal::ctrl_c().await;
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,7 @@
+//! The fake OpenAI-compatible model server used by tests, the simulator and the demo.
+
+mod script;
+mod server;
+
+pub use script::{Frame, Response, Script};
+pub use server::{ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};

@@ -1,0 +1,135 @@
+//! The fake model server's script: what each successive request gets.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A whole script. Request `n` (0-based) gets `responses[n]`; past the end, the last response
+/// repeats if `repeat_last`, else the server answers 500 "script exhausted".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// Connections are accepted and dropped at once until this many ms after start (the
+    /// client sees a transport failure, as with a refused connection).
+    #[serde(default)]
+    pub refuse_until_ms: u64,
+    /// Responses, in request order.
+    pub responses: Vec<Response>,
+    /// Repeat the last response forever.
+    #[serde(default)]
+    pub repeat_last: bool,
+}
+
+/// What one request gets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Response {
+    /// A non-2xx status: the response is an error with `headers` and `body`.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Extra response headers (`retry-after`, `x-request-id`, ...).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Error body (for `status`), or a raw body replacing the SSE stream (e.g. `""`).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The stream's frames, in order.
+    #[serde(default)]
+    pub frames: Vec<Frame>,
+    /// `finish_reason` of the last chunk (`stop`, `length`, `tool_calls`, ...); none = omit.
+    #[serde(default)]
+    pub finish: Option<String>,
+    /// A usage chunk before `[DONE]`.
+    #[serde(default)]
+    pub usage: Option<[u64; 3]>,
+    /// End with `data: [DONE]` (default true).
+    #[serde(default = "yes")]
+    pub done: bool,
+    /// Abort the connection (no clean end) after this many frames.
+    #[serde(default)]
+    pub disconnect_after_frames: Option<usize>,
+    /// Stop sending, keeping the connection open, after this many frames.
+    #[serde(default)]
+    pub stall_after_frames: Option<usize>,
+    /// Delay before each frame, in ms.
+    #[serde(default)]
+    pub frame_delay_ms: u64,
+    /// Split the SSE bytes into writes of this many bytes (exercises re-chunking).
+    #[serde(default)]
+    pub write_bytes: Option<usize>,
+    /// Use CRLF line endings.
+    #[serde(default)]
+    pub crlf: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One frame of a scripted stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Frame {
+    /// A `content` delta.
+    Text(String),
+    /// A `reasoning_content` delta.
+    Reasoning(String),
+    /// A tool-call fragment.
+    ToolCall {
+        /// Provider tool-call index.
+        index: u32,
+        /// Call id (first fragment).
+        #[serde(default)]
+        id: Option<String>,
+        /// Function name (first fragment).
+        #[serde(default)]
+        name: Option<String>,
+        /// Arguments fragment.
+        #[serde(default)]
+        arguments: String,
+    },
+    /// A `: keep-alive` comment.
+    KeepAlive,
+    /// A raw `data:` payload, sent verbatim (malformed JSON, say).
+    Raw(String),
+    /// Wait this many ms.
+    DelayMs(u64),
+}
+
+impl Response {
+    /// A plain text completion streamed in `pieces`.
+    pub fn text(pieces: &[&str]) -> Self {
+        Self {
+            frames: pieces.iter().map(|p| Frame::Text((*p).to_owned())).collect(),
+            finish: Some("stop".into()),
+            done: true,
+            ..Self::default()
+        }
+    }
+
+    /// A completion that calls one tool.
+    pub fn tool_call(id: &str, name: &str, arguments: &str) -> Self {
+        Self {
+            frames: vec![Frame::ToolCall {
+                index: 0,
+                id: Some(id.into()),
+                name: Some(name.into()),
+                arguments: arguments.into(),
+            }],
+            finish: Some("tool_calls".into()),
+            done: true,
+            ..Self::default()
+        }
+    }
+
+    /// An HTTP error.
+    pub fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
+        Self {
+            status: Some(status),
+            headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            body: Some(body.into()),
+            done: true,
+            ..Self::default()
+        }
+    }
+}

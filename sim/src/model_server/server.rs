@@ -1,0 +1,334 @@
+//! The fake OpenAI-compatible model server: a hyper server on the `Net` seam, so the same
+//! server runs on 127.0.0.1 in tests and demos and on a turmoil host in the simulator.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use faultline_runtime::{Clock, Monotonic, Net};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame as BodyFrame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response as HttpResponse, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::script::{Frame, Response, Script};
+
+/// Largest request body recorded, in bytes.
+pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Frames buffered between the generator and the connection.
+const FRAME_QUEUE_LEN: usize = 16;
+
+/// Called with every request as it arrives.
+pub type RequestObserver = Box<dyn Fn(&RecordedRequest) + Send + Sync>;
+
+/// One request the server received. The credential is never recorded, only whether one came.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedRequest {
+    /// 0-based request number.
+    pub n: usize,
+    /// Request path.
+    pub path: String,
+    /// Whether an `Authorization` header was present.
+    pub had_authorization: bool,
+    /// The request body, verbatim.
+    pub body: String,
+    /// Server clock (ms since start) when the request arrived.
+    pub at_ms: u64,
+}
+
+struct State {
+    script: Script,
+    clock: Arc<dyn Clock>,
+    started: Monotonic,
+    requests: Mutex<Vec<RecordedRequest>>,
+    on_request: Option<RequestObserver>,
+    connections_closed: AtomicUsize,
+}
+
+impl State {
+    fn elapsed_ms(&self) -> u64 {
+        self.clock.now().saturating_duration_since(self.started).as_millis() as u64
+    }
+}
+
+/// A running fake model server.
+#[derive(Clone)]
+pub struct ModelServer {
+    state: Arc<State>,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for ModelServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl ModelServer {
+    /// Binds `addr` and serves `script` on the current tokio runtime. `on_request` sees every
+    /// request as it arrives (the CLI appends them to a log file).
+    pub async fn start(
+        net: Arc<dyn Net>,
+        clock: Arc<dyn Clock>,
+        addr: &str,
+        script: Script,
+        on_request: Option<RequestObserver>,
+    ) -> io::Result<ModelServer> {
+        let listener = net.bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let started = clock.now();
+        let state = Arc::new(State {
+            script,
+            clock,
+            started,
+            requests: Mutex::default(),
+            on_request,
+            connections_closed: AtomicUsize::new(0),
+        });
+        let serving = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                if serving.elapsed_ms() < serving.script.refuse_until_ms {
+                    drop(stream);
+                    continue;
+                }
+                let state = serving.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| respond(state.clone(), request));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(ModelServer { state, addr })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Streamed responses whose connection went away before the stream ended (the client
+    /// stopped reading and closed the transport).
+    pub fn abandoned_streams(&self) -> usize {
+        self.state.connections_closed.load(Ordering::SeqCst)
+    }
+}
+
+/// The SSE body: frames produced by a generator task.
+struct ChannelBody {
+    frames: mpsc::Receiver<Result<Bytes, io::Error>>,
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<BodyFrame<Bytes>, io::Error>>> {
+        self.frames.poll_recv(cx).map(|item| item.map(|r| r.map(BodyFrame::data)))
+    }
+}
+
+type Reply = HttpResponse<http_body_util::combinators::BoxBody<Bytes, io::Error>>;
+
+fn full(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes, io::Error> {
+    http_body_util::Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
+}
+
+async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+    let path = request.uri().path().to_owned();
+    let had_authorization = request.headers().contains_key(hyper::header::AUTHORIZATION);
+    let body = match http_body_util::Limited::new(request.into_body(), REQUEST_BODY_BYTES_MAX).collect().await {
+        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or broken")),
+    };
+    let recorded = {
+        let mut requests = state.requests.lock().unwrap_or_else(|p| p.into_inner());
+        let recorded = RecordedRequest { n: requests.len(), path, had_authorization, body, at_ms: state.elapsed_ms() };
+        requests.push(recorded.clone());
+        recorded
+    };
+    if let Some(on_request) = &state.on_request {
+        on_request(&recorded);
+    }
+    let responses = &state.script.responses;
+    let response = match responses.get(recorded.n) {
+        Some(response) => response.clone(),
+        None if state.script.repeat_last && !responses.is_empty() => responses[responses.len() - 1].clone(),
+        None => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}")),
+    };
+    Ok(reply(state, recorded.n, response))
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Reply {
+    let mut reply = HttpResponse::new(full(body));
+    *reply.status_mut() = status;
+    reply
+}
+
+fn reply(state: Arc<State>, n: usize, response: Response) -> Reply {
+    let status = response.status.unwrap_or(200);
+    let body = match (&response.body, response.status) {
+        (Some(text), _) => full(text.clone()),
+        (None, Some(_)) => full(""),
+        (None, None) => {
+            let (sender, frames) = mpsc::channel(FRAME_QUEUE_LEN);
+            tokio::spawn(generate(state, n, response.clone(), sender));
+            ChannelBody { frames }.boxed()
+        }
+    };
+    let mut builder = HttpResponse::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(
+            hyper::header::CONTENT_TYPE,
+            if response.status.is_some() { "application/json" } else { "text/event-stream" },
+        );
+    for (name, value) in &response.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    builder.body(body).unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad scripted header"))
+}
+
+fn chunk_json(n: usize, delta: serde_json::Value, finish: Option<&str>) -> String {
+    json!({
+        "id": format!("chatcmpl-{n}"),
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    })
+    .to_string()
+}
+
+fn event(data: &str) -> String {
+    format!("data: {data}\n\n")
+}
+
+/// Produces the SSE bytes of `response`, honouring its faults.
+async fn generate(state: Arc<State>, n: usize, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
+    let mut events: Vec<Option<String>> = Vec::new(); // None = a DelayMs marker handled inline
+    let mut delays: Vec<u64> = Vec::new();
+    for frame in &response.frames {
+        let (text, delay) = match frame {
+            Frame::Text(text) => (Some(event(&chunk_json(n, json!({"content": text}), None))), 0),
+            Frame::Reasoning(text) => (Some(event(&chunk_json(n, json!({"reasoning_content": text}), None))), 0),
+            Frame::ToolCall { index, id, name, arguments } => {
+                let mut call = json!({"index": index, "function": {"arguments": arguments}});
+                if let Some(id) = id {
+                    call["id"] = json!(id);
+                    call["type"] = json!("function");
+                }
+                if let Some(name) = name {
+                    call["function"]["name"] = json!(name);
+                }
+                (Some(event(&chunk_json(n, json!({"tool_calls": [call]}), None))), 0)
+            }
+            Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
+            Frame::Raw(data) => (Some(event(data)), 0),
+            Frame::DelayMs(ms) => (None, *ms),
+        };
+        events.push(text);
+        delays.push(delay);
+    }
+    let mut tail = Vec::new();
+    if let Some(finish) = &response.finish {
+        tail.push(event(&chunk_json(n, json!({}), Some(finish))));
+    }
+    if let Some([prompt, completion, total]) = response.usage {
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}});
+        tail.push(event(&usage.to_string()));
+    }
+    if response.done {
+        tail.push(event("[DONE]"));
+    }
+
+    let mut sent_frames = 0;
+    for (i, text) in events.into_iter().enumerate() {
+        if !fault_point(&state, &response, sent_frames, &sender).await {
+            return finish_abandoned(&state, &sender);
+        }
+        if delays[i] > 0 {
+            state.clock.sleep(Duration::from_millis(delays[i])).await;
+        }
+        let Some(text) = text else { continue };
+        if response.frame_delay_ms > 0 {
+            state.clock.sleep(Duration::from_millis(response.frame_delay_ms)).await;
+        }
+        if !send(&response, &text, &sender).await {
+            return finish_abandoned(&state, &sender);
+        }
+        sent_frames += 1;
+    }
+    if !fault_point(&state, &response, sent_frames, &sender).await {
+        return finish_abandoned(&state, &sender);
+    }
+    for text in tail {
+        if !send(&response, &text, &sender).await {
+            return finish_abandoned(&state, &sender);
+        }
+    }
+}
+
+/// How long a scripted disconnect waits so the frames before it reach the wire first.
+const DISCONNECT_FLUSH_MS: u64 = 5;
+
+/// Applies a disconnect or stall scheduled after `sent` frames; `false` ends the stream.
+async fn fault_point(
+    state: &State,
+    response: &Response,
+    sent: usize,
+    sender: &mpsc::Sender<Result<Bytes, io::Error>>,
+) -> bool {
+    if response.disconnect_after_frames == Some(sent) {
+        // Let hyper flush what was sent (the body goes Pending meanwhile), then an error
+        // frame makes it abort the connection: no clean end of the body.
+        state.clock.sleep(Duration::from_millis(DISCONNECT_FLUSH_MS)).await;
+        let _ = sender.send(Err(io::Error::other("scripted disconnect"))).await;
+        return false;
+    }
+    if response.stall_after_frames == Some(sent) {
+        // Keep the stream open and silent until the client goes away.
+        sender.closed().await;
+        return false;
+    }
+    true
+}
+
+fn finish_abandoned(state: &State, sender: &mpsc::Sender<Result<Bytes, io::Error>>) {
+    if sender.is_closed() {
+        state.connections_closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Sends one event, split and re-terminated as the script says; `false` if the client left.
+async fn send(response: &Response, text: &str, sender: &mpsc::Sender<Result<Bytes, io::Error>>) -> bool {
+    let text = if response.crlf { text.replace('\n', "\r\n") } else { text.to_owned() };
+    let bytes = Bytes::from(text);
+    let piece = response.write_bytes.unwrap_or(bytes.len()).max(1);
+    let mut at = 0;
+    while at < bytes.len() {
+        let end = (at + piece).min(bytes.len());
+        if sender.send(Ok(bytes.slice(at..end))).await.is_err() {
+            return false;
+        }
+        at = end;
+    }
+    true
+}

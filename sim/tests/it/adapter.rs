@@ -1,0 +1,425 @@
+//! The adapter against the fake model server: every case runs twice, over real HTTP on
+//! 127.0.0.1 (production seams) and inside turmoil (simulated seams), and must classify the
+//! same way in both worlds (FAILURE-DEEPSEEK-HTTP, FAILURE-DEEPSEEK-STREAM,
+//! FAILURE-WIRE-RECOVERY-TEST).
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // drives a real runtime too
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::event::{BlockKind, Chunk, ErrorCode, FinishReason, Message, RequestPrefix};
+use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
+use faultline_runtime::{Clock, Net};
+use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::sim_builder;
+
+const KEY_VAR: &str = "TEST_API_KEY";
+
+#[derive(Debug, Clone)]
+struct Case {
+    script: Script,
+    idle_ms: u64,
+    /// The key's value (None: the route needs no key; Some(""): the variable is unset).
+    key: Option<&'static str>,
+    /// Fire the caller's cancel token after this many chunks.
+    cancel_after: Option<usize>,
+    /// Drop the stream after this many chunks.
+    stop_after: Option<usize>,
+    /// Point the route at a port nobody listens on.
+    no_server: bool,
+}
+
+impl Case {
+    fn new(responses: Vec<Response>) -> Self {
+        Self {
+            script: Script { responses, ..Script::default() },
+            idle_ms: 300,
+            key: Some("sk-test-123"),
+            cancel_after: None,
+            stop_after: None,
+            no_server: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    chunks: Vec<Chunk>,
+    requests: Vec<RecordedRequest>,
+    abandoned: usize,
+}
+
+impl Outcome {
+    fn finish(&self) -> &FinishReason {
+        match self.chunks.last() {
+            Some(Chunk::Finish { reason }) => reason,
+            other => panic!("stream did not end in finish: {other:?}"),
+        }
+    }
+
+    fn code(&self) -> Option<ErrorCode> {
+        self.finish().failure().map(|f| f.code)
+    }
+
+    fn text(&self) -> String {
+        self.chunks
+            .iter()
+            .filter_map(|c| if let Chunk::TextDelta { text, .. } = c { Some(text.as_str()) } else { None })
+            .collect()
+    }
+}
+
+fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
+    Arc::new(ResolvedProvider {
+        name: "test".into(),
+        preset: Preset::OpenaiCompatible,
+        endpoint: Endpoint::parse(base_url).unwrap(),
+        model: "test-model".into(),
+        api_key_env: case.key.map(|_| KEY_VAR.to_owned()),
+        idle_timeout: Duration::from_millis(case.idle_ms),
+        retry: RetryPolicy::default(),
+    })
+}
+
+fn credentials(case: &Case) -> Arc<StaticCredentials> {
+    let mut map = BTreeMap::new();
+    if let Some(key) = case.key.filter(|k| !k.is_empty()) {
+        map.insert(KEY_VAR.to_owned(), key.to_owned());
+    }
+    Arc::new(StaticCredentials(map))
+}
+
+fn body() -> bytes::Bytes {
+    let prefix = RequestPrefix { model: "test-model".into(), system: None, tools: vec![] };
+    let user = serde_json::to_value(Message::user_text("hi")).unwrap();
+    chat_body(&prefix, &[serde_json::json!({"role": "user", "content": user["content"][0]["text"]})])
+}
+
+/// Drives one call to its end (or to the case's early stop).
+async fn drive(adapter: Adapter, route: Arc<ResolvedProvider>, case: &Case) -> Vec<Chunk> {
+    let cancel = CancellationToken::new();
+    let mut stream = adapter.stream(route, body(), cancel.clone());
+    let mut chunks = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        chunks.push(chunk);
+        if case.cancel_after == Some(chunks.len()) {
+            cancel.cancel();
+        }
+        if case.stop_after == Some(chunks.len()) {
+            break;
+        }
+    }
+    chunks
+}
+
+fn run_real(case: &Case) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let seams = faultline_runtime::production::seams();
+        let server =
+            ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", case.script.clone(), None)
+                .await
+                .unwrap();
+        let base = if case.no_server {
+            let listener = seams.net.bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            drop(listener);
+            format!("http://127.0.0.1:{port}/v1")
+        } else {
+            format!("http://{}/v1", server.addr())
+        };
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials(case));
+        let chunks = drive(adapter, route(&base, case), case).await;
+        // Let the server notice a connection the client dropped.
+        seams.clock.sleep(Duration::from_millis(50)).await;
+        Outcome { chunks, requests: server.requests(), abandoned: server.abandoned_streams() }
+    })
+}
+
+fn run_sim(case: &Case) -> Outcome {
+    let mut sim = sim_builder(11).build();
+    let server_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
+    {
+        let (script, slot) = (case.script.clone(), server_slot.clone());
+        sim.host("model", move || {
+            let (script, slot) = (script.clone(), slot.clone());
+            async move {
+                let net: Arc<dyn Net> = Arc::new(faultline_sim::SimNet);
+                let clock: Arc<dyn Clock> = Arc::new(faultline_sim::SimClock);
+                let server = ModelServer::start(net, clock, "0.0.0.0:80", script, None).await?;
+                *slot.lock().unwrap() = Some(server);
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    let result: Arc<Mutex<Vec<Chunk>>> = Arc::default();
+    {
+        let (case, result) = (case.clone(), result.clone());
+        sim.client("agent", async move {
+            let seams = faultline_sim::sim_seams(11, "agent", 1);
+            let base = if case.no_server { "http://nobody:80/v1" } else { "http://model:80/v1" };
+            let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials(&case));
+            let chunks = drive(adapter, route(base, &case), &case).await;
+            seams.clock.sleep(Duration::from_millis(50)).await;
+            *result.lock().unwrap() = chunks;
+            Ok(())
+        });
+    }
+    if case.no_server {
+        sim.host("nobody", || async {
+            std::future::pending::<()>().await;
+            Ok(())
+        });
+    }
+    sim.run().expect("simulation");
+    let server = server_slot.lock().unwrap().clone().expect("server started");
+    let chunks = result.lock().unwrap().clone();
+    Outcome { chunks, requests: server.requests(), abandoned: server.abandoned_streams() }
+}
+
+/// Runs `case` in both worlds and checks both with `check`.
+fn both(case: Case, check: impl Fn(&Outcome, &str)) {
+    check(&run_real(&case), "real HTTP");
+    check(&run_sim(&case), "turmoil");
+}
+
+fn status_case(status: u16, headers: &[(&str, &str)], body: &str) -> Case {
+    Case::new(vec![Response::status(status, headers, body)])
+}
+
+#[test]
+fn a_text_turn_streams_normalised_chunks() {
+    let mut response = Response::text(&["Hel", "lo"]);
+    response.usage = Some([3, 2, 5]);
+    both(Case::new(vec![response]), |out, world| {
+        assert_eq!(out.text(), "Hello", "{world}");
+        assert_eq!(out.chunks[0], Chunk::BlockStart { index: 0, kind: BlockKind::Text }, "{world}");
+        assert!(out.chunks.contains(&Chunk::BlockEnd { index: 0 }), "{world}");
+        assert!(out.chunks.iter().any(|c| matches!(c, Chunk::Usage { usage } if usage.total_tokens == 5)), "{world}");
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert_eq!(out.requests.len(), 1);
+        assert_eq!(out.requests[0].path, "/v1/chat/completions");
+        assert!(out.requests[0].had_authorization);
+        let sent: serde_json::Value = serde_json::from_str(&out.requests[0].body).unwrap();
+        assert_eq!(sent["stream"], true);
+        assert_eq!(sent["stream_options"]["include_usage"], true);
+    });
+}
+
+#[test]
+fn tool_call_fragments_carry_id_and_name_only_first() {
+    let response = Response {
+        frames: vec![
+            Frame::Reasoning("think".into()),
+            Frame::ToolCall {
+                index: 0,
+                id: Some("call_1".into()),
+                name: Some("send".into()),
+                arguments: "{\"te".into(),
+            },
+            Frame::ToolCall { index: 0, id: None, name: None, arguments: "xt\":1}".into() },
+        ],
+        finish: Some("tool_calls".into()),
+        done: true,
+        ..Response::default()
+    };
+    both(Case::new(vec![response]), |out, world| {
+        let deltas: Vec<&Chunk> = out.chunks.iter().filter(|c| matches!(c, Chunk::ToolCallDelta { .. })).collect();
+        assert_eq!(
+            deltas,
+            vec![
+                &Chunk::ToolCallDelta {
+                    index: 1,
+                    id: Some("call_1".into()),
+                    name: Some("send".into()),
+                    arguments_delta: "{\"te".into()
+                },
+                &Chunk::ToolCallDelta { index: 1, id: None, name: None, arguments_delta: "xt\":1}".into() },
+            ],
+            "{world}"
+        );
+        assert!(out.chunks.contains(&Chunk::ReasoningDelta { index: 0, text: "think".into() }), "{world}");
+        assert_eq!(out.finish(), &FinishReason::ToolCalls, "{world}");
+    });
+}
+
+#[test]
+fn crlf_and_byte_by_byte_writes_yield_the_same_chunks() {
+    let plain = Case::new(vec![Response::text(&["héllo ", "wörld"])]);
+    let mut sloppy = plain.clone();
+    sloppy.script.responses[0].crlf = true;
+    sloppy.script.responses[0].write_bytes = Some(1);
+    let expected = run_real(&plain).chunks;
+    both(sloppy, |out, world| assert_eq!(out.chunks, expected, "{world}"));
+}
+
+#[test]
+fn http_statuses_are_classified() {
+    let cases: Vec<(Case, ErrorCode)> = vec![
+        (status_case(402, &[], "{\"error\":{\"message\":\"Insufficient Balance\"}}"), ErrorCode::Quota),
+        (status_case(429, &[], "{\"error\":{\"message\":\"You exceeded your current quota\"}}"), ErrorCode::Quota),
+        (status_case(401, &[], "{\"error\":{\"message\":\"bad key\"}}"), ErrorCode::Auth),
+        (status_case(403, &[], "forbidden"), ErrorCode::Auth),
+        (status_case(429, &[], "slow down"), ErrorCode::RateLimit),
+        (
+            status_case(400, &[], "{\"error\":{\"message\":\"This model's maximum context length is 65536 tokens\"}}"),
+            ErrorCode::ContextWindowExceeded,
+        ),
+        (status_case(400, &[], "{\"error\":{\"message\":\"messages: field required\"}}"), ErrorCode::InvalidRequest),
+        (status_case(422, &[], "unprocessable"), ErrorCode::InvalidRequest),
+        (status_case(500, &[], "boom"), ErrorCode::Server),
+        (status_case(503, &[], "overloaded"), ErrorCode::Server),
+        (status_case(418, &[], "teapot"), ErrorCode::Http(418)),
+    ];
+    for (case, code) in cases {
+        let status = case.script.responses[0].status;
+        both(case, |out, world| {
+            assert_eq!(out.code(), Some(code), "{world}: status {status:?}");
+            assert_eq!(out.finish().failure().unwrap().status, status, "{world}");
+            assert_eq!(out.chunks.len(), 1, "{world}: only the terminal chunk");
+        });
+    }
+}
+
+#[test]
+fn retry_after_and_request_ids_are_extracted() {
+    both(status_case(429, &[("retry-after", "2"), ("x-request-id", "req-1")], "slow down"), |out, world| {
+        let failure = out.finish().failure().unwrap();
+        assert_eq!(failure.provider_retry_after_ms, Some(2000), "{world}");
+        assert_eq!(failure.request_id.as_deref(), Some("req-1"), "{world}");
+    });
+    both(status_case(429, &[("retry-after-ms", "1500"), ("x-deepseek-request-id", "ds-9")], ""), |out, world| {
+        let failure = out.finish().failure().unwrap();
+        assert_eq!(failure.provider_retry_after_ms, Some(1500), "{world}");
+        assert_eq!(failure.request_id.as_deref(), Some("ds-9"), "{world}");
+    });
+    both(status_case(429, &[("retry-after", "0")], ""), |out, world| {
+        assert_eq!(out.finish().failure().unwrap().provider_retry_after_ms, None, "{world}: values <= 0 are ignored");
+    });
+}
+
+#[test]
+fn retry_after_as_an_http_date_is_measured_against_the_clock() {
+    // In turmoil the clock is the fixed simulation epoch (2026-01-01T00:00:00Z).
+    let case = status_case(429, &[("retry-after", "Thu, 01 Jan 2026 00:00:07 GMT")], "");
+    let out = run_sim(&case);
+    let after = out.finish().failure().unwrap().provider_retry_after_ms.unwrap();
+    assert!((6_900..=7_000).contains(&after), "{after}");
+    // On the real clock that date is long past: ignored.
+    assert_eq!(run_real(&case).finish().failure().unwrap().provider_retry_after_ms, None);
+}
+
+#[test]
+fn transport_failures_are_classified() {
+    let mut refused = Case::new(vec![Response::text(&["x"])]);
+    refused.no_server = true;
+    both(refused, |out, world| assert_eq!(out.code(), Some(ErrorCode::Transport), "{world}: refused connection"));
+
+    let mut dropped = Case::new(vec![Response::text(&["x"])]);
+    dropped.script.refuse_until_ms = 60_000;
+    both(dropped, |out, world| {
+        assert_eq!(out.code(), Some(ErrorCode::Transport), "{world}: connection dropped before a response")
+    });
+
+    let mut disconnect = Response::text(&["par", "tial"]);
+    disconnect.disconnect_after_frames = Some(1);
+    both(Case::new(vec![disconnect]), |out, world| {
+        assert_eq!(out.text(), "par", "{world}");
+        assert_eq!(out.code(), Some(ErrorCode::Transport), "{world}: disconnect mid-stream");
+    });
+}
+
+#[test]
+fn stream_endings_are_classified() {
+    let mut eof = Response::text(&["all but"]);
+    eof.done = false;
+    both(Case::new(vec![eof]), |out, world| assert_eq!(out.code(), Some(ErrorCode::StreamClosed), "{world}"));
+
+    let empty = Response { finish: Some("stop".into()), done: true, ..Response::default() };
+    both(Case::new(vec![empty]), |out, world| assert_eq!(out.code(), Some(ErrorCode::EmptyResponse), "{world}"));
+
+    let no_body = Response { body: Some(String::new()), ..Response::default() };
+    both(Case::new(vec![no_body]), |out, world| assert_eq!(out.code(), Some(ErrorCode::EmptyResponse), "{world}"));
+
+    let malformed = Response { frames: vec![Frame::Raw("{\"choices\": [".into())], done: true, ..Response::default() };
+    both(Case::new(vec![malformed]), |out, world| {
+        assert_eq!(out.code(), Some(ErrorCode::MalformedResponse), "{world}")
+    });
+}
+
+#[test]
+fn a_stall_ends_in_timeout_but_keep_alives_outlast_the_idle_timeout() {
+    let mut stall = Response::text(&["a", "b"]);
+    stall.stall_after_frames = Some(1);
+    both(Case::new(vec![stall]), |out, world| {
+        assert_eq!(out.code(), Some(ErrorCode::Timeout), "{world}");
+        assert_eq!(out.text(), "a");
+    });
+
+    // 4 × 200 ms of silence broken by keep-alives: 800 ms in all, idle timeout 300 ms.
+    let mut frames = Vec::new();
+    for _ in 0..4 {
+        frames.push(Frame::DelayMs(200));
+        frames.push(Frame::KeepAlive);
+    }
+    frames.push(Frame::Text("done".into()));
+    let keep_alive = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
+    both(Case::new(vec![keep_alive]), |out, world| {
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert_eq!(out.text(), "done");
+    });
+}
+
+#[test]
+fn caller_abort_ends_in_aborted() {
+    let mut slow = Response::text(&["a", "b", "c"]);
+    slow.frame_delay_ms = 100;
+    let mut case = Case::new(vec![slow]);
+    case.cancel_after = Some(2);
+    both(case, |out, world| {
+        assert!(
+            matches!(out.finish(), FinishReason::Aborted { failure } if failure.code == ErrorCode::Aborted),
+            "{world}"
+        );
+    });
+}
+
+#[test]
+fn an_early_consumer_stop_closes_the_connection() {
+    let mut slow = Response::text(&["a", "b", "c", "d"]);
+    slow.frame_delay_ms = 20;
+    let mut case = Case::new(vec![slow]);
+    case.stop_after = Some(2);
+    both(case, |out, world| {
+        assert_eq!(out.chunks.len(), 2, "{world}");
+        assert_eq!(out.abandoned, 1, "{world}: the server saw the client go away");
+    });
+}
+
+#[test]
+fn credentials_are_resolved_per_request_and_never_sent_when_missing() {
+    let mut missing = Case::new(vec![Response::text(&["x"])]);
+    missing.key = Some("");
+    both(missing, |out, world| {
+        assert_eq!(out.code(), Some(ErrorCode::MissingCredential), "{world}");
+        assert!(out.finish().failure().unwrap().message.contains(KEY_VAR));
+        assert!(out.requests.is_empty(), "{world}: nothing reached the server");
+    });
+    let mut invalid = Case::new(vec![Response::text(&["x"])]);
+    invalid.key = Some("sk-secret value\n");
+    both(invalid, |out, world| {
+        let failure = out.finish().failure().unwrap();
+        assert_eq!(failure.code, ErrorCode::InvalidCredential, "{world}");
+        assert!(!failure.message.contains("sk-secret"), "{world}: the key never appears in a message");
+    });
+    let mut keyless = Case::new(vec![Response::text(&["x"])]);
+    keyless.key = None;
+    both(keyless, |out, world| {
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert!(!out.requests[0].had_authorization);
+    });
+}
