@@ -4,6 +4,7 @@
 //! same code runs in production ([`production::seams`]) and inside the deterministic simulator
 //! of the `faultline-sim` crate. See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod agent;
 mod error;
 pub mod event;
 pub mod llm;

@@ -44,6 +44,15 @@ pub enum TurnEndReason {
     MaxTokens,
     /// Written only by crash repair: the process died with this turn open.
     Interrupted,
+    /// A turn budget ran out (seed 004 §15.2). Retries inside a step never count as steps.
+    BudgetExhausted {
+        /// Which budget: `max_steps`.
+        budget: String,
+        /// Its limit.
+        limit: u32,
+        /// What was achieved and what is left undone, in words the user reads.
+        summary: String,
+    },
 }
 
 /// `turn/end`.

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 
 use super::SessionLog;
 use crate::event::{Event, Record};
@@ -86,7 +86,11 @@ struct Shared {
     clock: Arc<dyn Clock>,
     config: WriteBehindConfig,
     reporter: Option<FailureReporter>,
+    accepted: broadcast::Sender<Record>,
 }
+
+/// Records buffered for slow subscribers before they start missing some.
+const SUBSCRIBER_BACKLOG_MAX: usize = 1024;
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -138,6 +142,7 @@ impl WriteBehind {
             clock,
             config,
             reporter,
+            accepted: broadcast::channel(SUBSCRIBER_BACKLOG_MAX).0,
         });
         let writer = tokio::spawn(run_writer(shared.clone(), log));
         Self { shared, writer: Arc::new(Mutex::new(Some(writer))) }
@@ -156,6 +161,8 @@ impl WriteBehind {
                     let seq = state.next_seq;
                     let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
                     record.source_seqs = source_seqs;
+                    // Nobody listening is fine; a lagging listener misses records, not us.
+                    let _ = self.shared.accepted.send(record.clone());
                     state.pending.push_back(record);
                     state.next_seq += 1;
                     if state.deadline.is_none() {
@@ -168,6 +175,12 @@ impl WriteBehind {
             }
             space.await;
         }
+    }
+
+    /// Every record accepted from now on, in seq order (a subscriber that falls more than
+    /// 1024 records behind is told it lagged).
+    pub fn subscribe(&self) -> broadcast::Receiver<Record> {
+        self.shared.accepted.subscribe()
     }
 
     /// The seq the next accepted event will get.

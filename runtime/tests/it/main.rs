@@ -7,5 +7,6 @@ mod llm_sse;
 mod store_contract;
 mod store_scan;
 mod support;
+mod tools;
 mod validator;
 mod write_behind;

@@ -2,6 +2,7 @@
 //! helpers live in `support`).
 
 mod adapter;
+mod agent;
 mod crash_points;
 mod seam_smoke;
 mod support;

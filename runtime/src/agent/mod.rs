@@ -1,0 +1,321 @@
+//! The embeddable agent (SPEC §4–§7): turns and steps over a durable session, retries inside
+//! a step, tools with cooperative timeouts and a draining pool, semantic checkpoints,
+//! cancellation with a wake latch, memoised disposal, and resume after a crash.
+//!
+//! ```no_run
+//! # async fn demo(agent: faultline_runtime::agent::Agent) -> faultline_runtime::Result<()> {
+//! agent.submit("summarise the report")?;
+//! agent.when_idle().await;
+//! println!("{:?}", agent.last_outcome());
+//! agent.dispose().await?;
+//! # Ok(()) }
+//! ```
+
+mod assembler;
+mod history;
+mod retry;
+mod tools;
+mod turn;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{broadcast, watch, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+pub use assembler::Assembler;
+pub use history::History;
+pub use retry::{decide, RetryDecision};
+pub use tools::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};
+
+use crate::event::{AbortCause, ErrorCode, Message, Record, TurnEndReason};
+use crate::llm::{Adapter, Credentials, LiveProvider};
+use crate::store::{SessionId, Store, Takeover, WriteBehind, WriteBehindConfig};
+use crate::{Error, Result, Seams};
+
+/// Default per-turn step budget.
+pub const MAX_STEPS_DEFAULT: u32 = 16;
+/// Default number of tool calls run at once.
+pub const TOOL_CONCURRENCY_DEFAULT: usize = 4;
+/// Largest inbox, in messages: submitting more is refused, not buffered without bound.
+pub const INBOX_MESSAGES_MAX: usize = 1024;
+
+/// Agent knobs.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Steps per turn (retries inside a step do not count). Range 1..=1000.
+    pub max_steps: u32,
+    /// Tool calls run at once. Range 1..=64.
+    pub tool_concurrency: usize,
+    /// System prompt.
+    pub system: Option<String>,
+    /// Write-behind knobs of the session.
+    pub write_behind: WriteBehindConfig,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: MAX_STEPS_DEFAULT,
+            tool_concurrency: TOOL_CONCURRENCY_DEFAULT,
+            system: None,
+            write_behind: WriteBehindConfig::default(),
+        }
+    }
+}
+
+/// How a turn ended, for the embedder (the log has the full story).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// Turn number.
+    pub turn: u32,
+    /// Why it ended.
+    pub reason: TurnEndReason,
+    /// The last assistant text.
+    pub text: String,
+    /// Tool calls in commit order: name and error code (None = success).
+    pub tool_calls: Vec<(String, Option<ErrorCode>)>,
+}
+
+#[derive(Debug, Default)]
+struct Driver {
+    inbox: VecDeque<Message>,
+    running: bool,
+    current: Option<CancellationToken>,
+    cause: Option<AbortCause>,
+    disposed: bool,
+    last_outcome: Option<TurnOutcome>,
+}
+
+/// State shared by the agent handle and its driver task.
+pub(crate) struct Shared {
+    seams: Seams,
+    session_id: String,
+    session: WriteBehind,
+    provider: Arc<LiveProvider>,
+    adapter: Adapter,
+    tools: ToolSet,
+    config: AgentConfig,
+    driver: Mutex<Driver>,
+    history: tokio::sync::Mutex<History>,
+    idle: watch::Sender<bool>,
+    header_written: AtomicBool,
+    disposal: OnceCell<std::result::Result<(), String>>,
+    failures: broadcast::Sender<String>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Driver> {
+        self.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn abort_cause(&self) -> AbortCause {
+        self.lock().cause.unwrap_or(AbortCause::User)
+    }
+
+    fn header_written(&self) -> bool {
+        self.header_written.load(Ordering::SeqCst)
+    }
+
+    fn mark_header_written(&self) {
+        self.header_written.store(true, Ordering::SeqCst);
+    }
+
+    fn report(&self, error: &Error) {
+        let _ = self.failures.send(error.to_string());
+    }
+}
+
+/// A running agent over one session. Cheap to clone.
+#[derive(Clone)]
+pub struct Agent {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("session", &self.shared.session_id).finish_non_exhaustive()
+    }
+}
+
+/// How to get the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// Create a new session.
+    Create,
+    /// Open an existing one: cold load + crash repair, taking over a dead owner.
+    Resume,
+}
+
+impl Agent {
+    /// Starts an agent on session `id` of `store` (must be called inside a tokio runtime).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        seams: Seams,
+        store: &dyn Store,
+        id: &SessionId,
+        open: Open,
+        provider: Arc<LiveProvider>,
+        credentials: Arc<dyn Credentials>,
+        tools: ToolSet,
+        config: AgentConfig,
+    ) -> Result<Agent> {
+        assert!((1..=1000).contains(&config.max_steps), "max_steps must be in 1..=1000");
+        assert!((1..=64).contains(&config.tool_concurrency), "tool_concurrency must be in 1..=64");
+        let (log, records) = match open {
+            Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new()),
+            Open::Resume => {
+                let opened = store.open(id, Takeover::IfDead)?;
+                (opened.log, opened.loaded.records)
+            }
+        };
+        let (failures, _) = broadcast::channel(64);
+        let reporter_failures = failures.clone();
+        let reporter: crate::store::FailureReporter = Arc::new(move |e: &Error| {
+            let _ = reporter_failures.send(e.to_string());
+        });
+        let session = WriteBehind::start(log, seams.clock.clone(), config.write_behind, Some(reporter));
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials);
+        let shared = Arc::new(Shared {
+            session_id: id.to_string(),
+            session,
+            provider,
+            adapter,
+            tools,
+            config,
+            driver: Mutex::default(),
+            history: tokio::sync::Mutex::new(History::from_records(&records)),
+            idle: watch::channel(true).0,
+            header_written: AtomicBool::new(false),
+            disposal: OnceCell::new(),
+            failures,
+            seams,
+        });
+        Ok(Agent { shared })
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> &str {
+        &self.shared.session_id
+    }
+
+    /// Every record as it is accepted into the session log.
+    pub fn subscribe(&self) -> broadcast::Receiver<Record> {
+        self.shared.session.subscribe()
+    }
+
+    /// Persistence failures of the background path, as they happen.
+    pub fn failures(&self) -> broadcast::Receiver<String> {
+        self.shared.failures.subscribe()
+    }
+
+    /// The outcome of the last finished turn.
+    pub fn last_outcome(&self) -> Option<TurnOutcome> {
+        self.shared.lock().last_outcome.clone()
+    }
+
+    /// Queues a user message; a turn starts when the agent is idle. Input that arrives while
+    /// a turn is being aborted is kept for the next turn (the wake latch).
+    pub fn submit(&self, text: impl Into<String>) -> Result<()> {
+        let mut driver = self.shared.lock();
+        if driver.disposed {
+            return Err(Error::Closed);
+        }
+        if driver.inbox.len() >= INBOX_MESSAGES_MAX {
+            return Err(Error::BadBatch(format!("the inbox holds {INBOX_MESSAGES_MAX} messages already")));
+        }
+        driver.inbox.push_back(Message::user_text(text));
+        if !driver.running {
+            driver.running = true;
+            self.shared.idle.send_replace(false);
+            tokio::spawn(drive(self.shared.clone()));
+        }
+        Ok(())
+    }
+
+    /// Clears unclaimed input and aborts the current turn. Returning does not mean the turn
+    /// ended: await [`Agent::when_idle`].
+    pub fn cancel(&self) {
+        self.abort(AbortCause::User, true);
+    }
+
+    /// Aborts the current turn but keeps unclaimed input, which starts the next turn.
+    pub fn cancel_keep_inbox(&self) {
+        self.abort(AbortCause::User, false);
+    }
+
+    fn abort(&self, cause: AbortCause, clear_inbox: bool) {
+        let mut driver = self.shared.lock();
+        if clear_inbox {
+            driver.inbox.clear();
+        }
+        if let Some(current) = driver.current.clone() {
+            driver.cause = Some(cause);
+            current.cancel();
+        }
+    }
+
+    /// Completes when no turn is running and nothing is queued.
+    pub async fn when_idle(&self) {
+        let mut idle = self.shared.idle.subscribe();
+        let _ = idle.wait_for(|idle| *idle).await;
+    }
+
+    /// Disposes the agent, once: cancel with cause `disposed` (new input is refused from
+    /// here on), await idle, then release the session (final flush, ownership). Every caller
+    /// awaits the same completion (FAILURE-AGENT-DISPOSAL).
+    pub async fn dispose(&self) -> Result<()> {
+        let result = self
+            .shared
+            .disposal
+            .get_or_init(|| async {
+                {
+                    let mut driver = self.shared.lock();
+                    driver.disposed = true;
+                    driver.inbox.clear();
+                    if let Some(current) = driver.current.clone() {
+                        driver.cause = Some(AbortCause::Disposed);
+                        current.cancel();
+                    }
+                }
+                self.when_idle().await;
+                self.shared.session.clone().close().await.map_err(|e| e.to_string())
+            })
+            .await;
+        result.clone().map_err(|message| {
+            Error::Persist(Arc::new(Error::io("disposing the agent", std::io::Error::other(message))))
+        })
+    }
+}
+
+/// The driver: claims queued input one turn at a time, each with a fresh token.
+async fn drive(shared: Arc<Shared>) {
+    loop {
+        let (message, token) = {
+            let mut driver = shared.lock();
+            let Some(message) = driver.inbox.pop_front() else {
+                driver.running = false;
+                driver.current = None;
+                shared.idle.send_replace(true);
+                return;
+            };
+            let token = CancellationToken::new();
+            driver.current = Some(token.clone());
+            driver.cause = None;
+            (message, token)
+        };
+        let mut history = shared.history.lock().await;
+        let outcome = turn::run_turn(&shared, &mut history, message, token).await;
+        drop(history);
+        let mut driver = shared.lock();
+        driver.current = None;
+        match outcome {
+            Ok(outcome) => driver.last_outcome = Some(outcome),
+            Err(e) => {
+                shared.report(&e);
+                driver.last_outcome = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Tools and the cooperative timeout (FAILURE-TOOL-TIMEOUT).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{ContentBlock, ErrorCode, ToolError, ToolSchema};
+use crate::seams::{BoxFuture, Clock};
+
+/// Longest tool output kept, in bytes: a result goes to the model and into the log.
+pub const TOOL_OUTPUT_BYTES_MAX: usize = 256 * 1024;
+
+/// One call of a tool, as the tool sees it.
+#[derive(Debug, Clone)]
+pub struct ToolInvocation {
+    /// Session id.
+    pub session: String,
+    /// Turn.
+    pub turn: u32,
+    /// Step.
+    pub step: u32,
+    /// The model's call id.
+    pub call_id: String,
+    /// Parsed arguments (always a JSON object).
+    pub arguments: serde_json::Value,
+    /// Stable id of this effect: derived from (session, turn, step, call id), so a resumed or
+    /// duplicated call can never be mistaken for a new one (delivery-queue key).
+    pub execution_id: String,
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOutput {
+    /// Success: the text the model sees.
+    Ok(String),
+    /// The tool ran and failed; the model sees the message.
+    Failed(String),
+    /// The tool stopped because its signal fired.
+    Aborted(String),
+}
+
+/// A tool the model can call.
+///
+/// Contract: `call` receives a cancellation token merged from the caller's abort and the
+/// tool's own deadline. A cooperative tool watches it and returns promptly (usually
+/// [`ToolOutput::Aborted`]); the runtime always awaits the returned future to completion,
+/// because an abandoned future may still be performing its side effect.
+pub trait Tool: Send + Sync {
+    /// The schema advertised to the model.
+    fn schema(&self) -> ToolSchema;
+
+    /// The tool's own deadline, if it declares one.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether the tool changes the outside world (informs recovery reports).
+    fn side_effects(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool.
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput>;
+}
+
+/// The tools of an agent, by name (ordered, so schemas are advertised deterministically).
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolSet {
+    /// No tools.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool (replacing one of the same name).
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.insert(tool.schema().name, tool);
+        self
+    }
+
+    /// Looks a tool up.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Schemas in name order.
+    pub fn schemas(&self) -> Vec<ToolSchema> {
+        self.tools.values().map(|t| t.schema()).collect()
+    }
+}
+
+/// The outcome of one call, ready to become a `tool/result`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutcome {
+    /// What the model sees.
+    pub content: Vec<ContentBlock>,
+    /// Error code and name for error results.
+    pub error: Option<ToolError>,
+}
+
+impl CallOutcome {
+    /// A successful result.
+    pub fn ok(text: String) -> Self {
+        Self { content: vec![ContentBlock::text(truncate(text))], error: None }
+    }
+
+    /// An error result.
+    pub fn error(code: ErrorCode, name: &str, text: impl Into<String>) -> Self {
+        Self {
+            content: vec![ContentBlock::text(truncate(text.into()))],
+            error: Some(ToolError { name: name.to_owned(), code }),
+        }
+    }
+
+    /// The call never started because the turn was aborted first.
+    pub fn aborted_before_dispatch() -> Self {
+        Self::error(
+            ErrorCode::AbortedBeforeDispatch,
+            "aborted_before_dispatch",
+            "The turn was cancelled before this tool call started; it did not run.",
+        )
+    }
+
+    fn from_output(output: ToolOutput) -> Self {
+        match output {
+            ToolOutput::Ok(text) => Self::ok(text),
+            ToolOutput::Failed(text) => Self::error(ErrorCode::ToolFailed, "failed", text),
+            ToolOutput::Aborted(text) => Self::error(ErrorCode::Aborted, "aborted", text),
+        }
+    }
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() > TOOL_OUTPUT_BYTES_MAX {
+        let mut end = TOOL_OUTPUT_BYTES_MAX;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n[output truncated]");
+    }
+    text
+}
+
+/// Runs `tool` under its cooperative deadline: the caller's `cancel` and the deadline are
+/// merged into the signal the tool sees; the tool is **always awaited**; the result is
+/// replaced by `TOOL_TIMEOUT` only if the deadline fired before the caller's abort. A panic in
+/// the tool becomes a `TOOL_FAILED` result, never a crash of the turn.
+pub async fn run_with_deadline(
+    tool: Arc<dyn Tool>,
+    invocation: ToolInvocation,
+    cancel: &CancellationToken,
+    clock: &Arc<dyn Clock>,
+) -> CallOutcome {
+    let merged = cancel.child_token();
+    let deadline = tool.timeout();
+    let mut body = tokio::spawn(tool.call(invocation, merged.clone()));
+    let mut deadline_won = false;
+    let joined = match deadline {
+        None => (&mut body).await,
+        Some(limit) => {
+            tokio::select! {
+                joined = &mut body => joined,
+                () = clock.sleep(limit) => {
+                    // Whoever fired first decides how the result reads.
+                    deadline_won = !cancel.is_cancelled();
+                    merged.cancel();
+                    // Never abandon a running future: wait for the tool's own cleanup.
+                    body.await
+                }
+            }
+        }
+    };
+    let outcome = match joined {
+        Ok(output) => CallOutcome::from_output(output),
+        Err(e) if e.is_panic() => CallOutcome::error(ErrorCode::ToolFailed, "panicked", "the tool panicked"),
+        Err(_) => CallOutcome::error(ErrorCode::ToolFailed, "failed", "the tool's task was cancelled"),
+    };
+    if deadline_won {
+        let limit = deadline.unwrap_or_default().as_millis();
+        return CallOutcome::error(
+            ErrorCode::ToolTimeout,
+            "timeout",
+            format!("the tool did not finish within {limit} ms"),
+        );
+    }
+    outcome
+}

@@ -1,0 +1,453 @@
+//! One turn: steps, attempts, retries, tools, checkpoints (FAILURE-REQUEST-LOOP,
+//! FAILURE-CHECKPOINT-*, FAILURE-TOOL-DRAIN, budgets of seed 004 §15.2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::assembler::Assembler;
+use super::history::History;
+use super::retry::{decide, RetryDecision};
+use super::tools::{run_with_deadline, CallOutcome, ToolInvocation};
+use super::{Shared, TurnOutcome};
+use crate::event::*;
+use crate::llm::chat_body;
+use crate::seams::EntropyExt;
+use crate::{Error, Result};
+
+/// Why a checkpoint did not pass.
+enum Checkpoint {
+    /// The turn's signal fired while the flush was pending.
+    Cancelled,
+    /// The flush failed: fail closed.
+    Failed(String),
+}
+
+/// A planned tool call of the committed message.
+struct PlannedCall {
+    call_id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Runs one turn for `message` to its `turn/end`. Returns the outcome for the embedder.
+pub(super) async fn run_turn(
+    shared: &Arc<Shared>,
+    history: &mut History,
+    message: Message,
+    cancel: CancellationToken,
+) -> Result<TurnOutcome> {
+    let turn = history.last_turn + 1;
+    let mut ctx = TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new() };
+    ctx.emit(Event::TurnStart(TurnStart { turn }), None).await?;
+    let reason = ctx.steps(message).await?;
+    ctx.emit(Event::TurnEnd(TurnEnd { turn, reason: reason.clone() }), None).await?;
+    // A finished turn is durable before the driver reports idle; a failure here is reported
+    // (the records stay queued and the next flush retries them).
+    if let Err(e) = shared.session.flush().await {
+        shared.report(&e);
+    }
+    Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls })
+}
+
+struct TurnCtx<'a> {
+    shared: &'a Arc<Shared>,
+    history: &'a mut History,
+    turn: u32,
+    cancel: CancellationToken,
+    calls: Vec<(String, Option<ErrorCode>)>,
+    text: String,
+}
+
+impl TurnCtx<'_> {
+    async fn emit(&mut self, event: Event, sources: Option<Vec<u64>>) -> Result<u64> {
+        self.history.absorb(&event);
+        self.shared.session.append(event, sources).await
+    }
+
+    fn aborted(&self) -> TurnEndReason {
+        TurnEndReason::Aborted { cause: self.shared.abort_cause() }
+    }
+
+    async fn checkpoint(&self) -> std::result::Result<(), Checkpoint> {
+        if self.cancel.is_cancelled() {
+            return Err(Checkpoint::Cancelled);
+        }
+        tokio::select! {
+            biased;
+            flushed = self.shared.session.flush() => flushed.map_err(|e| Checkpoint::Failed(e.to_string())),
+            () = self.cancel.cancelled() => Err(Checkpoint::Cancelled),
+        }
+    }
+
+    fn checkpoint_failure(message: String) -> TurnEndReason {
+        TurnEndReason::Error {
+            error: Failure::new(ErrorCode::Unknown, format!("checkpoint failed, nothing was dispatched: {message}")),
+        }
+    }
+
+    async fn end_step(&mut self, step: u32) -> Result<()> {
+        self.emit(Event::StepEnd(StepRef { turn: self.turn, step }), None).await.map(|_| ())
+    }
+
+    async fn steps(&mut self, message: Message) -> Result<TurnEndReason> {
+        let max_steps = self.shared.config.max_steps;
+        let mut user = Some(message);
+        for step in 1.. {
+            if step > max_steps {
+                return Ok(self.budget_exhausted(max_steps));
+            }
+            self.emit(Event::StepStart(StepRef { turn: self.turn, step }), None).await?;
+            if let Some(message) = user.take() {
+                self.emit(Event::UserMessage(UserMessage { message }), None).await?;
+            }
+            let route = self.shared.provider.snapshot();
+            let prefix = RequestPrefix {
+                model: route.model.clone(),
+                system: self.shared.config.system.clone(),
+                tools: self.shared.tools.schemas(),
+            };
+            let reason = if !self.shared.header_written() {
+                Some(if self.history.last_header.is_some() { HeaderReason::Resume } else { HeaderReason::Initial })
+            } else if self.history.last_header.as_ref() != Some(&prefix) {
+                Some(HeaderReason::Change)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                self.emit(Event::RequestHeader(RequestHeader { header: prefix.clone(), reason }), None).await?;
+                self.shared.mark_header_written();
+            }
+            // Model path checkpoint: the request prefix is durable before dispatch.
+            match self.checkpoint().await {
+                Ok(()) => {}
+                Err(Checkpoint::Cancelled) => {
+                    self.end_step(step).await?;
+                    return Ok(self.aborted());
+                }
+                Err(Checkpoint::Failed(message)) => {
+                    self.end_step(step).await?;
+                    return Ok(Self::checkpoint_failure(message));
+                }
+            }
+            let (message, usage, finish) = match self.attempts(step, &route, &prefix).await? {
+                Ok(done) => done,
+                Err(reason) => {
+                    self.end_step(step).await?;
+                    return Ok(reason);
+                }
+            };
+            let calls: Vec<PlannedCall> = message
+                .tool_calls()
+                .map(|(id, name, arguments)| PlannedCall {
+                    call_id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments: arguments.to_owned(),
+                })
+                .collect();
+            self.text = message
+                .content
+                .iter()
+                .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
+                .collect();
+            let (sources, finish_reason) = finish;
+            self.emit(
+                Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage }),
+                Some(sources),
+            )
+            .await?;
+            if finish_reason == FinishReason::MaxTokens {
+                self.end_step(step).await?;
+                return Ok(TurnEndReason::MaxTokens);
+            }
+            if calls.is_empty() {
+                self.end_step(step).await?;
+                return Ok(TurnEndReason::Completed);
+            }
+            let stopped = self.run_tools(step, calls).await?;
+            self.end_step(step).await?;
+            if let Some(reason) = stopped {
+                return Ok(reason);
+            }
+        }
+        unreachable!("the step loop returns")
+    }
+
+    fn budget_exhausted(&self, limit: u32) -> TurnEndReason {
+        let done = if self.calls.is_empty() {
+            "no tool calls were made".to_owned()
+        } else {
+            let listed: Vec<String> = self
+                .calls
+                .iter()
+                .map(|(name, code)| match code {
+                    None => format!("{name} (ok)"),
+                    Some(code) => format!("{name} ({code})"),
+                })
+                .collect();
+            format!("{} tool calls ran: {}", listed.len(), listed.join(", "))
+        };
+        TurnEndReason::BudgetExhausted {
+            budget: "max_steps".into(),
+            limit,
+            summary: format!(
+                "Stopped after {limit} steps (the max_steps budget; retries inside a step are not counted). Achieved: {done}. Left undone: the model had not given a final answer and still wanted to act."
+            ),
+        }
+    }
+
+    /// Attempts of one step: fresh request and assembler each time; only a terminal
+    /// error/aborted consults the retry executor (FAILURE-REQUEST-LOOP).
+    #[allow(clippy::type_complexity)]
+    async fn attempts(
+        &mut self,
+        step: u32,
+        route: &Arc<crate::llm::ResolvedProvider>,
+        prefix: &RequestPrefix,
+    ) -> Result<std::result::Result<(Message, Option<Usage>, (Vec<u64>, FinishReason)), TurnEndReason>> {
+        let mut retry_id: Option<String> = None;
+        let mut retries = 0u32;
+        for attempt in 1.. {
+            let body = chat_body(prefix, self.history.messages());
+            let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
+            let mut assembler = Assembler::new();
+            let mut seqs = Vec::new();
+            let mut finish = None;
+            while let Some(chunk) = stream.next().await {
+                let done = assembler.push(&chunk);
+                let seq = self
+                    .emit(Event::AssistantChunk(AssistantChunk { turn: self.turn, step, attempt, chunk }), None)
+                    .await?;
+                seqs.push(seq);
+                if let Some(reason) = done {
+                    finish = Some(reason);
+                    break;
+                }
+            }
+            drop(stream);
+            let finish = finish.expect("a model stream always ends in finish");
+            let failure = match &finish {
+                FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => {
+                    let (message, usage) = assembler.finish();
+                    return Ok(Ok((message, usage, (seqs, finish))));
+                }
+                FinishReason::Aborted { .. } => return Ok(Err(self.aborted())),
+                FinishReason::Error { failure } => failure.clone(),
+            };
+            if self.cancel.is_cancelled() {
+                return Ok(Err(self.aborted()));
+            }
+            retries += 1;
+            let entropy = self.shared.seams.entropy.clone();
+            match decide(&route.retry, &failure, retries, || entropy.unit_f64()) {
+                RetryDecision::GiveUp => return Ok(Err(TurnEndReason::Error { error: failure })),
+                RetryDecision::Retry { retry, delay_ms } => {
+                    // One id per (turn, step): deterministic and unique within the session, and
+                    // it draws nothing from Entropy, whose stream belongs to the jitter.
+                    let id = retry_id.get_or_insert_with(|| format!("r{}.{step}", self.turn)).clone();
+                    let max_retries = match &route.retry {
+                        crate::llm::RetryPolicy::Normal { max_retries, .. } => Some(*max_retries),
+                        crate::llm::RetryPolicy::Always { .. } => None,
+                    };
+                    let event = LlmRetry {
+                        retry_id: id.clone(),
+                        turn: self.turn,
+                        step,
+                        provider: route.name.clone(),
+                        mode: route.retry.mode().to_owned(),
+                        policy_key: route.retry.policy_key(),
+                        retry,
+                        max_retries,
+                        delay_ms,
+                        failure,
+                    };
+                    self.emit(Event::LlmRetry(event), None).await?;
+                    tokio::select! {
+                        biased;
+                        () = self.cancel.cancelled() => return Ok(Err(self.aborted())),
+                        () = self.shared.seams.clock.sleep(Duration::from_millis(delay_ms)) => {}
+                    }
+                    self.emit(
+                        Event::LlmRetryStarted(LlmRetryStarted { retry_id: id, turn: self.turn, step, retry }),
+                        None,
+                    )
+                    .await?;
+                }
+            }
+        }
+        unreachable!("the attempt loop returns")
+    }
+
+    /// The bounded parallel pool (FAILURE-TOOL-DRAIN): on abort start nothing new, drain what
+    /// was dispatched, commit results in model order, then write ordered synthetic
+    /// `ABORTED_BEFORE_DISPATCH` call/result pairs for the rest. Returns a turn end reason
+    /// when the turn must stop after this step.
+    async fn run_tools(&mut self, step: u32, calls: Vec<PlannedCall>) -> Result<Option<TurnEndReason>> {
+        let pool = Arc::new(Semaphore::new(self.shared.config.tool_concurrency));
+        let mut dispatched: Vec<(usize, tokio::task::JoinHandle<CallOutcome>)> = Vec::new();
+        let mut immediate: Vec<(usize, CallOutcome)> = Vec::new();
+        let mut undispatched_from = calls.len();
+        let mut stop: Option<TurnEndReason> = None;
+        for (i, call) in calls.iter().enumerate() {
+            if self.cancel.is_cancelled() {
+                undispatched_from = i;
+                break;
+            }
+            let permit = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => { undispatched_from = i; break; }
+                permit = pool.clone().acquire_owned() => permit.expect("the pool is never closed"),
+            };
+            self.emit(
+                Event::ToolCall(ToolCall {
+                    turn: self.turn,
+                    step,
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                }),
+                None,
+            )
+            .await?;
+            // Tool path checkpoint: the intent is durable before the body runs.
+            match self.checkpoint().await {
+                Ok(()) => {}
+                Err(Checkpoint::Cancelled) => {
+                    immediate.push((i, CallOutcome::aborted_before_dispatch()));
+                    undispatched_from = i + 1;
+                    break;
+                }
+                Err(Checkpoint::Failed(message)) => {
+                    immediate.push((
+                        i,
+                        CallOutcome::error(
+                            ErrorCode::AbortedBeforeDispatch,
+                            "checkpoint_failed",
+                            format!("not run: its intent could not be made durable ({message})"),
+                        ),
+                    ));
+                    undispatched_from = i + 1;
+                    stop = Some(Self::checkpoint_failure(message));
+                    break;
+                }
+            }
+            match self.prepare(step, call) {
+                Err(outcome) => immediate.push((i, outcome)),
+                Ok((tool, invocation)) => {
+                    let cancel = self.cancel.clone();
+                    let clock = self.shared.seams.clock.clone();
+                    dispatched.push((
+                        i,
+                        tokio::spawn(async move {
+                            let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
+                            drop(permit);
+                            outcome
+                        }),
+                    ));
+                }
+            }
+        }
+        // Drain: every dispatched call is awaited, whatever happened to the turn.
+        let mut outcomes: Vec<(usize, CallOutcome)> = immediate;
+        for (i, handle) in dispatched {
+            let outcome = handle
+                .await
+                .unwrap_or_else(|_| CallOutcome::error(ErrorCode::ToolFailed, "panicked", "the tool's task failed"));
+            outcomes.push((i, outcome));
+        }
+        outcomes.sort_by_key(|(i, _)| *i);
+        for (i, outcome) in outcomes {
+            self.commit_result(step, &calls[i], outcome).await?;
+        }
+        for call in &calls[undispatched_from..] {
+            self.emit(
+                Event::ToolCall(ToolCall {
+                    turn: self.turn,
+                    step,
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                }),
+                None,
+            )
+            .await?;
+            self.commit_result(step, call, CallOutcome::aborted_before_dispatch()).await?;
+        }
+        if stop.is_none() && self.cancel.is_cancelled() {
+            stop = Some(self.aborted());
+        }
+        Ok(stop)
+    }
+
+    async fn commit_result(&mut self, step: u32, call: &PlannedCall, outcome: CallOutcome) -> Result<()> {
+        self.calls.push((call.name.clone(), outcome.error.as_ref().map(|e| e.code)));
+        let result = ToolResult {
+            turn: self.turn,
+            step,
+            call_id: call.call_id.clone(),
+            is_error: outcome.error.is_some(),
+            content: outcome.content,
+            error: outcome.error,
+        };
+        self.emit(Event::ToolResult(result), None).await.map(|_| ())
+    }
+
+    /// Finds the tool and checks the arguments; a bad call becomes an error result the model
+    /// can read, never a crash.
+    fn prepare(
+        &self,
+        step: u32,
+        call: &PlannedCall,
+    ) -> std::result::Result<(Arc<dyn super::Tool>, ToolInvocation), CallOutcome> {
+        let Some(tool) = self.shared.tools.get(&call.name) else {
+            return Err(CallOutcome::error(
+                ErrorCode::ToolFailed,
+                "unknown_tool",
+                format!("there is no tool named {:?}", call.name),
+            ));
+        };
+        let arguments: serde_json::Value =
+            serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }).map_err(
+                |e| {
+                    CallOutcome::error(
+                        ErrorCode::ToolFailed,
+                        "invalid_arguments",
+                        format!("the arguments are not valid JSON ({e}); the tool did not run"),
+                    )
+                },
+            )?;
+        let Some(object) = arguments.as_object() else {
+            return Err(CallOutcome::error(
+                ErrorCode::ToolFailed,
+                "invalid_arguments",
+                "the arguments must be a JSON object; the tool did not run",
+            ));
+        };
+        let schema = tool.schema();
+        if let Some(required) = schema.parameters.get("required").and_then(|r| r.as_array()) {
+            let missing: Vec<&str> =
+                required.iter().filter_map(|r| r.as_str()).filter(|r| !object.contains_key(*r)).collect();
+            if !missing.is_empty() {
+                return Err(CallOutcome::error(
+                    ErrorCode::ToolFailed,
+                    "invalid_arguments",
+                    format!("missing required arguments: {}; the tool did not run", missing.join(", ")),
+                ));
+            }
+        }
+        let session = self.shared.session_id.clone();
+        let execution_id = format!("{session}:{}:{step}:{}", self.turn, call.call_id);
+        Ok((
+            tool.clone(),
+            ToolInvocation { session, turn: self.turn, step, call_id: call.call_id.clone(), arguments, execution_id },
+        ))
+    }
+}
+
+impl From<Error> for TurnEndReason {
+    fn from(e: Error) -> Self {
+        TurnEndReason::Error { error: Failure::new(ErrorCode::Unknown, e.to_string()) }
+    }
+}

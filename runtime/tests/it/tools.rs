@@ -1,0 +1,166 @@
+//! The cooperative tool deadline (FAILURE-TOOL-TIMEOUT, FAILURE-TIMEOUT-TEST) on tokio's paused
+//! clock: the wrapper always awaits the tool, and reports TOOL_TIMEOUT only if its own
+//! deadline fired first.
+#![allow(clippy::disallowed_methods)] // drives tokio's paused clock
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::agent::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput};
+use faultline_runtime::event::{ErrorCode, ToolSchema};
+use faultline_runtime::production::SystemClock;
+use faultline_runtime::{BoxFuture, Clock};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Copy)]
+enum OnAbort {
+    /// Returns `Aborted` as soon as its signal fires.
+    Cooperate,
+    /// "Throws": fails with an abort error.
+    Fail,
+    /// Panics.
+    Panic,
+    /// Finishes after `work_ms` no matter what.
+    Ignore { work_ms: u64 },
+}
+
+struct Probe {
+    on_abort: OnAbort,
+    timeout_ms: Option<u64>,
+    /// Cleanup waits for this gate before returning.
+    gate: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl Tool for Probe {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema { name: "probe".into(), description: String::new(), parameters: serde_json::json!({}) }
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+    fn call(&self, _: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let on_abort = self.on_abort;
+        let gate = self.gate.lock().unwrap().take();
+        Box::pin(async move {
+            if let OnAbort::Ignore { work_ms } = on_abort {
+                tokio::time::sleep(Duration::from_millis(work_ms)).await;
+                return ToolOutput::Ok("finished anyway".into());
+            }
+            cancel.cancelled().await;
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            match on_abort {
+                OnAbort::Cooperate => ToolOutput::Aborted("stopped".into()),
+                OnAbort::Fail => ToolOutput::Failed("AbortError: the operation was aborted".into()),
+                OnAbort::Panic => panic!("tool panicked on abort"),
+                OnAbort::Ignore { .. } => unreachable!(),
+            }
+        })
+    }
+}
+
+fn invocation() -> ToolInvocation {
+    ToolInvocation {
+        session: "s".into(),
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        arguments: serde_json::json!({}),
+        execution_id: "s:1:1:c1".into(),
+    }
+}
+
+fn probe(on_abort: OnAbort, timeout_ms: Option<u64>) -> Arc<Probe> {
+    Arc::new(Probe { on_abort, timeout_ms, gate: Mutex::new(None) })
+}
+
+fn code(outcome: &CallOutcome) -> Option<ErrorCode> {
+    outcome.error.as_ref().map(|e| e.code)
+}
+
+async fn run(tool: Arc<Probe>, cancel: CancellationToken) -> CallOutcome {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    run_with_deadline(tool, invocation(), &cancel, &clock).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cooperative_tool_past_its_deadline_reports_tool_timeout() {
+    let outcome = run(probe(OnAbort::Cooperate, Some(100)), CancellationToken::new()).await;
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_throws_on_abort_still_reads_as_a_timeout() {
+    let outcome = run(probe(OnAbort::Fail, Some(100)), CancellationToken::new()).await;
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+    let outcome = run(probe(OnAbort::Panic, Some(100)), CancellationToken::new()).await;
+    assert_eq!(
+        code(&outcome),
+        Some(ErrorCode::ToolTimeout),
+        "a panic after the deadline is still the deadline's result"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn caller_abort_first_is_a_plain_abort_not_a_timeout() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trigger.cancel();
+    });
+    let outcome = run(probe(OnAbort::Cooperate, Some(100)), cancel).await;
+    assert_eq!(code(&outcome), Some(ErrorCode::Aborted));
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let outcome = run(probe(OnAbort::Fail, Some(100)), cancel).await;
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolFailed), "the tool's own abort error, not a timeout");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deadline_first_then_caller_abort_is_a_timeout() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let gate = oneshot::channel();
+    let tool = Arc::new(Probe { on_abort: OnAbort::Cooperate, timeout_ms: Some(100), gate: Mutex::new(Some(gate.1)) });
+    let running = tokio::spawn(run(tool, cancel));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    trigger.cancel(); // arrives after the deadline fired
+    let _ = gate.0.send(());
+    assert_eq!(code(&running.await.unwrap()), Some(ErrorCode::ToolTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_timeout_result_waits_for_the_tools_slow_cleanup() {
+    let (open, gate) = oneshot::channel();
+    let tool = Arc::new(Probe { on_abort: OnAbort::Cooperate, timeout_ms: Some(100), gate: Mutex::new(Some(gate)) });
+    let running = tokio::spawn(run(tool, CancellationToken::new()));
+    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    assert!(!running.is_finished(), "the wrapper never abandons a running tool");
+    open.send(()).unwrap();
+    assert_eq!(code(&running.await.unwrap()), Some(ErrorCode::ToolTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_ignores_its_signal_is_awaited_to_the_end() {
+    let clock = SystemClock::new();
+    let started = clock.now();
+    let outcome = run(probe(OnAbort::Ignore { work_ms: 1_000 }, Some(100)), CancellationToken::new()).await;
+    assert!(clock.now().saturating_duration_since(started) >= Duration::from_millis(1_000));
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_without_a_deadline_runs_to_completion() {
+    let outcome = run(probe(OnAbort::Ignore { work_ms: 10 }, None), CancellationToken::new()).await;
+    assert_eq!(code(&outcome), None);
+    let panicking = run(probe(OnAbort::Panic, None), {
+        let c = CancellationToken::new();
+        c.cancel();
+        c
+    })
+    .await;
+    assert_eq!(code(&panicking), Some(ErrorCode::ToolFailed), "a panic is an error result, never a crash");
+}

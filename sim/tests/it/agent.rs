@@ -1,0 +1,512 @@
+//! The agent loop against the fake model server, over real HTTP and inside turmoil on
+//! simulated time (FAILURE-REQUEST-LOOP, FAILURE-RETRY-EXECUTOR, FAILURE-RETRY-SEMANTICS-TEST,
+//! FAILURE-WIRE-RECOVERY-TEST, FAILURE-TOOL-DRAIN, FAILURE-AGENT-CANCEL,
+//! FAILURE-AGENT-DISPOSAL).
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // drives a real runtime too
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::event::*;
+use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
+use faultline_runtime::store::{MemoryStore, SessionId, Store};
+use faultline_runtime::{BoxFuture, Seams};
+use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{sim_builder_with_tick, ScriptedEntropy};
+
+/// What a test asks the agent to do.
+#[derive(Clone)]
+struct Spec {
+    script: Script,
+    /// Extra `[provider]` TOML (retry policy, idle timeout).
+    provider: String,
+    prompts: Vec<&'static str>,
+    tools: ToolSet,
+    tool_concurrency: usize,
+    /// Entropy draws (jitter samples); default: OS/seeded.
+    entropy: Option<Vec<u64>>,
+    /// After this many ms, the action runs.
+    action: Option<(u64, Action)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Action {
+    Cancel,
+    CancelKeepInbox,
+    CancelThenSubmit,
+    Dispose,
+}
+
+impl Spec {
+    fn new(responses: Vec<Response>) -> Self {
+        Self {
+            script: Script { responses, ..Script::default() },
+            provider: String::new(),
+            prompts: vec!["hello"],
+            tools: ToolSet::new(),
+            tool_concurrency: 4,
+            entropy: None,
+            action: None,
+        }
+    }
+}
+
+struct Run {
+    records: Vec<Record>,
+    requests: Vec<RecordedRequest>,
+    second_dispose: Option<String>,
+    submit_after_dispose: bool,
+}
+
+impl Run {
+    fn events(&self, type_name: &str) -> Vec<&Record> {
+        self.records.iter().filter(|r| r.event.type_name() == type_name).collect()
+    }
+
+    fn turn_ends(&self) -> Vec<TurnEndReason> {
+        self.records
+            .iter()
+            .filter_map(|r| if let Event::TurnEnd(end) = &r.event { Some(end.reason.clone()) } else { None })
+            .collect()
+    }
+
+    fn retries(&self) -> Vec<LlmRetry> {
+        self.records
+            .iter()
+            .filter_map(|r| if let Event::LlmRetry(retry) = &r.event { Some(retry.clone()) } else { None })
+            .collect()
+    }
+}
+
+/// What the agent side of a run reports: the loaded log, the second dispose call's result,
+/// and whether a submit after disposal was accepted.
+type AgentSide = (Vec<Record>, Option<String>, bool);
+
+async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide {
+    if let Some(draws) = &spec.entropy {
+        seams.entropy = Arc::new(ScriptedEntropy(Mutex::new(draws.iter().copied().collect())));
+    }
+    let store = MemoryStore::new(seams.process.clone());
+    let text = format!(
+        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n{}",
+        spec.provider
+    );
+    #[derive(serde::Deserialize)]
+    struct File {
+        provider: ProviderConfig,
+    }
+    let route = from_toml::<File>(&text).unwrap().provider.resolve("provider").unwrap();
+    let id = SessionId::new("s").unwrap();
+    let config = AgentConfig { tool_concurrency: spec.tool_concurrency, ..AgentConfig::default() };
+    let agent = Agent::start(
+        seams.clone(),
+        &store,
+        &id,
+        Open::Create,
+        Arc::new(LiveProvider::new(route)),
+        Arc::new(StaticCredentials(BTreeMap::new())),
+        spec.tools.clone(),
+        config,
+    )
+    .unwrap();
+    for prompt in &spec.prompts {
+        agent.submit(*prompt).unwrap();
+    }
+    let mut second_dispose = None;
+    let mut submit_after_dispose = true;
+    if let Some((after_ms, action)) = spec.action {
+        seams.clock.sleep(Duration::from_millis(after_ms)).await;
+        match action {
+            Action::Cancel => agent.cancel(),
+            Action::CancelKeepInbox => agent.cancel_keep_inbox(),
+            Action::CancelThenSubmit => {
+                agent.cancel();
+                agent.submit("after the abort").unwrap();
+            }
+            Action::Dispose => {
+                let (a, b) = (agent.clone(), agent.clone());
+                let (first, second) = tokio::join!(a.dispose(), b.dispose());
+                first.unwrap();
+                second_dispose = Some(format!("{second:?}"));
+                submit_after_dispose = agent.submit("too late").is_ok();
+            }
+        }
+    }
+    agent.when_idle().await;
+    agent.dispose().await.unwrap();
+    (store.load(&id).unwrap().records, second_dispose, submit_after_dispose)
+}
+
+fn run_real(spec: &Spec) -> Run {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let seams = faultline_runtime::production::seams();
+        let server =
+            ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", spec.script.clone(), None)
+                .await
+                .unwrap();
+        let (records, second_dispose, submit_after_dispose) =
+            run_agent(seams, format!("http://{}/v1", server.addr()), spec.clone()).await;
+        Run { records, requests: server.requests(), second_dispose, submit_after_dispose }
+    })
+}
+
+fn run_sim(spec: &Spec) -> Run {
+    let mut sim = sim_builder_with_tick(5, Duration::from_millis(1)).build();
+    let server_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
+    {
+        let (script, slot) = (spec.script.clone(), server_slot.clone());
+        sim.host("model", move || {
+            let (script, slot) = (script.clone(), slot.clone());
+            async move {
+                let server = ModelServer::start(
+                    Arc::new(faultline_sim::SimNet),
+                    Arc::new(faultline_sim::SimClock),
+                    "0.0.0.0:80",
+                    script,
+                    None,
+                )
+                .await?;
+                *slot.lock().unwrap() = Some(server);
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    let result: Arc<Mutex<Option<AgentSide>>> = Arc::default();
+    {
+        let (spec, result) = (spec.clone(), result.clone());
+        sim.client("agent", async move {
+            let seams = faultline_sim::sim_seams(5, "agent", 1);
+            *result.lock().unwrap() = Some(run_agent(seams, "http://model:80/v1".into(), spec).await);
+            Ok(())
+        });
+    }
+    sim.run().expect("simulation");
+    let (records, second_dispose, submit_after_dispose) = result.lock().unwrap().take().unwrap();
+    let requests = server_slot.lock().unwrap().as_ref().unwrap().requests();
+    Run { records, requests, second_dispose, submit_after_dispose }
+}
+
+fn both(spec: Spec, check: impl Fn(&Run, &str)) {
+    for (run, world) in [(run_real(&spec), "real HTTP"), (run_sim(&spec), "turmoil")] {
+        Validator::validate_all(&run.records).unwrap_or_else(|v| panic!("{world}: invalid log: {v}"));
+        check(&run, world);
+    }
+}
+
+fn policy(codes: &str, jitter: f64) -> String {
+    format!("[provider.retry_policy]\nretryable_codes = [{codes}]\n[provider.retry_policy.backoff]\njitter_ratio = {jitter}\n")
+}
+
+#[test]
+fn rate_limit_is_retried_once_after_exactly_the_backoff_within_one_step() {
+    let mut spec = Spec::new(vec![Response::status(429, &[], "slow down"), Response::text(&["ok"])]);
+    spec.provider = policy("\"SERVER\", \"RATE_LIMIT\"", 0.0);
+    both(spec, |run, world| {
+        let retries = run.retries();
+        assert_eq!(retries.len(), 1, "{world}");
+        assert_eq!(retries[0].delay_ms, 500);
+        assert_eq!(retries[0].retry, 1);
+        assert_eq!(retries[0].policy_key, json!(["normal", 2, ["RATE_LIMIT", "SERVER"], 500, 10000, 0]));
+        assert_eq!(retries[0].failure.code, ErrorCode::RateLimit);
+        assert_eq!(run.events("llm/retry-started").len(), 1);
+        assert_eq!(run.events("step/start").len(), 1, "{world}: retries stay inside the step");
+        assert_eq!(run.requests.len(), 2);
+        let gap = run.requests[1].at_ms - run.requests[0].at_ms;
+        assert!(gap >= 500, "{world}: second request only {gap} ms after the first");
+        if world == "turmoil" {
+            // Simulated time is exact: the retry is written at T and nothing is sent before
+            // T + 500 ms. The request then needs a fresh connection (SYN, SYN-ACK: one round
+            // trip of 1 ms hops) and one hop for its bytes, so it lands at T + 502 — not at
+            // T + 499, and not late.
+            let retry_at = run.events("llm/retry")[0].time - faultline_sim::SIM_EPOCH_MS;
+            let arrived_at = run.requests[1].at_ms;
+            assert_eq!(arrived_at - retry_at, 502, "turmoil: dispatched at exactly 500 ms after llm/retry");
+        }
+        assert_eq!(run.requests[0].body, run.requests[1].body, "{world}: the re-sent body is identical");
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+    });
+}
+
+#[test]
+fn jitter_samples_zero_then_one_give_450_then_1100() {
+    let mut spec =
+        Spec::new(vec![Response::status(500, &[], ""), Response::status(500, &[], ""), Response::text(&["ok"])]);
+    spec.provider = policy("\"SERVER\"", 0.1);
+    spec.entropy = Some(vec![0, u64::MAX]);
+    both(spec, |run, world| {
+        let delays: Vec<u64> = run.retries().iter().map(|r| r.delay_ms).collect();
+        assert_eq!(delays, vec![450, 1100], "{world}");
+        let ids: Vec<String> = run.retries().into_iter().map(|r| r.retry_id).collect();
+        assert_eq!(ids[0], ids[1], "{world}: one retry id per step");
+    });
+}
+
+#[test]
+fn three_server_failures_end_the_turn_after_two_retries() {
+    let spec =
+        Spec::new(vec![Response::status(500, &[], ""), Response::status(502, &[], ""), Response::status(503, &[], "")]);
+    both(spec, |run, world| {
+        assert_eq!(run.retries().len(), 2, "{world}");
+        assert_eq!(run.requests.len(), 3);
+        match &run.turn_ends()[..] {
+            [TurnEndReason::Error { error }] => assert_eq!(error.code, ErrorCode::Server, "{world}"),
+            other => panic!("{world}: {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn retry_after_is_used_verbatim_up_to_the_cap() {
+    let spec = Spec::new(vec![Response::status(429, &[("retry-after", "2")], ""), Response::text(&["ok"])]);
+    both(spec, |run, world| {
+        assert_eq!(run.retries()[0].delay_ms, 2000, "{world}");
+        assert!(run.requests[1].at_ms - run.requests[0].at_ms >= 2000);
+    });
+    let over = Spec::new(vec![Response::status(429, &[("retry-after-ms", "10001")], ""), Response::text(&["ok"])]);
+    both(over, |run, world| {
+        assert!(run.retries().is_empty(), "{world}: advice above the cap ends a normal policy");
+        assert_eq!(run.requests.len(), 1);
+        assert!(matches!(&run.turn_ends()[..], [TurnEndReason::Error { error }] if error.code == ErrorCode::RateLimit));
+    });
+}
+
+/// A tool that counts its executions.
+struct Counting(Arc<AtomicUsize>);
+
+impl Tool for Counting {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema { name: "send".into(), description: "send".into(), parameters: json!({"type": "object"}) }
+    }
+    fn call(&self, _: ToolInvocation, _: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { ToolOutput::Ok("sent".into()) })
+    }
+}
+
+#[test]
+fn failed_attempt_chunks_are_logged_but_never_committed_or_executed() {
+    let partial = Response {
+        frames: vec![Frame::ToolCall {
+            index: 0,
+            id: Some("c1".into()),
+            name: Some("send".into()),
+            arguments: "{\"to\":".into(),
+        }],
+        disconnect_after_frames: Some(1),
+        ..Response::default()
+    };
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![partial, Response::text(&["never mind"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    both(spec, |run, world| {
+        assert!(run.events("tool/call").is_empty(), "{world}: no tool/call from a failed attempt");
+        let messages = run.events("assistant/message");
+        assert_eq!(messages.len(), 1);
+        let attempts: Vec<u32> = messages[0]
+            .source_seqs
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|seq| match &run.records[*seq as usize].event {
+                Event::AssistantChunk(chunk) => chunk.attempt,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(attempts.iter().all(|a| *a == 2), "{world}: cites only the successful attempt");
+        let failed_chunks = run
+            .events("assistant/chunk")
+            .iter()
+            .filter(|r| matches!(&r.event, Event::AssistantChunk(c) if c.attempt == 1))
+            .count();
+        assert!(failed_chunks >= 2, "{world}: the failed attempt's chunks stay in the log");
+    });
+    assert_eq!(executions.load(Ordering::SeqCst), 0, "the tool never ran");
+}
+
+#[test]
+fn a_clean_eof_without_done_is_not_retried() {
+    let mut eof = Response::text(&["half"]);
+    eof.done = false;
+    both(Spec::new(vec![eof, Response::text(&["ok"])]), |run, world| {
+        assert_eq!(run.requests.len(), 1, "{world}");
+        assert!(
+            matches!(&run.turn_ends()[..], [TurnEndReason::Error { error }] if error.code == ErrorCode::StreamClosed)
+        );
+    });
+}
+
+#[test]
+fn a_stalled_body_times_out_and_the_retry_succeeds() {
+    let mut stall = Response::text(&["a", "b"]);
+    stall.stall_after_frames = Some(1);
+    let mut spec = Spec::new(vec![stall, Response::text(&["ok"])]);
+    spec.provider = "idle_timeout_ms = 400\n".into();
+    both(spec, |run, world| {
+        assert_eq!(run.retries()[0].failure.code, ErrorCode::Timeout, "{world}");
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+    });
+}
+
+#[test]
+fn a_refused_then_available_endpoint_recovers() {
+    let mut spec = Spec::new(vec![Response::text(&["ok"])]);
+    spec.script.refuse_until_ms = 300;
+    spec.provider = policy("\"TRANSPORT\"", 0.0);
+    both(spec, |run, world| {
+        assert!(!run.retries().is_empty(), "{world}");
+        assert!(run.retries().iter().all(|r| r.failure.code == ErrorCode::Transport));
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+    });
+}
+
+#[test]
+fn cancel_during_backoff_aborts_without_retry_started() {
+    let mut spec = Spec::new(vec![Response::status(500, &[], ""), Response::text(&["ok"])]);
+    spec.provider = policy("\"SERVER\"", 0.0);
+    spec.action = Some((200, Action::Cancel));
+    both(spec, |run, world| {
+        assert_eq!(run.requests.len(), 1, "{world}");
+        assert_eq!(run.retries().len(), 1);
+        assert!(run.events("llm/retry-started").is_empty(), "{world}");
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Aborted { cause: AbortCause::User }]);
+    });
+}
+
+/// A tool that runs until its signal fires, then reports the abort.
+struct Blocking;
+
+impl Tool for Blocking {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema { name: "wait".into(), description: "wait".into(), parameters: json!({"type": "object"}) }
+    }
+    fn call(&self, _: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        Box::pin(async move {
+            cancel.cancelled().await;
+            ToolOutput::Aborted("stopped on request".into())
+        })
+    }
+}
+
+#[test]
+fn a_cancelled_parallel_pool_drains_and_writes_ordered_synthetic_results() {
+    let calls: Vec<Frame> = (0..4)
+        .map(|i| Frame::ToolCall {
+            index: i,
+            id: Some(format!("c{i}")),
+            name: Some("wait".into()),
+            arguments: "{}".into(),
+        })
+        .collect();
+    let response = Response { frames: calls, finish: Some("tool_calls".into()), ..Response::default() };
+    let mut spec = Spec::new(vec![response]);
+    spec.script.responses[0].done = true;
+    spec.tools = ToolSet::new().with(Arc::new(Blocking));
+    spec.tool_concurrency = 2;
+    spec.action = Some((300, Action::Cancel));
+    let run = run_sim(&spec);
+    Validator::validate_all(&run.records).unwrap();
+    let tail: Vec<(String, String, Option<ErrorCode>)> = run
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolCall(c) => Some(("call".to_owned(), c.call_id.clone(), None)),
+            Event::ToolResult(t) => Some(("result".to_owned(), t.call_id.clone(), t.error.as_ref().map(|e| e.code))),
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<(String, String, Option<ErrorCode>)> = vec![
+        ("call".into(), "c0".into(), None),
+        ("call".into(), "c1".into(), None),
+        ("result".into(), "c0".into(), Some(ErrorCode::Aborted)),
+        ("result".into(), "c1".into(), Some(ErrorCode::Aborted)),
+        ("call".into(), "c2".into(), None),
+        ("result".into(), "c2".into(), Some(ErrorCode::AbortedBeforeDispatch)),
+        ("call".into(), "c3".into(), None),
+        ("result".into(), "c3".into(), Some(ErrorCode::AbortedBeforeDispatch)),
+    ];
+    assert_eq!(tail, expected);
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Aborted { cause: AbortCause::User }]);
+}
+
+fn slow_text() -> Response {
+    let mut response = Response::text(&["a", "b", "c", "d"]);
+    response.frame_delay_ms = 100;
+    response
+}
+
+#[test]
+fn input_arriving_after_an_abort_starts_the_next_turn() {
+    let mut spec = Spec::new(vec![slow_text(), Response::text(&["second"])]);
+    spec.action = Some((150, Action::CancelThenSubmit));
+    both(spec, |run, world| {
+        assert_eq!(
+            run.turn_ends(),
+            vec![TurnEndReason::Aborted { cause: AbortCause::User }, TurnEndReason::Completed],
+            "{world}"
+        );
+    });
+}
+
+#[test]
+fn default_cancel_drops_queued_input_but_keep_inbox_runs_it() {
+    let mut spec = Spec::new(vec![slow_text(), Response::text(&["queued"])]);
+    spec.prompts = vec!["first", "queued"];
+    spec.action = Some((150, Action::Cancel));
+    both(spec.clone(), |run, world| {
+        assert_eq!(
+            run.turn_ends(),
+            vec![TurnEndReason::Aborted { cause: AbortCause::User }],
+            "{world}: the queue was cleared"
+        );
+    });
+    spec.action = Some((150, Action::CancelKeepInbox));
+    both(spec, |run, world| {
+        assert_eq!(
+            run.turn_ends(),
+            vec![TurnEndReason::Aborted { cause: AbortCause::User }, TurnEndReason::Completed],
+            "{world}"
+        );
+    });
+}
+
+#[test]
+fn disposal_is_memoised_cancels_with_cause_disposed_and_refuses_new_input() {
+    let mut spec = Spec::new(vec![slow_text()]);
+    spec.action = Some((150, Action::Dispose));
+    both(spec, |run, world| {
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Aborted { cause: AbortCause::Disposed }], "{world}");
+        assert_eq!(run.second_dispose.as_deref(), Some("Ok(())"), "{world}: both callers see the same completion");
+        assert!(!run.submit_after_dispose, "{world}: disposal never latches new work");
+    });
+}
+
+#[test]
+fn tool_results_feed_the_next_step_and_the_turn_completes() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", "{\"to\":\"team\"}"), Response::text(&["done"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    both(spec, |run, world| {
+        assert_eq!(run.events("step/start").len(), 2, "{world}");
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+        let second: serde_json::Value = serde_json::from_str(&run.requests[1].body).unwrap();
+        let messages = second["messages"].as_array().unwrap();
+        assert_eq!(
+            messages.last().unwrap(),
+            &json!({"role": "tool", "tool_call_id": "c1", "content": "sent"}),
+            "{world}"
+        );
+        // The tool/call was durable (flushed) before the body ran: it precedes the result.
+        let call = run.events("tool/call")[0].seq;
+        let result = run.events("tool/result")[0].seq;
+        assert!(call < result);
+    });
+    assert_eq!(executions.load(Ordering::SeqCst), 2, "once per world");
+}
