@@ -2,8 +2,9 @@
 //! binary that `cargo test --workspace` builds alongside these tests.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // drives real processes
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Path of the `faultline` binary built by this `cargo test` run.
 ///
@@ -33,4 +34,56 @@ pub fn stdout(output: &Output) -> String {
 /// Standard error as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A running `faultline model-server` on 127.0.0.1, killed on drop.
+#[derive(Debug)]
+pub struct ModelServerProcess {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+impl ModelServerProcess {
+    /// Writes `script` under `dir` and starts a server on a free port; every request is
+    /// logged to `dir/requests.jsonl`.
+    pub fn start(dir: &Path, script: &serde_json::Value) -> Self {
+        let script_path = dir.join("script.json");
+        std::fs::write(&script_path, script.to_string()).expect("write script");
+        let mut child = Command::new(faultline_bin())
+            .args(["model-server", "--listen", "127.0.0.1:0", "--script"])
+            .arg(&script_path)
+            .arg("--request-log")
+            .arg(dir.join("requests.jsonl"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn model-server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read address");
+        let addr =
+            line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("server said {line:?}")).to_owned();
+        Self { child, addr }
+    }
+
+    /// `http://ADDR/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+}
+
+impl Drop for ModelServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The request bodies a server logged, parsed.
+pub fn logged_requests(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("requests.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("request log line"))
+        .collect()
 }

@@ -1,45 +1,11 @@
 //! `faultline llm stream` against `faultline model-server`, both real processes on 127.0.0.1.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real processes and files
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
-use faultline_e2e::{faultline, faultline_bin, stderr, stdout};
+use faultline_e2e::{faultline, logged_requests, stderr, stdout, ModelServerProcess};
 use serde_json::{json, Value};
 
-/// A running `faultline model-server`, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(dir: &std::path::Path, script: Value) -> Server {
-    let script_path = dir.join("script.json");
-    std::fs::write(&script_path, script.to_string()).unwrap();
-    let mut child = Command::new(faultline_bin())
-        .args(["model-server", "--listen", "127.0.0.1:0", "--script"])
-        .arg(&script_path)
-        .arg("--request-log")
-        .arg(dir.join("requests.jsonl"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("server said {line:?}")).to_owned();
-    Server { child, addr }
-}
-
-fn stream(server: &Server, extra: &[&str]) -> (i32, Vec<Value>) {
-    let base = format!("http://{}/v1", server.addr);
+fn stream(server: &ModelServerProcess, extra: &[&str]) -> (i32, Vec<Value>) {
+    let base = server.base_url();
     let output =
         faultline(&[&["llm", "stream", "--base-url", &base, "--model", "m", "--prompt", "hi"], extra].concat());
     let chunks = stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -49,9 +15,9 @@ fn stream(server: &Server, extra: &[&str]) -> (i32, Vec<Value>) {
 #[test]
 fn llm_stream_reproduces_a_normal_turn_a_tool_call_turn_and_a_rate_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_server(
+    let server = ModelServerProcess::start(
         dir.path(),
-        json!({"responses": [
+        &json!({"responses": [
             {"frames": [{"text": "Hel"}, {"text": "lo"}], "finish": "stop"},
             {"frames": [
                 {"tool_call": {"index": 0, "id": "call_1", "name": "send", "arguments": "{\"te"}},
@@ -88,8 +54,7 @@ fn llm_stream_reproduces_a_normal_turn_a_tool_call_turn_and_a_rate_limit() {
         }}})]
     );
 
-    let log = std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap();
-    let requests: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let requests = logged_requests(dir.path());
     assert_eq!(requests.len(), 3);
     let second: Value = serde_json::from_str(requests[1]["body"].as_str().unwrap()).unwrap();
     assert_eq!(second["tools"][0]["function"]["name"], "send");
@@ -99,8 +64,10 @@ fn llm_stream_reproduces_a_normal_turn_a_tool_call_turn_and_a_rate_limit() {
 #[test]
 fn llm_stream_exits_2_for_a_transport_failure_and_1_for_bad_arguments() {
     let dir = tempfile::tempdir().unwrap();
-    let server =
-        start_server(dir.path(), json!({"responses": [{"frames": [{"text": "x"}], "disconnect_after_frames": 0}]}));
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "x"}], "disconnect_after_frames": 0}]}),
+    );
     let (code, chunks) = stream(&server, &[]);
     assert_eq!(code, 2);
     assert_eq!(chunks.last().unwrap()["reason"]["failure"]["code"], "TRANSPORT");
@@ -115,7 +82,8 @@ fn llm_stream_exits_2_for_a_transport_failure_and_1_for_bad_arguments() {
 #[test]
 fn llm_stream_reports_a_missing_credential_without_sending() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_server(dir.path(), json!({"responses": [{"frames": [{"text": "x"}], "finish": "stop"}]}));
+    let server =
+        ModelServerProcess::start(dir.path(), &json!({"responses": [{"frames": [{"text": "x"}], "finish": "stop"}]}));
     let (code, chunks) = stream(&server, &["--api-key-env", "FAULTLINE_TEST_UNSET_KEY"]);
     assert_eq!(code, 2);
     assert_eq!(chunks[0]["reason"]["failure"]["code"], "MISSING_CREDENTIAL");

@@ -1,5 +1,6 @@
 //! The single end-to-end test binary of the workspace: drives the real `faultline` binary.
 
+mod agent_run;
 mod cli;
 mod llm;
 mod transcript;

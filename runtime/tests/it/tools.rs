@@ -164,3 +164,54 @@ async fn a_tool_without_a_deadline_runs_to_completion() {
     .await;
     assert_eq!(code(&panicking), Some(ErrorCode::ToolFailed), "a panic is an error result, never a crash");
 }
+
+/// A real command that ignores SIGTERM: after its deadline it gets SIGTERM, the grace period,
+/// then SIGKILL, and the wrapper still awaits it before reporting TOOL_TIMEOUT.
+#[tokio::test]
+async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::production::{CommandTool, COMMAND_KILL_GRACE_MS};
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("after-kill");
+    let tool = Arc::new(CommandTool::new(CommandToolConfig {
+        name: "stubborn".into(),
+        description: String::new(),
+        parameters: serde_json::json!({"type": "object"}),
+        command: vec!["sh".into(), "-c".into(), format!("trap '' TERM; sleep 30; touch {}", marker.display())],
+        timeout_ms: Some(200),
+        side_effects: true,
+    }));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let started = clock.now();
+    let outcome = run_with_deadline(tool, invocation(), &CancellationToken::new(), &clock).await;
+    let took = clock.now().saturating_duration_since(started);
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+    assert!(took >= Duration::from_millis(200 + COMMAND_KILL_GRACE_MS), "waited for the grace period: {took:?}");
+    assert!(took < Duration::from_secs(20), "and then killed it: {took:?}");
+    assert!(!marker.exists(), "the whole process group died");
+}
+
+#[tokio::test]
+async fn a_command_tool_returns_stdout_or_its_failure() {
+    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::production::CommandTool;
+    let tool = |script: &str| {
+        Arc::new(CommandTool::new(CommandToolConfig {
+            name: "t".into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            timeout_ms: None,
+            side_effects: false,
+        }))
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let ok =
+        run_with_deadline(tool("cat; echo \" $FAULTLINE_CALL_ID\""), invocation(), &CancellationToken::new(), &clock)
+            .await;
+    assert_eq!(ok, CallOutcome::ok("{} c1\n".into()));
+    let failed =
+        run_with_deadline(tool("echo oops >&2; exit 3"), invocation(), &CancellationToken::new(), &clock).await;
+    assert_eq!(code(&failed), Some(ErrorCode::ToolFailed));
+    assert!(format!("{:?}", failed.content).contains("oops"));
+}

@@ -4,6 +4,7 @@
 //! (it reads scenario files, talks to the terminal, and later spawns and kills processes).
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
+mod agent;
 mod llm;
 mod sweep;
 mod transcript;
@@ -32,6 +33,8 @@ enum Command {
     Llm(llm::LlmArgs),
     /// Run the scriptable fake OpenAI-compatible model server.
     ModelServer(llm::ModelServerArgs),
+    /// Run the agent against an OpenAI-compatible endpoint.
+    Agent(agent::AgentArgs),
 }
 
 /// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
@@ -56,5 +59,6 @@ pub fn main() -> ExitCode {
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),
+        Command::Agent(args) => agent::run(&args),
     }
 }

@@ -12,13 +12,72 @@ use std::time::Duration;
 use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
-use faultline_runtime::store::{MemoryStore, SessionId, Store};
+use faultline_runtime::store::{MemoryStore, SessionId, SessionLog, Store};
 use faultline_runtime::{BoxFuture, Seams};
 use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{sim_builder_with_tick, ScriptedEntropy};
+
+/// A memory store whose logs refuse batches holding a `tool/call` when asked to: the tool
+/// path's checkpoint flush then fails.
+#[derive(Debug)]
+struct FailingStore {
+    inner: MemoryStore,
+    fail_tool_calls: bool,
+}
+
+#[derive(Debug)]
+struct FailingLog {
+    inner: Box<dyn SessionLog>,
+    fail_tool_calls: bool,
+}
+
+impl SessionLog for FailingLog {
+    fn id(&self) -> &SessionId {
+        self.inner.id()
+    }
+    fn next_seq(&self) -> u64 {
+        self.inner.next_seq()
+    }
+    fn token(&self) -> u64 {
+        self.inner.token()
+    }
+    fn append(&mut self, batch: &[Record]) -> faultline_runtime::Result<()> {
+        if self.fail_tool_calls && batch.iter().any(|r| matches!(r.event, Event::ToolCall(_))) {
+            return Err(faultline_runtime::Error::io("append", std::io::Error::other("injected EIO")));
+        }
+        self.inner.append(batch)
+    }
+    fn close(self: Box<Self>) -> faultline_runtime::Result<()> {
+        self.inner.close()
+    }
+}
+
+impl Store for FailingStore {
+    fn create(&self, id: &SessionId, created_at: u64) -> faultline_runtime::Result<Box<dyn SessionLog>> {
+        Ok(Box::new(FailingLog { inner: self.inner.create(id, created_at)?, fail_tool_calls: self.fail_tool_calls }))
+    }
+    fn open(
+        &self,
+        id: &SessionId,
+        takeover: faultline_runtime::store::Takeover,
+    ) -> faultline_runtime::Result<faultline_runtime::store::Opened> {
+        let mut opened = self.inner.open(id, takeover)?;
+        opened.log = Box::new(FailingLog { inner: opened.log, fail_tool_calls: self.fail_tool_calls });
+        Ok(opened)
+    }
+    fn inspect(&self, id: &SessionId) -> faultline_runtime::Result<faultline_runtime::store::Inspection> {
+        self.inner.inspect(id)
+    }
+    fn load(&self, id: &SessionId) -> faultline_runtime::Result<faultline_runtime::store::Loaded> {
+        self.inner.load(id)
+    }
+    fn list(&self) -> faultline_runtime::Result<Vec<SessionId>> {
+        self.inner.list()
+    }
+}
 
 /// What a test asks the agent to do.
 #[derive(Clone)]
@@ -33,6 +92,11 @@ struct Spec {
     entropy: Option<Vec<u64>>,
     /// After this many ms, the action runs.
     action: Option<(u64, Action)>,
+    /// Records already in the session, left by a previous (dead) owner: the agent resumes.
+    preload: Option<Vec<Record>>,
+    /// Appends carrying a `tool/call` fail (the tool checkpoint cannot pass).
+    fail_tool_call_appends: bool,
+    max_steps: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +117,9 @@ impl Spec {
             tool_concurrency: 4,
             entropy: None,
             action: None,
+            preload: None,
+            fail_tool_call_appends: false,
+            max_steps: 16,
         }
     }
 }
@@ -92,7 +159,19 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
     if let Some(draws) = &spec.entropy {
         seams.entropy = Arc::new(ScriptedEntropy(Mutex::new(draws.iter().copied().collect())));
     }
-    let store = MemoryStore::new(seams.process.clone());
+    let id = SessionId::new("s").unwrap();
+    let memory = match &spec.preload {
+        None => MemoryStore::new(seams.process.clone()),
+        Some(records) => {
+            // A previous incarnation of this host wrote them and died without closing.
+            let earlier = MemoryStore::new(Arc::new(faultline_sim::SimProcess::new("agent", 0)));
+            let mut log = earlier.create(&id, 0).unwrap();
+            log.append(records).unwrap();
+            drop(log);
+            earlier.as_process(seams.process.clone())
+        }
+    };
+    let store = FailingStore { inner: memory, fail_tool_calls: spec.fail_tool_call_appends };
     let text = format!(
         "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n{}",
         spec.provider
@@ -102,13 +181,13 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
         provider: ProviderConfig,
     }
     let route = from_toml::<File>(&text).unwrap().provider.resolve("provider").unwrap();
-    let id = SessionId::new("s").unwrap();
-    let config = AgentConfig { tool_concurrency: spec.tool_concurrency, ..AgentConfig::default() };
+    let config =
+        AgentConfig { tool_concurrency: spec.tool_concurrency, max_steps: spec.max_steps, ..AgentConfig::default() };
     let agent = Agent::start(
         seams.clone(),
         &store,
         &id,
-        Open::Create,
+        if spec.preload.is_some() { Open::Resume } else { Open::Create },
         Arc::new(LiveProvider::new(route)),
         Arc::new(StaticCredentials(BTreeMap::new())),
         spec.tools.clone(),
@@ -139,8 +218,11 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
         }
     }
     agent.when_idle().await;
-    agent.dispose().await.unwrap();
-    (store.load(&id).unwrap().records, second_dispose, submit_after_dispose)
+    let disposed = agent.dispose().await;
+    if !spec.fail_tool_call_appends {
+        disposed.unwrap();
+    }
+    (store.inner.inspect(&id).unwrap().records, second_dispose, submit_after_dispose)
 }
 
 fn run_real(spec: &Spec) -> Run {
@@ -509,4 +591,105 @@ fn tool_results_feed_the_next_step_and_the_turn_completes() {
         assert!(call < result);
     });
     assert_eq!(executions.load(Ordering::SeqCst), 2, "once per world");
+}
+
+#[test]
+fn a_failing_tool_checkpoint_fails_closed() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", "{}"), Response::text(&["never"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    spec.fail_tool_call_appends = true;
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 0, "no tool body runs without its durable intent");
+    assert_eq!(run.requests.len(), 1, "and no further model request");
+    // The failed batch held the assistant/message and the tool/call (one checkpoint flush):
+    // neither is durable, so the durable log ends at the model-path checkpoint.
+    assert!(run.events("tool/call").is_empty());
+    assert!(run.events("assistant/message").is_empty());
+    assert_eq!(run.records.last().map(|r| r.event.type_name()), Some("request/header"));
+}
+
+#[test]
+fn the_step_budget_ends_the_turn_with_a_summary() {
+    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", "{}")]);
+    spec.script.repeat_last = true;
+    spec.tools = ToolSet::new().with(Arc::new(Counting(Arc::default())));
+    spec.max_steps = 2;
+    spec.provider = policy("\"SERVER\"", 0.0);
+    let run = run_sim(&spec);
+    Validator::validate_all(&run.records).unwrap();
+    match &run.turn_ends()[..] {
+        [TurnEndReason::BudgetExhausted { budget, limit, summary }] => {
+            assert_eq!((budget.as_str(), *limit), ("max_steps", 2));
+            assert!(summary.contains("2 tool calls ran: send (ok), send (ok)"), "{summary}");
+            assert!(summary.contains("Left undone"), "{summary}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run.requests.len(), 2, "retries aside, one request per step");
+}
+
+#[test]
+fn invalid_tool_arguments_become_an_error_result_the_model_reads() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", "{not json"), Response::text(&["sorry"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 0);
+    let second: serde_json::Value = serde_json::from_str(&run.requests[1].body).unwrap();
+    let last = second["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "tool");
+    assert!(last["content"].as_str().unwrap().contains("not valid JSON"), "{last}");
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+}
+
+#[test]
+fn resume_repairs_and_the_model_sees_the_unknown_outcome_without_a_rerun() {
+    // A previous run crashed after the durable tool/call of c1, before its result.
+    let mut log = Vec::new();
+    let mut push = |event: Event, sources: Option<Vec<u64>>| {
+        let mut record = Record::new(log.len() as u64, faultline_sim::SIM_EPOCH_MS, event);
+        record.source_seqs = sources;
+        log.push(record);
+    };
+    push(Event::TurnStart(TurnStart { turn: 1 }), None);
+    push(Event::StepStart(StepRef { turn: 1, step: 1 }), None);
+    push(Event::UserMessage(UserMessage { message: Message::user_text("send it") }), None);
+    let call = ContentBlock::ToolCall { id: "c1".into(), name: "send".into(), arguments: "{}".into() };
+    push(
+        Event::AssistantMessage(AssistantMessage {
+            turn: 1,
+            step: 1,
+            message: Message { role: Role::Assistant, content: vec![call] },
+            usage: None,
+        }),
+        Some(vec![]),
+    );
+    push(
+        Event::ToolCall(ToolCall {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "send".into(),
+            arguments: "{}".into(),
+        }),
+        None,
+    );
+
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![Response::text(&["I will check first"])]);
+    spec.preload = Some(log);
+    spec.prompts = vec!["did it go out?"];
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    let run = run_sim(&spec);
+    Validator::validate_all(&run.records).unwrap();
+    assert_eq!(executions.load(Ordering::SeqCst), 0, "an unknown outcome is never re-run by the runtime");
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Interrupted, TurnEndReason::Completed]);
+    let header = run.events("request/header");
+    assert!(matches!(&header[0].event, Event::RequestHeader(h) if h.reason == HeaderReason::Initial));
+    let body: serde_json::Value = serde_json::from_str(&run.requests[0].body).unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    let tool = messages.iter().find(|m| m["role"] == "tool").expect("the closer is a tool result");
+    assert_eq!(tool["tool_call_id"], "c1");
+    assert!(tool["content"].as_str().unwrap().contains("outcome is unknown"), "{tool}");
 }

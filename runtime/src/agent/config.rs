@@ -1,0 +1,124 @@
+//! The agent's configuration file (TOML): `[provider]`, optional `[agent]`, `[[tools]]`
+//! declared as external commands.
+
+use serde::Deserialize;
+
+use crate::llm::{from_toml, ConfigError, ProviderConfig, ResolvedProvider};
+
+/// Longest accepted command-tool timeout: one hour.
+pub const TOOL_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
+/// The whole file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFile {
+    /// The model route.
+    pub provider: ProviderConfig,
+    /// Agent knobs.
+    #[serde(default)]
+    pub agent: AgentSection,
+    /// Tools run as external commands.
+    #[serde(default)]
+    pub tools: Vec<CommandToolConfig>,
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    /// System prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Steps per turn (default 16).
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    /// Tool calls at once (default 4).
+    #[serde(default)]
+    pub tool_concurrency: Option<usize>,
+}
+
+/// `[[tools]]`: a command that receives the arguments JSON on stdin and
+/// `FAULTLINE_SESSION_ID`, `FAULTLINE_CALL_ID`, `FAULTLINE_EXECUTION_ID` in its environment;
+/// stdout is the result, a non-zero exit an error result.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandToolConfig {
+    /// Tool name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of the arguments.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: serde_json::Value,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Cooperative deadline; on expiry: SIGTERM, a grace period, SIGKILL.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Whether it changes the outside world.
+    #[serde(default)]
+    pub side_effects: bool,
+}
+
+fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// A validated agent configuration.
+#[derive(Debug, Clone)]
+pub struct ResolvedAgentFile {
+    /// The route.
+    pub provider: ResolvedProvider,
+    /// The raw provider table (for live updates).
+    pub provider_config: ProviderConfig,
+    /// Agent knobs.
+    pub agent: AgentSection,
+    /// Tools.
+    pub tools: Vec<CommandToolConfig>,
+}
+
+impl AgentFile {
+    /// Parses and validates a config file's text.
+    pub fn parse(text: &str) -> Result<ResolvedAgentFile, ConfigError> {
+        let file: AgentFile = from_toml(text)?;
+        let provider = file.provider.resolve("provider")?;
+        if let Some(steps) = file.agent.max_steps {
+            if !(1..=1000).contains(&steps) {
+                return Err(ConfigError { path: "agent.max_steps".into(), message: "must be within 1..=1000".into() });
+            }
+        }
+        if let Some(n) = file.agent.tool_concurrency {
+            if !(1..=64).contains(&n) {
+                return Err(ConfigError {
+                    path: "agent.tool_concurrency".into(),
+                    message: "must be within 1..=64".into(),
+                });
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, tool) in file.tools.iter().enumerate() {
+            let at = |field: &str| format!("tools[{i}].{field}");
+            if tool.name.is_empty() || !tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                return Err(ConfigError { path: at("name"), message: "must be 1+ characters of [A-Za-z0-9_-]".into() });
+            }
+            if !names.insert(tool.name.clone()) {
+                return Err(ConfigError { path: at("name"), message: format!("duplicate tool name {:?}", tool.name) });
+            }
+            if tool.command.is_empty() || tool.command[0].is_empty() {
+                return Err(ConfigError { path: at("command"), message: "must name a program".into() });
+            }
+            if !tool.parameters.is_object() {
+                return Err(ConfigError { path: at("parameters"), message: "must be a JSON-schema object".into() });
+            }
+            if let Some(ms) = tool.timeout_ms {
+                if !(1..=TOOL_TIMEOUT_MS_MAX).contains(&ms) {
+                    return Err(ConfigError {
+                        path: at("timeout_ms"),
+                        message: format!("must be within 1..={TOOL_TIMEOUT_MS_MAX}"),
+                    });
+                }
+            }
+        }
+        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools: file.tools })
+    }
+}

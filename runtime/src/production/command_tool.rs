@@ -1,0 +1,144 @@
+//! Tools that run external commands (`[[tools]] command = [...]`).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{CommandToolConfig, Tool, ToolInvocation, ToolOutput, TOOL_OUTPUT_BYTES_MAX};
+use crate::event::ToolSchema;
+use crate::seams::BoxFuture;
+
+/// Grace between SIGTERM and SIGKILL when a command is cancelled or times out.
+pub const COMMAND_KILL_GRACE_MS: u64 = 2_000;
+/// Stderr kept for an error result, in bytes.
+const STDERR_BYTES_MAX: usize = 4096;
+
+/// A tool backed by an external command, run in its own process group so that a cancel
+/// reaches every process it started.
+#[derive(Debug, Clone)]
+pub struct CommandTool {
+    config: CommandToolConfig,
+}
+
+impl CommandTool {
+    /// A tool from its declaration.
+    pub fn new(config: CommandToolConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Tool for CommandTool {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema {
+            name: self.config.name.clone(),
+            description: self.config.description.clone(),
+            parameters: self.config.parameters.clone(),
+        }
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.config.timeout_ms.map(Duration::from_millis)
+    }
+
+    fn side_effects(&self) -> bool {
+        self.config.side_effects
+    }
+
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let config = self.config.clone();
+        Box::pin(async move { run(config, invocation, cancel).await })
+    }
+}
+
+async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: CancellationToken) -> ToolOutput {
+    let mut command = tokio::process::Command::new(&config.command[0]);
+    command
+        .args(&config.command[1..])
+        .env("FAULTLINE_SESSION_ID", &invocation.session)
+        .env("FAULTLINE_CALL_ID", &invocation.call_id)
+        .env("FAULTLINE_EXECUTION_ID", &invocation.execution_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return ToolOutput::Failed(format!("could not start {:?}: {e}", config.command[0])),
+    };
+    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let arguments = invocation.arguments.to_string();
+    let mut stdin = child.stdin.take();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let feed = async move {
+        if let Some(stdin) = stdin.as_mut() {
+            let _ = stdin.write_all(arguments.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        }
+    };
+    // Both pipes are drained at once: a command that fills one while we wait on the other
+    // would otherwise block forever.
+    let collect = async move {
+        let read_out = async {
+            let mut out = Vec::new();
+            if let Some(stdout) = stdout.as_mut() {
+                let _ = stdout.take((TOOL_OUTPUT_BYTES_MAX + 1) as u64).read_to_end(&mut out).await;
+                // Keep reading past the cap (discarding) so the command never blocks on a full pipe.
+                let _ = tokio::io::copy(stdout, &mut tokio::io::sink()).await;
+            }
+            out
+        };
+        let read_err = async {
+            let mut err = Vec::new();
+            if let Some(stderr) = stderr.as_mut() {
+                let _ = stderr.take(STDERR_BYTES_MAX as u64).read_to_end(&mut err).await;
+                let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
+            }
+            err
+        };
+        tokio::join!(read_out, read_err)
+    };
+    let work = async {
+        let ((), (out, err)) = tokio::join!(feed, collect);
+        let status = child.wait().await;
+        (status, out, err)
+    };
+    tokio::pin!(work);
+    tokio::select! {
+        (status, out, err) = &mut work => {
+            let stdout = String::from_utf8_lossy(&out).into_owned();
+            match status {
+                Ok(status) if status.success() => ToolOutput::Ok(stdout),
+                Ok(status) => {
+                    let stderr = String::from_utf8_lossy(&err);
+                    ToolOutput::Failed(format!("command exited with {status}: {}", stderr.trim()))
+                }
+                Err(e) => ToolOutput::Failed(format!("waiting for the command: {e}")),
+            }
+        }
+        () = cancel.cancelled() => {
+            // SIGTERM the whole group, give it a grace period, then SIGKILL — and still wait
+            // for it: an abandoned process may still be performing its side effect.
+            if let Some(pgid) = pgid {
+                let _ = killpg(pgid, Signal::SIGTERM);
+            }
+            let grace = tokio::time::sleep(Duration::from_millis(COMMAND_KILL_GRACE_MS));
+            tokio::pin!(grace);
+            tokio::select! {
+                _ = &mut work => {}
+                () = &mut grace => {
+                    if let Some(pgid) = pgid {
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                    }
+                    let _ = work.await;
+                }
+            }
+            ToolOutput::Aborted("the command was stopped (SIGTERM, then SIGKILL after the grace period)".into())
+        }
+    }
+}

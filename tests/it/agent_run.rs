@@ -1,0 +1,178 @@
+//! `faultline agent run` against `faultline model-server`, with a real command tool.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real processes and files
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use faultline_e2e::{faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
+use serde_json::{json, Value};
+
+fn config(dir: &Path, base_url: &str, extra: &str) -> std::path::PathBuf {
+    let log = dir.join("sent.log");
+    let text = format!(
+        r#"
+[provider]
+preset = "openai-compatible"
+base_url = "{base_url}"
+model = "test-model"
+idle_timeout_ms = 60000
+
+[provider.retry_policy]
+mode = "normal"
+max_retries = 2
+retryable_codes = ["RATE_LIMIT", "SERVER", "TRANSPORT", "TIMEOUT", "EMPTY_RESPONSE"]
+
+[provider.retry_policy.backoff]
+initial_delay_ms = 50
+max_delay_ms = 1000
+jitter_ratio = 0.1
+
+[[tools]]
+name = "send_message"
+description = "Send a message to the team channel"
+parameters = {{ type = "object", properties = {{ text = {{ type = "string" }} }}, required = ["text"] }}
+command = ["sh", "-c", "cat >> {log}; echo \" $FAULTLINE_SESSION_ID $FAULTLINE_CALL_ID\" >> {log}; echo delivered"]
+timeout_ms = 5000
+side_effects = true
+{extra}"#,
+        log = log.display()
+    );
+    let path = dir.join("agent.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn agent_run(config: &Path, sessions: &Path, store: &str, extra: &[&str]) -> (i32, Value, String) {
+    let output = faultline(
+        &[
+            &[
+                "agent",
+                "run",
+                "--config",
+                config.to_str().unwrap(),
+                "--session-dir",
+                sessions.to_str().unwrap(),
+                "--store",
+                store,
+                "--json",
+            ],
+            extra,
+        ]
+        .concat(),
+    );
+    let summary = serde_json::from_str(stdout(&output).trim()).unwrap_or(Value::Null);
+    (output.status.code().unwrap(), summary, stderr(&output))
+}
+
+#[test]
+fn a_full_tool_calling_turn_then_a_resumed_turn_on_every_store() {
+    for store in ["jsonl", "zstd", "sqlite"] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ModelServerProcess::start(
+            dir.path(),
+            &json!({"responses": [
+                {"frames": [{"tool_call": {"index": 0, "id": "call_1", "name": "send_message", "arguments": "{\"text\":\"hi team\"}"}}], "finish": "tool_calls"},
+                {"frames": [{"text": "Sent it."}], "finish": "stop"},
+                {"frames": [{"text": "Second answer."}], "finish": "stop"}
+            ]}),
+        );
+        let config = config(dir.path(), &server.base_url(), "");
+        let sessions = dir.path().join("sessions");
+
+        let (code, summary, err) =
+            agent_run(&config, &sessions, store, &["--session", "s1", "--prompt", "tell the team hi"]);
+        assert_eq!(code, 0, "{store}: {err}");
+        assert_eq!(summary["session"], "s1");
+        assert_eq!(summary["turn"], 1);
+        assert_eq!(summary["end_reason"], json!({"kind": "completed"}));
+        assert_eq!(summary["assistant_text"], "Sent it.");
+        assert_eq!(summary["tool_calls"], json!([{"name": "send_message", "code": null}]));
+        let sent = std::fs::read_to_string(dir.path().join("sent.log")).unwrap();
+        assert_eq!(
+            sent, "{\"text\":\"hi team\"} s1 call_1\n",
+            "{store}: the tool ran once with its arguments and environment"
+        );
+
+        let (code, summary, err) =
+            agent_run(&config, &sessions, store, &["--session", "s1", "--resume", "--prompt", "anything else?"]);
+        assert_eq!(code, 0, "{store}: {err}");
+        assert_eq!(summary["turn"], 2);
+        assert_eq!(summary["assistant_text"], "Second answer.");
+        let requests = logged_requests(dir.path());
+        assert_eq!(requests.len(), 3);
+        let third: Value = serde_json::from_str(requests[2]["body"].as_str().unwrap()).unwrap();
+        let roles: Vec<&str> =
+            third["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            vec!["user", "assistant", "tool", "assistant", "user"],
+            "{store}: the resumed request carries the history"
+        );
+        assert_eq!(std::fs::read_to_string(dir.path().join("sent.log")).unwrap(), sent, "{store}: nothing re-ran");
+    }
+}
+
+#[test]
+fn exit_statuses_for_error_bad_config_and_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"status": 401, "body": "{\"error\":{\"message\":\"bad key\"}}"}]}),
+    );
+    let config = config(dir.path(), &server.base_url(), "");
+    let sessions = dir.path().join("sessions");
+    let (code, summary, _) = agent_run(&config, &sessions, "jsonl", &["--prompt", "hi"]);
+    assert_eq!(code, 2);
+    assert_eq!(summary["end_reason"]["kind"], "error");
+    assert_eq!(summary["end_reason"]["error"]["code"], "AUTH");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(&config).unwrap().replace("model = \"test-model\"", "model = \"m\"\nmodle = \"typo\""),
+    )
+    .unwrap();
+    let (code, _, err) = agent_run(&bad, &sessions, "jsonl", &["--prompt", "hi"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("provider.modle: unknown key"), "{err}");
+
+    let (code, _, err) = agent_run(&config, &sessions, "jsonl", &["--resume", "--prompt", "hi"]);
+    assert_eq!(code, 1, "--resume needs --session: {err}");
+    let (code, _, err) =
+        agent_run(&config, &sessions, "jsonl", &["--session", "missing", "--resume", "--prompt", "hi"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not found"), "{err}");
+}
+
+#[test]
+fn ctrl_c_cancels_the_turn_gracefully_and_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "thinking"}, {"text": "never"}], "stall_after_frames": 1}]}),
+    );
+    let config = config(dir.path(), &server.base_url(), "");
+    let sessions = dir.path().join("sessions");
+    let child = Command::new(faultline_bin())
+        .args(["agent", "run", "--config", config.to_str().unwrap(), "--session-dir", sessions.to_str().unwrap()])
+        .args(["--session", "c1", "--prompt", "take your time", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) until the model server has the request: the turn is in flight.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while logged_requests(dir.path()).is_empty() {
+        assert!(Instant::now() < deadline, "the request never reached the server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
+    let summary: Value = serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    assert_eq!(summary["end_reason"], json!({"kind": "aborted", "cause": "user"}));
+    let inspect = faultline(&["transcript", "inspect", sessions.join("c1").to_str().unwrap(), "--json"]);
+    assert_eq!(inspect.status.code(), Some(0), "drained and flushed: nothing to repair: {}", stdout(&inspect));
+}
