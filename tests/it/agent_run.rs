@@ -145,8 +145,8 @@ fn exit_statuses_for_error_bad_config_and_bad_arguments() {
     assert!(err.contains("not found"), "{err}");
 }
 
-#[test]
-fn ctrl_c_cancels_the_turn_gracefully_and_exits_130() {
+/// Starts a turn that stalls, waits until its request reached the server, sends `signal`.
+fn signal_mid_turn(signal: &str, session: &str) -> (Option<i32>, Value, std::path::PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let server = ModelServerProcess::start(
         dir.path(),
@@ -156,7 +156,7 @@ fn ctrl_c_cancels_the_turn_gracefully_and_exits_130() {
     let sessions = dir.path().join("sessions");
     let child = Command::new(faultline_bin())
         .args(["agent", "run", "--config", config.to_str().unwrap(), "--session-dir", sessions.to_str().unwrap()])
-        .args(["--session", "c1", "--prompt", "take your time", "--json"])
+        .args(["--session", session, "--prompt", "take your time", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -167,12 +167,28 @@ fn ctrl_c_cancels_the_turn_gracefully_and_exits_130() {
         assert!(Instant::now() < deadline, "the request never reached the server");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
-    let summary: Value = serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    let summary: Value = serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim()).unwrap_or(Value::Null);
+    drop(server);
+    (output.status.code(), summary, sessions.join(session), dir)
+}
+
+#[test]
+fn ctrl_c_cancels_the_turn_gracefully_and_exits_130() {
+    let (code, summary, session_dir, _dir) = signal_mid_turn("-INT", "c1");
+    assert_eq!(code, Some(130));
     assert_eq!(summary["end_reason"], json!({"kind": "aborted", "cause": "user"}));
-    let inspect = faultline(&["transcript", "inspect", sessions.join("c1").to_str().unwrap(), "--json"]);
+    let inspect = faultline(&["transcript", "inspect", session_dir.to_str().unwrap(), "--json"]);
     assert_eq!(inspect.status.code(), Some(0), "drained and flushed: nothing to repair: {}", stdout(&inspect));
+}
+
+#[test]
+fn sigterm_aborts_the_turn_gracefully_and_exits_3() {
+    let (code, summary, session_dir, _dir) = signal_mid_turn("-TERM", "t1");
+    assert_eq!(code, Some(3));
+    assert_eq!(summary["end_reason"]["kind"], "aborted");
+    let inspect = faultline(&["transcript", "inspect", session_dir.to_str().unwrap(), "--json"]);
+    assert_eq!(inspect.status.code(), Some(0), "{}", stdout(&inspect));
 }

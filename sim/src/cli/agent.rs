@@ -35,8 +35,8 @@ pub struct AgentArgs {
 
 #[derive(Debug, Subcommand)]
 enum AgentCommand {
-    /// Run one turn. Exit 0 completed, 2 error, 3 aborted or interrupted, 1 bad arguments or
-    /// config, 130 after Ctrl-C.
+    /// Run one turn. Exit 0 completed, 2 error, 3 aborted (SIGTERM) or interrupted, 1 bad
+    /// arguments or config, 130 after Ctrl-C.
     Run(RunArgs),
 }
 
@@ -91,6 +91,13 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         Err(e) => return bad(e),
     };
     runtime.block_on(async move {
+        // Signal handlers go in first, before any request can leave: Ctrl-C (a person) exits
+        // 130; SIGTERM (a supervisor) aborts the turn the same graceful way and exits 3.
+        use tokio::signal::unix::{signal, SignalKind};
+        let (mut interrupt, mut terminate) = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(interrupt), Ok(terminate)) => (interrupt, terminate),
+            (Err(e), _) | (_, Err(e)) => return bad(format!("installing signal handlers: {e}")),
+        };
         let seams = production::seams();
         let id = match &args.session {
             Some(id) => SessionId::new(id.as_str()),
@@ -139,10 +146,15 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         }
         let interrupted = tokio::select! {
             () = agent.when_idle() => false,
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 agent.cancel();
                 agent.when_idle().await;
                 true
+            }
+            _ = terminate.recv() => {
+                agent.cancel();
+                agent.when_idle().await;
+                false
             }
         };
         let outcome = agent.last_outcome();
