@@ -8,6 +8,7 @@ pub mod agent;
 mod error;
 pub mod event;
 pub mod llm;
+pub mod outbox;
 pub mod production;
 mod seams;
 pub mod store;

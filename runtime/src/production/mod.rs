@@ -13,6 +13,7 @@ mod entropy;
 mod fs;
 mod net;
 mod process;
+mod sqlite_outbox;
 mod sqlite_store;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;
 pub use process::OsProcess;
+pub use sqlite_outbox::SqliteOutbox;
 pub use sqlite_store::SqliteStore;
 
 use crate::seams::Seams;

@@ -57,14 +57,14 @@ pub(crate) fn materialise(seams: &Seams, path: &Path, bytes: &[u8]) -> Result<()
 }
 
 /// Truncates `path` to `len` and fsyncs it.
-fn truncate_durably(file: &mut dyn FsFile, len: u64) -> io::Result<()> {
+pub(crate) fn truncate_durably(file: &mut dyn FsFile, len: u64) -> io::Result<()> {
     file.set_len(len)?;
     file.sync()
 }
 
 /// Appends `bytes` and fsyncs; on failure truncates back to `prev_len` and fsyncs, reporting
 /// both errors if the rollback fails too.
-fn append_durably(file: &mut dyn FsFile, prev_len: u64, bytes: &[u8]) -> Result<()> {
+pub(crate) fn append_durably(file: &mut dyn FsFile, prev_len: u64, bytes: &[u8]) -> Result<()> {
     let write = file.write_all(bytes).and_then(|()| file.sync());
     match write {
         Ok(()) => Ok(()),

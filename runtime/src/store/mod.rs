@@ -17,7 +17,7 @@ mod zstd_frames;
 
 use serde::Serialize;
 
-pub(crate) use file::check_batch;
+pub(crate) use file::{append_durably, check_batch, create_dir_all_durable, materialise, truncate_durably};
 pub use file::{inspect_file, repair_file, FileStore};
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};

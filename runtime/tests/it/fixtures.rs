@@ -41,7 +41,10 @@ impl Process for TestProcess {
     }
 
     fn liveness(&self, owner: &OwnerIdentity) -> Liveness {
-        if self.dead.lock().unwrap().contains(&owner.instance) {
+        // Components suffix their own instance ids (`worker-a/outbox-…`); the process is the
+        // part before the first `/`, as pid + start time is for the real process.
+        let process = owner.instance.split('/').next().unwrap_or_default();
+        if self.dead.lock().unwrap().contains(process) {
             Liveness::Dead
         } else {
             Liveness::Alive

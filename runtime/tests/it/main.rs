@@ -4,6 +4,7 @@ mod event_model;
 mod fixtures;
 mod llm_config;
 mod llm_sse;
+mod outbox_contract;
 mod store_contract;
 mod store_scan;
 mod support;

@@ -1,0 +1,203 @@
+//! The delivery queue (outbox) for side effects whose receipt can be lost (SPEC §8, seed 004).
+//!
+//! State machine: `pending → delivering → delivered | failed | unknown`. Every transition is
+//! durable before it is acknowledged. A row is claimed at most once; a claimed row whose
+//! receipt is lost becomes `unknown` and is never claimed again — only an operator resolves
+//! it (delivered, failed, or a resend under a *new* execution id).
+
+mod drain;
+mod journal;
+mod redact;
+mod tool;
+
+use serde::{Deserialize, Serialize};
+
+pub use drain::{drain, enqueue_and_wait, Deliverer, DeliveryError, DrainReport, WaitOutcome};
+pub use journal::JournalOutbox;
+pub use redact::redact;
+pub use tool::OutboxTool;
+
+use crate::seams::OwnerIdentity;
+use crate::Result;
+
+/// Longest payload accepted, in bytes.
+pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+/// Longest stored error or result text, in bytes.
+pub const OUTCOME_TEXT_BYTES_MAX: usize = 4096;
+/// Longest execution id, in bytes.
+pub const EXECUTION_ID_BYTES_MAX: usize = 512;
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Queued, not yet claimed.
+    Pending,
+    /// Claimed by an owner; the send may be under way.
+    Delivering,
+    /// The receiver confirmed it.
+    Delivered,
+    /// The receiver refused it, or it was cancelled before any send.
+    Failed,
+    /// Claimed, but the receipt was lost: it may or may not have happened. Never retried.
+    Unknown,
+}
+
+impl DeliveryStatus {
+    /// Terminal statuses drop their payload and may be pruned to tombstones.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, DeliveryStatus::Delivered | DeliveryStatus::Failed | DeliveryStatus::Unknown)
+    }
+
+    /// `delivered` and `failed` rows drop their payload. An `unknown` row keeps it until an
+    /// operator resolves it, because a resend needs it.
+    pub fn drops_payload(self) -> bool {
+        matches!(self, DeliveryStatus::Delivered | DeliveryStatus::Failed)
+    }
+
+    /// Parses the snake_case name.
+    pub fn parse(text: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(text.to_owned())).ok()
+    }
+}
+
+impl std::fmt::Display for DeliveryStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = serde_json::to_value(self).expect("statuses serialise");
+        f.write_str(text.as_str().unwrap_or("?"))
+    }
+}
+
+/// One row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Stable id of the effect (session:turn:step:call).
+    pub execution_id: String,
+    /// Status.
+    pub status: DeliveryStatus,
+    /// The payload (dropped once delivered or failed).
+    pub payload: Option<String>,
+    /// Who claimed it.
+    pub owner: Option<OwnerIdentity>,
+    /// The receiver's answer (delivered rows).
+    pub result: Option<String>,
+    /// Why it failed or is unknown (redacted).
+    pub error: Option<String>,
+    /// Whether it was ever claimed.
+    pub claimed: bool,
+    /// The execution id this one re-sends, if it is an operator resend.
+    pub resend_of: Option<String>,
+    /// Epoch ms of the last transition.
+    pub updated_at: u64,
+}
+
+/// What `enqueue` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new pending row.
+    New,
+    /// The id exists: nothing changed (the first payload wins).
+    Existing(DeliveryStatus),
+    /// The id was pruned: its tombstone keeps it from being enqueued again.
+    Tombstoned(DeliveryStatus),
+}
+
+/// A claimed row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The id.
+    pub execution_id: String,
+    /// Its payload.
+    pub payload: String,
+}
+
+/// How a delivery ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// Confirmed, with the receiver's answer.
+    Delivered(String),
+    /// Refused, with the reason (stored redacted).
+    Failed(String),
+    /// The receipt was lost (timeout, crash, broken connection after the send).
+    Unknown(String),
+}
+
+/// An operator's resolution of an `unknown` row, after checking the receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It did happen.
+    Delivered,
+    /// It did not happen and should not.
+    Failed(String),
+    /// It did not happen: send it again under a new id linked to this one.
+    Resend,
+}
+
+/// A durable delivery queue. Every method's transition is durable when it returns `Ok`.
+pub trait Outbox: Send + Sync {
+    /// This queue's owner identity (recorded on claims).
+    fn identity(&self) -> OwnerIdentity;
+
+    /// Adds a pending row; the first payload for an id wins; a tombstoned id inserts nothing.
+    fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued>;
+
+    /// Atomically claims the oldest `pending` row for this owner.
+    fn claim_next(&self) -> Result<Option<Claim>>;
+
+    /// Finishes a row this owner is delivering. Fenced on `status = delivering AND owner =
+    /// me`: returns `false` (changing nothing) otherwise. Delivered and failed rows drop their
+    /// payload.
+    fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool>;
+
+    /// One row.
+    fn get(&self, execution_id: &str) -> Result<Option<Delivery>>;
+
+    /// Rows (optionally of one status), oldest first.
+    fn list(&self, status: Option<DeliveryStatus>) -> Result<Vec<Delivery>>;
+
+    /// Turns `delivering` rows whose owner is gone — another process that exited, or a claim
+    /// of this queue that its drain dropped unfinished — into `unknown` ("exited during
+    /// delivery; outcome unknown; not retried"). Returns their ids.
+    fn recover_abandoned(&self) -> Result<Vec<String>>;
+
+    /// Marks a claim of this queue as no longer handled (its drain stopped between the send
+    /// and `finish`). The next `recover_abandoned` makes it `unknown`.
+    fn abandon(&self, execution_id: &str);
+
+    /// Turns a `delivering` row into `unknown` (a wait deadline passed), or a never-claimed
+    /// `pending` row into `failed` (crash repair closed its call as not started). Returns the
+    /// resulting status.
+    fn settle(&self, execution_id: &str, reason: &str) -> Result<Option<DeliveryStatus>>;
+
+    /// Moves terminal rows last changed before `before_ms` to tombstones. Returns how many.
+    fn prune(&self, before_ms: u64) -> Result<usize>;
+
+    /// An operator resolves an `unknown` row. A resend enqueues `<id>#resend-<n>` (a new id,
+    /// never the old one) with the original payload and returns it.
+    fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>>;
+}
+
+/// Truncates stored outcome text (for backends).
+pub fn clip(text: &str) -> String {
+    let mut end = text.len().min(OUTCOME_TEXT_BYTES_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// Checks an execution id and payload before they are stored (for backends).
+pub fn check_enqueue(execution_id: &str, payload: &str) -> Result<()> {
+    if execution_id.is_empty()
+        || execution_id.len() > EXECUTION_ID_BYTES_MAX
+        || execution_id.chars().any(char::is_control)
+    {
+        return Err(crate::Error::BadBatch(format!(
+            "execution id must be 1..={EXECUTION_ID_BYTES_MAX} printable bytes"
+        )));
+    }
+    if payload.len() > PAYLOAD_BYTES_MAX {
+        return Err(crate::Error::BadBatch(format!("payload exceeds {PAYLOAD_BYTES_MAX} bytes")));
+    }
+    Ok(())
+}

@@ -1,0 +1,336 @@
+//! The delivery-queue contract (SPEC §8): every test runs on the journal (Fs seam) and the
+//! SQLite backend, reproducing the experiment table of seed 004 §15.4.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::outbox::*;
+use faultline_runtime::production::{self, SqliteOutbox, SystemClock};
+use faultline_runtime::{BoxFuture, Clock, Process};
+
+use crate::fixtures::{seams_with, FaultyFs, TestProcess};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Journal,
+    Sqlite,
+}
+
+struct Bench {
+    kind: Kind,
+    dir: tempfile::TempDir,
+    world: Arc<Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl Bench {
+    fn new(kind: Kind) -> Self {
+        Self { kind, dir: tempfile::tempdir().unwrap(), world: TestProcess::world() }
+    }
+
+    fn process(&self, name: &str) -> Arc<TestProcess> {
+        TestProcess::new(name, &self.world)
+    }
+
+    /// The queue as opened by `process` (a fresh open replays the journal).
+    fn open(&self, process: &Arc<TestProcess>) -> Arc<dyn Outbox> {
+        let process: Arc<dyn Process> = process.clone();
+        match self.kind {
+            Kind::Journal => {
+                let seams = seams_with(process, Arc::new(FaultyFs::default()));
+                Arc::new(JournalOutbox::open(seams, self.dir.path().join("outbox").join("journal.jsonl")).unwrap())
+            }
+            Kind::Sqlite => {
+                let seams = production::seams();
+                Arc::new(
+                    SqliteOutbox::open(
+                        self.dir.path().join("outbox.sqlite"),
+                        process,
+                        seams.clock,
+                        seams.entropy.as_ref(),
+                    )
+                    .unwrap(),
+                )
+            }
+        }
+    }
+}
+
+const KINDS: [Kind; 2] = [Kind::Journal, Kind::Sqlite];
+
+/// A receiver that records every send and answers as scripted.
+#[derive(Default)]
+struct Receiver {
+    sends: Mutex<Vec<String>>,
+    answers: Mutex<BTreeMap<String, Result<String, DeliveryError>>>,
+    panic_after_send: bool,
+}
+
+impl Receiver {
+    fn sends(&self) -> Vec<String> {
+        self.sends.lock().unwrap().clone()
+    }
+}
+
+struct Shared(Arc<Receiver>);
+
+impl Deliverer for Shared {
+    fn deliver(&self, execution_id: &str, payload: &str) -> BoxFuture<'static, Result<String, DeliveryError>> {
+        let receiver = self.0.clone();
+        receiver.sends.lock().unwrap().push(format!("{execution_id}={payload}"));
+        let answer = receiver.answers.lock().unwrap().remove(execution_id).unwrap_or(Ok("ack".into()));
+        let panic = receiver.panic_after_send;
+        Box::pin(async move {
+            if panic {
+                panic!("the process blew up after the send, before finish");
+            }
+            answer
+        })
+    }
+}
+
+fn clock() -> Arc<dyn Clock> {
+    Arc::new(SystemClock::new())
+}
+
+async fn drain_with(outbox: &Arc<dyn Outbox>, receiver: &Arc<Receiver>) -> DrainReport {
+    drain(outbox.as_ref(), &Shared(receiver.clone())).await.unwrap()
+}
+
+#[tokio::test]
+async fn duplicate_enqueue_keeps_the_first_content() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        assert_eq!(q.enqueue("x1", "first").unwrap(), Enqueued::New);
+        assert_eq!(q.enqueue("x1", "second").unwrap(), Enqueued::Existing(DeliveryStatus::Pending), "{kind:?}");
+        assert_eq!(q.get("x1").unwrap().unwrap().payload.as_deref(), Some("first"));
+    }
+}
+
+#[tokio::test]
+async fn a_zero_wait_on_an_unclaimed_row_defers_and_the_next_drain_sends_it() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        let waited = enqueue_and_wait(&q, &clock(), "x1", "hello", Duration::ZERO).await.unwrap();
+        assert_eq!(waited, WaitOutcome::Deferred, "{kind:?}");
+        assert_eq!(q.get("x1").unwrap().unwrap().status, DeliveryStatus::Pending, "a deferral is not a failure");
+        let receiver = Arc::new(Receiver::default());
+        assert_eq!(drain_with(&q, &receiver).await.delivered, vec!["x1".to_owned()]);
+        assert_eq!(receiver.sends(), vec!["x1=hello".to_owned()]);
+    }
+}
+
+#[tokio::test]
+async fn a_claim_whose_owner_exits_stays_delivering_until_recovery_then_is_unknown() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let a = bench.process("worker-a");
+        let q = bench.open(&a);
+        q.enqueue("x1", "hello").unwrap();
+        assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
+        drop(q);
+        a.kill(); // exited without a result
+        let b = bench.open(&bench.process("worker-b"));
+        assert_eq!(
+            b.get("x1").unwrap().unwrap().status,
+            DeliveryStatus::Delivering,
+            "{kind:?}: claim and finish are two transitions"
+        );
+        assert_eq!(b.recover_abandoned().unwrap(), vec!["x1".to_owned()]);
+        let row = b.get("x1").unwrap().unwrap();
+        assert_eq!(row.status, DeliveryStatus::Unknown);
+        assert!(row.error.unwrap().contains("not retried"));
+        let receiver = Arc::new(Receiver::default());
+        drain_with(&b, &receiver).await;
+        assert!(receiver.sends().is_empty(), "{kind:?}: never resent");
+    }
+}
+
+#[tokio::test]
+async fn a_zero_wait_on_a_claimed_row_makes_it_unknown() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        q.claim_next().unwrap();
+        let waited = enqueue_and_wait(&q, &clock(), "x1", "hello", Duration::ZERO).await.unwrap();
+        assert!(matches!(waited, WaitOutcome::Unknown(_)), "{kind:?}: {waited:?}");
+        assert_eq!(q.get("x1").unwrap().unwrap().status, DeliveryStatus::Unknown);
+        // The late answer of the original delivery is fenced out.
+        assert!(!q.finish("x1", Finish::Delivered("late".into())).unwrap(), "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn re_enqueueing_an_unknown_id_stays_unknown_and_is_never_claimed() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        q.claim_next().unwrap();
+        q.settle("x1", "deadline passed").unwrap();
+        assert_eq!(q.enqueue("x1", "hello again").unwrap(), Enqueued::Existing(DeliveryStatus::Unknown), "{kind:?}");
+        assert_eq!(q.claim_next().unwrap(), None, "{kind:?}: unknown rows are never claimable");
+    }
+}
+
+#[tokio::test]
+async fn success_completes_and_clears_the_payload_and_a_second_drain_sends_nothing() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        let receiver = Arc::new(Receiver::default());
+        drain_with(&q, &receiver).await;
+        let row = q.get("x1").unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.payload, row.result.as_deref()),
+            (DeliveryStatus::Delivered, None, Some("ack")),
+            "{kind:?}"
+        );
+        let second = drain_with(&q, &receiver).await;
+        assert_eq!(second, DrainReport::default(), "{kind:?}");
+        assert_eq!(receiver.sends().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_rejection_records_failed_with_a_redacted_reason() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        let receiver = Arc::new(Receiver::default());
+        receiver.answers.lock().unwrap().insert(
+            "x1".into(),
+            Err(DeliveryError::Rejected(
+                "403 from https://bot:s3cret@hooks.example/x?token=abc123 with Bearer sk-live-ABCDEFGH".into(),
+            )),
+        );
+        assert_eq!(drain_with(&q, &receiver).await.failed, vec!["x1".to_owned()]);
+        let row = q.get("x1").unwrap().unwrap();
+        assert_eq!(row.status, DeliveryStatus::Failed);
+        let error = row.error.unwrap();
+        for secret in ["s3cret", "abc123", "sk-live-ABCDEFGH"] {
+            assert!(!error.contains(secret), "{kind:?}: {error}");
+        }
+        assert!(error.contains("403"), "{error}");
+        assert_eq!(row.payload, None);
+    }
+}
+
+#[tokio::test]
+async fn a_pruned_id_is_blocked_by_its_tombstone() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        drain_with(&q, &Arc::new(Receiver::default())).await;
+        assert_eq!(q.prune(u64::MAX).unwrap(), 1, "{kind:?}");
+        assert_eq!(q.get("x1").unwrap(), None);
+        assert_eq!(q.enqueue("x1", "again").unwrap(), Enqueued::Tombstoned(DeliveryStatus::Delivered), "{kind:?}");
+        assert_eq!(q.claim_next().unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn an_exception_after_the_send_is_marked_unknown_by_the_next_drain_without_resending() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        let exploding = Arc::new(Receiver { panic_after_send: true, ..Receiver::default() });
+        let (queue, receiver) = (q.clone(), exploding.clone());
+        let crashed = tokio::spawn(async move { drain(queue.as_ref(), &Shared(receiver)).await }).await;
+        assert!(crashed.is_err(), "the drain blew up mid-delivery");
+        assert_eq!(q.get("x1").unwrap().unwrap().status, DeliveryStatus::Delivering);
+        let calm = Arc::new(Receiver::default());
+        let report = drain_with(&q, &calm).await;
+        assert_eq!(report.recovered_unknown, vec!["x1".to_owned()], "{kind:?}");
+        assert!(calm.sends().is_empty(), "{kind:?}: not resent");
+        assert_eq!(exploding.sends().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_operator_resolves_unknown_rows_and_a_resend_gets_a_new_id() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        for id in ["x1", "x2", "x3"] {
+            q.enqueue(id, &format!("payload-{id}")).unwrap();
+            q.claim_next().unwrap();
+            q.settle(id, "lost receipt").unwrap();
+        }
+        assert_eq!(q.resolve("x1", Resolution::Delivered).unwrap(), None);
+        assert_eq!(q.get("x1").unwrap().unwrap().status, DeliveryStatus::Delivered);
+        q.resolve("x2", Resolution::Failed("receiver shows nothing".into())).unwrap();
+        assert_eq!(q.get("x2").unwrap().unwrap().status, DeliveryStatus::Failed);
+        let resent = q.resolve("x3", Resolution::Resend).unwrap().unwrap();
+        assert_eq!(resent, "x3#resend-1", "{kind:?}");
+        let row = q.get(&resent).unwrap().unwrap();
+        assert_eq!(
+            (row.status, row.payload.as_deref(), row.resend_of.as_deref()),
+            (DeliveryStatus::Pending, Some("payload-x3"), Some("x3"))
+        );
+        assert!(q.resolve("x1", Resolution::Delivered).is_err(), "{kind:?}: only unknown rows are resolved by hand");
+    }
+}
+
+#[tokio::test]
+async fn a_pending_row_cancelled_by_repair_never_sends() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        assert_eq!(q.settle("x1", "cancelled by crash repair").unwrap(), Some(DeliveryStatus::Failed), "{kind:?}");
+        let receiver = Arc::new(Receiver::default());
+        drain_with(&q, &receiver).await;
+        assert!(receiver.sends().is_empty());
+    }
+}
+
+#[test]
+fn the_outbox_tool_never_sends_one_execution_twice() {
+    use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for kind in KINDS {
+            let bench = Bench::new(kind);
+            let q = bench.open(&bench.process("a"));
+            let receiver = Arc::new(Receiver::default());
+            let schema = faultline_runtime::event::ToolSchema {
+                name: "send".into(),
+                description: String::new(),
+                parameters: serde_json::json!({}),
+            };
+            let tool = OutboxTool::new(schema, q.clone(), Arc::new(Shared(receiver.clone())));
+            let invocation = ToolInvocation {
+                session: "s".into(),
+                turn: 1,
+                step: 1,
+                call_id: "c1".into(),
+                arguments: serde_json::json!({"text": "hi"}),
+                execution_id: "s:1:1:c1".into(),
+            };
+            let first = tool.call(invocation.clone(), Default::default()).await;
+            let again = tool.call(invocation, Default::default()).await;
+            assert_eq!(first, ToolOutput::Ok("ack".into()), "{kind:?}");
+            assert_eq!(again, first, "{kind:?}: answered from the record");
+            assert_eq!(receiver.sends(), vec!["s:1:1:c1={\"text\":\"hi\"}".to_owned()]);
+        }
+    });
+}
+
+#[test]
+fn redaction_covers_tokens_keys_and_url_credentials() {
+    let text = redact("Authorization: Bearer abc.def-123; url https://u:p@x.io/a?api_key=K1&x=2; \"token\": \"T2\"; sk-proj-ABCDEF123");
+    for secret in ["abc.def-123", ":p@", "K1", "T2", "sk-proj-ABCDEF123"] {
+        assert!(!text.contains(secret), "{secret} survived: {text}");
+    }
+    assert!(text.contains("x=2"), "{text}");
+    let _ = AtomicUsize::new(0).load(Ordering::SeqCst);
+}
