@@ -10,6 +10,7 @@ pub mod event;
 pub mod llm;
 pub mod outbox;
 pub mod production;
+pub mod report;
 mod seams;
 pub mod store;
 

@@ -3,4 +3,5 @@
 mod agent_run;
 mod cli;
 mod llm;
+mod outbox;
 mod transcript;

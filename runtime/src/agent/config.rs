@@ -20,6 +20,18 @@ pub struct AgentFile {
     /// Tools run as external commands.
     #[serde(default)]
     pub tools: Vec<CommandToolConfig>,
+    /// The delivery queue for tools with `via_outbox = true`.
+    #[serde(default)]
+    pub outbox: Option<OutboxSection>,
+}
+
+/// `[outbox]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxSection {
+    /// SQLite file of the queue (default: `outbox.sqlite` in the session directory).
+    #[serde(default)]
+    pub db: Option<std::path::PathBuf>,
 }
 
 /// `[agent]`.
@@ -58,6 +70,12 @@ pub struct CommandToolConfig {
     /// Whether it changes the outside world.
     #[serde(default)]
     pub side_effects: bool,
+    /// Route the effect through the delivery queue: the command becomes the receiver
+    /// (arguments on stdin; exit 0 delivered, 2 refused, other unknown), keyed by the call's
+    /// execution id, so it never runs twice for one call and crash repair can tell what
+    /// happened.
+    #[serde(default)]
+    pub via_outbox: bool,
 }
 
 fn empty_object_schema() -> serde_json::Value {
@@ -75,6 +93,8 @@ pub struct ResolvedAgentFile {
     pub agent: AgentSection,
     /// Tools.
     pub tools: Vec<CommandToolConfig>,
+    /// The delivery queue, if any tool uses it (or `[outbox]` is present).
+    pub outbox: Option<OutboxSection>,
 }
 
 impl AgentFile {
@@ -119,6 +139,7 @@ impl AgentFile {
                 }
             }
         }
-        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools: file.tools })
+        let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
+        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools: file.tools, outbox })
     }
 }

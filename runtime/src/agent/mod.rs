@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 pub use assembler::Assembler;
-pub use config::{AgentFile, AgentSection, CommandToolConfig, ResolvedAgentFile, TOOL_TIMEOUT_MS_MAX};
+pub use config::{AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, TOOL_TIMEOUT_MS_MAX};
 pub use history::History;
 pub use retry::{decide, RetryDecision};
 pub use tools::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};

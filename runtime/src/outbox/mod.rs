@@ -6,6 +6,7 @@
 //! it (delivered, failed, or a resend under a *new* execution id).
 
 mod drain;
+mod evidence;
 mod journal;
 mod redact;
 mod tool;
@@ -13,6 +14,7 @@ mod tool;
 use serde::{Deserialize, Serialize};
 
 pub use drain::{drain, enqueue_and_wait, Deliverer, DeliveryError, DrainReport, WaitOutcome};
+pub use evidence::QueueEvidence;
 pub use journal::JournalOutbox;
 pub use redact::redact;
 pub use tool::OutboxTool;

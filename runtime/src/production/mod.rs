@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod clock;
+mod command_deliverer;
 mod command_tool;
 mod credentials;
 mod entropy;
@@ -19,6 +20,7 @@ mod sqlite_store;
 use std::sync::Arc;
 
 pub use clock::SystemClock;
+pub use command_deliverer::{CommandDeliverer, EXIT_REFUSED};
 pub use command_tool::{CommandTool, COMMAND_KILL_GRACE_MS};
 pub use credentials::EnvCredentials;
 pub use entropy::OsEntropy;

@@ -42,6 +42,7 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     process: Arc<dyn Process>,
     path: PathBuf,
+    evidence: Arc<dyn repair::OutcomeEvidence>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -75,7 +76,14 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path })
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
+    }
+
+    /// Crash repair consults `evidence` (the delivery queue) before calling a started call's
+    /// outcome unknown.
+    pub fn with_evidence(mut self, evidence: Arc<dyn repair::OutcomeEvidence>) -> Self {
+        self.evidence = evidence;
+        self
     }
 
     /// The database file.
@@ -122,7 +130,12 @@ fn read_row(conn: &Connection, id: &SessionId) -> Result<Row> {
 }
 
 /// Reads and checks a session's records, returning the inspection.
-fn inspect_rows(conn: &Connection, id: &SessionId, row: &Row) -> Result<Inspection> {
+fn inspect_rows(
+    conn: &Connection,
+    id: &SessionId,
+    row: &Row,
+    evidence: &dyn repair::OutcomeEvidence,
+) -> Result<Inspection> {
     let refused = |status, offset, reason: String| Inspection {
         status,
         header: None,
@@ -160,7 +173,7 @@ fn inspect_rows(conn: &Connection, id: &SessionId, row: &Row) -> Result<Inspecti
         }
         records.push(record);
     }
-    let closers = repair::closers(&records);
+    let closers = repair::closers_with(&records, id.as_str(), evidence);
     Ok(Inspection {
         status: ScanStatus::Clean,
         header: Some(header),
@@ -217,7 +230,7 @@ impl Store for SqliteStore {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let row = read_row(&tx, id)?;
         let token = self.acquire(id, &row, takeover)?;
-        let inspection = inspect_rows(&tx, id, &row)?;
+        let inspection = inspect_rows(&tx, id, &row, self.evidence.as_ref())?;
         refuse_unusable(id, &inspection)?;
         let header = inspection.header.clone().expect("clean inspections have a header");
         let mut records = inspection.records.clone();
@@ -236,6 +249,11 @@ impl Store for SqliteStore {
         )?;
         tx.commit()?;
         drop(conn);
+        if let Some(repair) = &repair {
+            for execution in repair::never_claimed(id.as_str(), &repair.closers) {
+                self.evidence.cancel_never_claimed(&execution);
+            }
+        }
         let validator = Validator::validate_all(&records)?;
         let log = SqliteLog { store: self.clone(), id: id.clone(), token, validator };
         Ok(Opened { log: Box::new(log), loaded: Loaded { header, records, repair } })
@@ -246,7 +264,7 @@ impl Store for SqliteStore {
         // A read transaction gives one consistent snapshot of the row and its events.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
         let row = read_row(&tx, id)?;
-        inspect_rows(&tx, id, &row)
+        inspect_rows(&tx, id, &row, self.evidence.as_ref())
     }
 
     fn load(&self, id: &SessionId) -> Result<Loaded> {

@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 
 use super::format::BatchEncoder;
 use super::owner::{self, CurrentOwner};
+use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
 use super::{Format, Inspection, Loaded, Opened, Repair, ScanStatus, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader, Validator};
 use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, Seams};
 use crate::{Error, Result};
+use std::sync::Arc;
 
 fn io_err(what: &str, path: &Path, e: io::Error) -> Error {
     Error::io(format!("{what} {}", path.display()), e)
@@ -77,6 +79,11 @@ pub(crate) fn append_durably(file: &mut dyn FsFile, prev_len: u64, bytes: &[u8])
 
 /// Inspects a session file on its own (any directory, e.g. a copy handed over by a user).
 pub fn inspect_file(seams: &Seams, path: &Path) -> Result<Inspection> {
+    inspect_file_with(seams, path, &NoEvidence)
+}
+
+/// [`inspect_file`], consulting the delivery queue about started calls.
+pub fn inspect_file_with(seams: &Seams, path: &Path, evidence: &dyn OutcomeEvidence) -> Result<Inspection> {
     let format = Format::of_path(path).ok_or_else(|| {
         Error::io(
             format!("inspecting {}", path.display()),
@@ -92,7 +99,7 @@ pub fn inspect_file(seams: &Seams, path: &Path) -> Result<Inspection> {
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let owner = owner::current(seams, dir)?.and_then(|c| c.owner).flatten();
-    Ok(Inspection::from_scan(format.scan(&bytes), owner))
+    Ok(Inspection::from_scan(format.scan(&bytes), owner, evidence))
 }
 
 /// Commits the repair `inspection` describes to the file at `path`: truncate the torn tail
@@ -137,17 +144,31 @@ fn refuse_unusable(id: &str, inspection: &Inspection) -> Result<()> {
 }
 
 /// Sessions as directories of files on the `Fs` seam.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FileStore {
     seams: Seams,
     root: PathBuf,
     format: Format,
+    evidence: Arc<dyn OutcomeEvidence>,
+}
+
+impl std::fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileStore").field("root", &self.root).field("format", &self.format).finish_non_exhaustive()
+    }
 }
 
 impl FileStore {
     /// A store of `format` sessions under `root` (created on first use).
     pub fn new(seams: Seams, root: impl Into<PathBuf>, format: Format) -> Self {
-        Self { seams, root: root.into(), format }
+        Self { seams, root: root.into(), format, evidence: Arc::new(NoEvidence) }
+    }
+
+    /// Crash repair consults `evidence` (the delivery queue) before calling a started call's
+    /// outcome unknown.
+    pub fn with_evidence(mut self, evidence: Arc<dyn OutcomeEvidence>) -> Self {
+        self.evidence = evidence;
+        self
     }
 
     /// The session file of `id`.
@@ -223,8 +244,13 @@ impl Store for FileStore {
         let dir = path.parent().expect("session dir").to_path_buf();
         let token = owner::acquire(&self.seams, &dir, id.as_str(), takeover)?;
         let opened = (|| {
-            let inspection = inspect_file(&self.seams, &path)?;
+            let inspection = inspect_file_with(&self.seams, &path, self.evidence.as_ref())?;
             let repair = repair_file(&self.seams, &path, &inspection)?;
+            if let Some(repair) = &repair {
+                for execution in never_claimed(id.as_str(), &repair.closers) {
+                    self.evidence.cancel_never_claimed(&execution);
+                }
+            }
             let loaded = self.loaded(id, inspection, repair)?;
             let log = self.writer(id, path.clone(), token, &loaded.records)?;
             Ok(Opened { log: Box::new(log), loaded })
@@ -237,13 +263,13 @@ impl Store for FileStore {
     }
 
     fn inspect(&self, id: &SessionId) -> Result<Inspection> {
-        inspect_file(&self.seams, &self.require_session(id)?)
+        inspect_file_with(&self.seams, &self.require_session(id)?, self.evidence.as_ref())
     }
 
     fn load(&self, id: &SessionId) -> Result<Loaded> {
         let path = self.require_session(id)?;
         let dir = path.parent().expect("session dir").to_path_buf();
-        let inspection = inspect_file(&self.seams, &path)?;
+        let inspection = inspect_file_with(&self.seams, &path, self.evidence.as_ref())?;
         if !inspection.needs_repair() {
             return self.loaded(id, inspection, None);
         }

@@ -57,7 +57,7 @@ impl MemoryStore {
             recovered: Vec::new(),
             error: None,
         };
-        Inspection::from_scan(scan, session.owner.clone())
+        Inspection::from_scan(scan, session.owner.clone(), &super::NoEvidence)
     }
 
     fn acquire(&self, id: &SessionId, session: &mut MemSession, takeover: Takeover) -> Result<u64> {

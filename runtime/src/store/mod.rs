@@ -11,6 +11,7 @@ mod id;
 mod memory;
 mod owner;
 pub mod repair;
+pub use repair::{Evidence, NoEvidence, OutcomeEvidence};
 mod scan;
 mod write_behind;
 mod zstd_frames;
@@ -18,7 +19,7 @@ mod zstd_frames;
 use serde::Serialize;
 
 pub(crate) use file::{append_durably, check_batch, create_dir_all_durable, materialise, truncate_durably};
-pub use file::{inspect_file, repair_file, FileStore};
+pub use file::{inspect_file, inspect_file_with, repair_file, FileStore};
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
 pub use memory::MemoryStore;
@@ -103,11 +104,16 @@ impl Inspection {
         self.status == ScanStatus::Torn || !self.closers.is_empty()
     }
 
-    pub(crate) fn from_scan(scan: Scan, owner: Option<OwnerIdentity>) -> Inspection {
+    pub(crate) fn from_scan(
+        scan: Scan,
+        owner: Option<OwnerIdentity>,
+        evidence: &dyn repair::OutcomeEvidence,
+    ) -> Inspection {
         let usable = matches!(scan.status, ScanStatus::Clean | ScanStatus::Torn);
         let closers = if usable {
             let all: Vec<Record> = scan.records.iter().chain(&scan.recovered).cloned().collect();
-            repair::closers(&all)
+            let session = scan.header.as_ref().map_or("", |h| h.id.as_str());
+            repair::closers_with(&all, session, evidence)
         } else {
             Vec::new()
         };

@@ -14,6 +14,70 @@ retrying anything with side effects.";
 pub const NOT_STARTED_TEXT: &str =
     "The process stopped before this tool call started; it did not run. Retry it if it is still needed.";
 
+/// What the delivery queue knows about a started call's effect (seed 004 §15.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Evidence {
+    /// The receiver confirmed it: the real result.
+    Delivered(String),
+    /// The receiver refused it: the real failure.
+    Failed(String),
+    /// Queued and never claimed: it provably did not happen.
+    NeverClaimed,
+    /// Claimed (delivering) or already unknown: it may have happened.
+    Uncertain {
+        /// `delivering` or `unknown`.
+        status: String,
+        /// What the queue recorded.
+        detail: String,
+    },
+}
+
+/// Where crash repair looks for the outcome of a started call before calling it unknown.
+pub trait OutcomeEvidence: Send + Sync {
+    /// What is known about execution `execution_id`; `None` when the effect did not go
+    /// through the queue.
+    fn lookup(&self, execution_id: &str) -> Option<Evidence>;
+
+    /// Called after a repair that relied on [`Evidence::NeverClaimed`] was committed: the
+    /// queued copy must now never be sent (the model was told it did not happen).
+    fn cancel_never_claimed(&self, execution_id: &str);
+}
+
+/// No evidence: every started call without a result is `TOOL_OUTCOME_UNKNOWN`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEvidence;
+
+impl OutcomeEvidence for NoEvidence {
+    fn lookup(&self, _: &str) -> Option<Evidence> {
+        None
+    }
+
+    fn cancel_never_claimed(&self, _: &str) {}
+}
+
+/// The stable id of a call's effect: the delivery-queue key. Derived from the session, turn,
+/// step and call id, so a resumed or duplicated call maps to the same effect.
+pub fn execution_id(session: &str, turn: u32, step: u32, call_id: &str) -> String {
+    format!("{session}:{turn}:{step}:{call_id}")
+}
+
+/// The executions a set of closers settled as "never claimed", which must be cancelled in the
+/// queue once the repair is committed.
+pub fn never_claimed(session: &str, closers: &[Record]) -> Vec<String> {
+    closers
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolResult(result) if result.error.as_ref().is_some_and(|e| e.name == NEVER_CLAIMED_NAME) => {
+                Some(execution_id(session, result.turn, result.step, &result.call_id))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Error name of a closer proven "not started" by the delivery queue.
+pub const NEVER_CLAIMED_NAME: &str = "not_delivered";
+
 /// The closers for `records` (the committed log plus any salvaged records), in order:
 /// a `tool/result` for every call the open step's `assistant/message` requested and nobody
 /// answered (`TOOL_OUTCOME_UNKNOWN` citing its durable `tool/call`, else `TOOL_NOT_STARTED`),
@@ -22,6 +86,12 @@ pub const NOT_STARTED_TEXT: &str =
 /// Seqs continue from the last record and `time` copies its time, so repair is deterministic:
 /// the same bytes always repair to the same bytes.
 pub fn closers(records: &[Record]) -> Vec<Record> {
+    closers_with(records, "", &NoEvidence)
+}
+
+/// [`closers`], consulting `evidence` (keyed by [`execution_id`] within `session`) before
+/// declaring a started call's outcome unknown. The closer text names the evidence it used.
+pub fn closers_with(records: &[Record], session: &str, evidence: &dyn OutcomeEvidence) -> Vec<Record> {
     let Some(last) = records.last() else { return Vec::new() };
     let Some(turn_start) = records.iter().rposition(|r| matches!(r.event, Event::TurnStart(_))) else {
         return Vec::new();
@@ -66,17 +136,46 @@ pub fn closers(records: &[Record]) -> Vec<Record> {
         for call_id in requested.iter().filter(|id| !answered.contains(*id)) {
             let (code, name, text, sources) = match calls.get(call_id) {
                 Some(&call_seq) => {
-                    (ErrorCode::ToolOutcomeUnknown, "outcome_unknown", OUTCOME_UNKNOWN_TEXT, Some(vec![call_seq]))
+                    let id = execution_id(session, turn, step, call_id);
+                    match evidence.lookup(&id) {
+                        None => (Some(ErrorCode::ToolOutcomeUnknown), "outcome_unknown", OUTCOME_UNKNOWN_TEXT.to_owned(), Some(vec![call_seq])),
+                        Some(Evidence::Delivered(result)) => (
+                            None,
+                            "recovered",
+                            format!("[recovered from the delivery record {id}: delivered] {result}"),
+                            Some(vec![call_seq]),
+                        ),
+                        Some(Evidence::Failed(reason)) => (
+                            Some(ErrorCode::ToolFailed),
+                            "delivery_failed",
+                            format!("[recovered from the delivery record {id}: failed] {reason}"),
+                            Some(vec![call_seq]),
+                        ),
+                        Some(Evidence::NeverClaimed) => (
+                            Some(ErrorCode::ToolNotStarted),
+                            NEVER_CLAIMED_NAME,
+                            format!(
+                                "The process stopped before this effect was sent: the delivery record {id} was still queued and never claimed, so it did not happen (the queued copy is cancelled). Retry it if it is still needed."
+                            ),
+                            Some(vec![call_seq]),
+                        ),
+                        Some(Evidence::Uncertain { status, detail }) => (
+                            Some(ErrorCode::ToolOutcomeUnknown),
+                            "outcome_unknown",
+                            format!("{OUTCOME_UNKNOWN_TEXT} Evidence: the delivery record {id} is {status} ({detail}); it was not resent."),
+                            Some(vec![call_seq]),
+                        ),
+                    }
                 }
-                None => (ErrorCode::ToolNotStarted, "not_started", NOT_STARTED_TEXT, None),
+                None => (Some(ErrorCode::ToolNotStarted), "not_started", NOT_STARTED_TEXT.to_owned(), None),
             };
             let result = ToolResult {
                 turn,
                 step,
                 call_id: call_id.clone(),
                 content: vec![ContentBlock::text(text)],
-                is_error: true,
-                error: Some(ToolError { name: name.to_owned(), code }),
+                is_error: code.is_some(),
+                error: code.map(|code| ToolError { name: name.to_owned(), code }),
             };
             push(Event::ToolResult(result), sources);
         }

@@ -5,6 +5,7 @@ mod fixtures;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
+mod reconcile;
 mod store_contract;
 mod store_scan;
 mod support;

@@ -180,6 +180,7 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
         command: vec!["sh".into(), "-c".into(), format!("trap '' TERM; sleep 30; touch {}", marker.display())],
         timeout_ms: Some(200),
         side_effects: true,
+        via_outbox: false,
     }));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let started = clock.now();
@@ -203,6 +204,7 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
             command: vec!["sh".into(), "-c".into(), script.into()],
             timeout_ms: None,
             side_effects: false,
+            via_outbox: false,
         }))
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

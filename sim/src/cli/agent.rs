@@ -5,10 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::{Agent, AgentConfig, AgentFile, Open, ToolSet, TurnOutcome};
+use faultline_runtime::agent::{Agent, AgentConfig, AgentFile, Open, Tool, ToolSet, TurnOutcome};
 use faultline_runtime::event::{Chunk, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
-use faultline_runtime::production::{self, CommandTool, EnvCredentials};
+use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
+use faultline_runtime::production::{self, CommandDeliverer, CommandTool, EnvCredentials, SqliteOutbox};
+use faultline_runtime::store::OutcomeEvidence;
 use faultline_runtime::store::SessionId;
 use faultline_runtime::EntropyExt;
 use serde_json::json;
@@ -110,12 +112,30 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         if let Err(e) = std::fs::create_dir_all(&args.session_dir) {
             return bad(format!("--session-dir {}: {e}", args.session_dir.display()));
         }
-        let store = match open_store(args.store, &args.session_dir, &seams) {
+        // Tools with `via_outbox` deliver through the queue, which crash repair consults.
+        let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
+            None => None,
+            Some(section) => {
+                let db = section.db.clone().unwrap_or_else(|| args.session_dir.join("outbox.sqlite"));
+                match SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()) {
+                    Ok(outbox) => Some(Arc::new(outbox)),
+                    Err(e) => return bad(format!("outbox {}: {e}", db.display())),
+                }
+            }
+        };
+        let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
+        let store = match open_store(args.store, &args.session_dir, &seams, evidence) {
             Ok(store) => store,
             Err(e) => return bad(e),
         };
-        let tools =
-            config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| set.with(Arc::new(CommandTool::new(tool))));
+        let tools = config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| match (&outbox, tool.via_outbox) {
+            (Some(queue), true) => {
+                let schema = CommandTool::new(tool.clone()).schema();
+                let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()));
+                set.with(Arc::new(OutboxTool::new(schema, queue.clone(), deliverer)))
+            }
+            _ => set.with(Arc::new(CommandTool::new(tool))),
+        });
         let agent_config = AgentConfig {
             max_steps: config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT),
             tool_concurrency: config

@@ -6,6 +6,7 @@
 
 mod agent;
 mod llm;
+mod outbox;
 mod sweep;
 mod transcript;
 
@@ -35,6 +36,8 @@ enum Command {
     ModelServer(llm::ModelServerArgs),
     /// Run the agent against an OpenAI-compatible endpoint.
     Agent(agent::AgentArgs),
+    /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
+    Outbox(outbox::OutboxArgs),
 }
 
 /// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
@@ -60,5 +63,6 @@ pub fn main() -> ExitCode {
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),
         Command::Agent(args) => agent::run(&args),
+        Command::Outbox(args) => outbox::run(&args),
     }
 }

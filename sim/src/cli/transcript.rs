@@ -6,12 +6,17 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use faultline_runtime::event::Record;
+use faultline_runtime::outbox::{Outbox, QueueEvidence};
+use faultline_runtime::production::SqliteOutbox;
 use faultline_runtime::production::{self, SqliteStore};
+use faultline_runtime::report::RecoveryReport;
 use faultline_runtime::store::{
-    inspect_file, repair_file, FileStore, Format, Inspection, ScanStatus, SessionId, Store, Takeover,
+    inspect_file_with, repair_file, FileStore, Format, Inspection, NoEvidence, OutcomeEvidence, ScanStatus, SessionId,
+    Store, Takeover,
 };
 use faultline_runtime::{Error, Liveness, Seams};
 use serde_json::json;
+use std::sync::Arc;
 
 /// Exit status: nothing to repair / success.
 const EXIT_OK: u8 = 0;
@@ -47,11 +52,26 @@ enum TranscriptCommand {
     Repair {
         #[command(flatten)]
         target: Target,
+        /// Reconcile started calls with this delivery queue (SQLite) before calling them unknown.
+        #[arg(long)]
+        outbox: Option<PathBuf>,
     },
     /// Print the committed events as plain JSONL (decompressed).
     Cat {
         #[command(flatten)]
         target: Target,
+    },
+    /// Tell a person what a crashed or failed session kept, what is unknown (and which
+    /// receiver to check), what never started, and what is still queued.
+    Report {
+        #[command(flatten)]
+        target: Target,
+        /// The delivery queue (SQLite) the session's tools used.
+        #[arg(long)]
+        outbox: Option<PathBuf>,
+        /// Print one JSON object instead of prose.
+        #[arg(long)]
+        json: bool,
     },
     /// Append records read as JSON lines from stdin, each as its own durable batch, holding
     /// the session's ownership until stdin closes (for building fixtures by hand).
@@ -85,13 +105,33 @@ pub enum StoreKind {
     Sqlite,
 }
 
-/// Opens the store of `kind` under `dir` with the production seams.
-pub fn open_store(kind: StoreKind, dir: &Path, seams: &Seams) -> Result<Box<dyn Store>, Error> {
+/// Opens the store of `kind` under `dir` with the production seams; crash repair consults
+/// `evidence` (a delivery queue) when given.
+pub fn open_store(
+    kind: StoreKind,
+    dir: &Path,
+    seams: &Seams,
+    evidence: Option<Arc<dyn OutcomeEvidence>>,
+) -> Result<Box<dyn Store>, Error> {
+    let evidence = evidence.unwrap_or_else(|| Arc::new(NoEvidence));
     Ok(match kind {
-        StoreKind::Jsonl => Box::new(FileStore::new(seams.clone(), dir, Format::Jsonl)),
-        StoreKind::Zstd => Box::new(FileStore::new(seams.clone(), dir, Format::Zstd)),
-        StoreKind::Sqlite => Box::new(SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())?),
+        StoreKind::Jsonl => Box::new(FileStore::new(seams.clone(), dir, Format::Jsonl).with_evidence(evidence)),
+        StoreKind::Zstd => Box::new(FileStore::new(seams.clone(), dir, Format::Zstd).with_evidence(evidence)),
+        StoreKind::Sqlite => {
+            Box::new(SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())?.with_evidence(evidence))
+        }
     })
+}
+
+/// A delivery queue and the same queue as crash-repair evidence.
+type QueueAndEvidence = (Arc<dyn Outbox>, Arc<dyn OutcomeEvidence>);
+
+/// Opens the SQLite delivery queue at `db` as repair evidence.
+fn queue_evidence(db: &Path, seams: &Seams) -> Result<QueueAndEvidence, Error> {
+    let outbox: Arc<dyn Outbox> =
+        Arc::new(SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())?);
+    let evidence: Arc<dyn OutcomeEvidence> = Arc::new(QueueEvidence(outbox.clone()));
+    Ok((outbox, evidence))
 }
 
 #[derive(Debug, Args)]
@@ -138,10 +178,57 @@ fn resolve(target: &Target, seams: &Seams) -> Result<Resolved, String> {
 }
 
 fn inspect_target(resolved: &Resolved, seams: &Seams) -> Result<Inspection, Error> {
+    inspect_with(resolved, seams, Arc::new(NoEvidence))
+}
+
+fn inspect_with(resolved: &Resolved, seams: &Seams, evidence: Arc<dyn OutcomeEvidence>) -> Result<Inspection, Error> {
     match resolved {
-        Resolved::File(path) => inspect_file(seams, path),
-        Resolved::Sqlite(store, id) => store.inspect(id),
+        Resolved::File(path) => inspect_file_with(seams, path, evidence.as_ref()),
+        Resolved::Sqlite(store, id) => store.clone().with_evidence(evidence).inspect(id),
     }
+}
+
+fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) -> ExitCode {
+    let resolved = match resolve(target, seams) {
+        Ok(resolved) => resolved,
+        Err(message) => return fail(message),
+    };
+    let (deliveries, evidence) = match outbox {
+        None => (Vec::new(), Arc::new(NoEvidence) as Arc<dyn OutcomeEvidence>),
+        Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
+        Some(db) => match queue_evidence(db, seams) {
+            Ok((queue, evidence)) => match queue.list(None) {
+                Ok(rows) => (rows, evidence),
+                Err(e) => return fail(e),
+            },
+            Err(e) => return fail(e),
+        },
+    };
+    let inspection = match inspect_with(&resolved, seams, evidence) {
+        Ok(inspection) => inspection,
+        Err(e) => return fail(e),
+    };
+    if let Some(error) = &inspection.error {
+        eprintln!(
+            "faultline transcript: the log is {:?} at byte {}: {}",
+            inspection.status, error.offset, error.reason
+        );
+        return ExitCode::from(status_exit(&inspection));
+    }
+    let session = inspection.header.as_ref().map(|h| h.id.clone()).unwrap_or_default();
+    // Report the session as a repair would leave it: salvaged records and closers included.
+    let records: Vec<_> =
+        inspection.records.iter().chain(&inspection.recovered).chain(&inspection.closers).cloned().collect();
+    let report = RecoveryReport::build(&session, &records, &deliveries);
+    if as_json {
+        println!("{}", serde_json::to_string(&report).expect("reports serialise"));
+    } else {
+        print!("{}", report.narrate());
+        if inspection.needs_repair() {
+            println!("(The log still needs its crash repair: faultline transcript repair.)");
+        }
+    }
+    ExitCode::from(EXIT_OK)
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -154,8 +241,9 @@ pub fn run(args: &TranscriptArgs) -> ExitCode {
     let seams = production::seams();
     match &args.command {
         TranscriptCommand::Inspect { target, json } => inspect(target, *json, &seams),
-        TranscriptCommand::Repair { target } => repair(target, &seams),
+        TranscriptCommand::Repair { target, outbox } => repair(target, outbox.as_deref(), &seams),
         TranscriptCommand::Cat { target } => cat(target, &seams),
+        TranscriptCommand::Report { target, outbox, json } => report(target, outbox.as_deref(), *json, &seams),
         TranscriptCommand::Append { dir, session, store, create, takeover } => {
             append(dir, session, *store, *create, *takeover, &seams)
         }
@@ -229,20 +317,34 @@ fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()
     Ok(())
 }
 
-fn repair(target: &Target, seams: &Seams) -> ExitCode {
+fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
     let resolved = match resolve(target, seams) {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
+    let evidence: Arc<dyn OutcomeEvidence> = match outbox {
+        None => Arc::new(NoEvidence),
+        Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
+        Some(db) => match queue_evidence(db, seams) {
+            Ok((_, evidence)) => evidence,
+            Err(e) => return fail(e),
+        },
+    };
     let result = match &resolved {
-        Resolved::Sqlite(store, id) => store.load(id).map(|loaded| loaded.repair),
-        Resolved::File(path) => inspect_file(seams, path).and_then(|inspection| {
+        Resolved::Sqlite(store, id) => store.clone().with_evidence(evidence).load(id).map(|loaded| loaded.repair),
+        Resolved::File(path) => inspect_file_with(seams, path, evidence.as_ref()).and_then(|inspection| {
             if let Some(owner) = &inspection.owner {
                 if inspection.needs_repair() && seams.process.liveness(owner) == Liveness::Alive {
                     return Err(Error::SessionLive { id: path.display().to_string(), holder: owner.to_string() });
                 }
             }
-            repair_file(seams, path, &inspection)
+            let repaired = repair_file(seams, path, &inspection)?;
+            if let (Some(repair), Some(header)) = (&repaired, &inspection.header) {
+                for execution in faultline_runtime::store::repair::never_claimed(&header.id, &repair.closers) {
+                    evidence.cancel_never_claimed(&execution);
+                }
+            }
+            Ok(repaired)
         }),
     };
     match result {
@@ -311,7 +413,7 @@ fn append(dir: &Path, session: &str, kind: StoreKind, create: bool, takeover: bo
         Ok(id) => id,
         Err(e) => return fail(e),
     };
-    let store = match open_store(kind, dir, seams) {
+    let store = match open_store(kind, dir, seams, None) {
         Ok(store) => store,
         Err(e) => return fail(e),
     };

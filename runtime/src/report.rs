@@ -1,0 +1,160 @@
+//! The recovery report (seed 004 §15.6–§15.7): after a crash or a failed run, a checkable
+//! account of what is kept, what is unknown and what to verify, what never started, and what
+//! is still queued — instead of "failed, please retry".
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::event::{ContentBlock, ErrorCode, Event, Record, TurnEndReason};
+use crate::outbox::{Delivery, DeliveryStatus};
+use crate::store::repair::execution_id;
+
+/// One tool effect in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EffectLine {
+    /// Turn.
+    pub turn: u32,
+    /// The model's call id.
+    pub call_id: String,
+    /// Tool name (the receiver to check for unknown effects).
+    pub tool: String,
+    /// The effect's execution id (the delivery-queue key).
+    pub execution_id: String,
+    /// What the log says (result text, or the closer's evidence).
+    pub detail: String,
+}
+
+/// The report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RecoveryReport {
+    /// The session.
+    pub session: String,
+    /// Turns that completed.
+    pub completed_turns: u32,
+    /// Turns closed by crash repair.
+    pub interrupted_turns: u32,
+    /// Turns that ended in error, aborted, or ran out of budget.
+    pub other_turns: u32,
+    /// Tool effects with results (kept).
+    pub kept: Vec<EffectLine>,
+    /// Effects whose outcome is unknown: verify the receiver; nothing was resent.
+    pub unknown: Vec<EffectLine>,
+    /// Calls that never started: safe to retry if still needed.
+    pub never_started: Vec<EffectLine>,
+    /// This session's deliveries still in the queue (pending, delivering, unknown).
+    pub queued: Vec<(String, DeliveryStatus)>,
+}
+
+/// Longest detail per effect in a report, in bytes: long enough for a closer's evidence.
+const DETAIL_BYTES_MAX: usize = 600;
+
+fn text(content: &[ContentBlock]) -> String {
+    let all: String = content
+        .iter()
+        .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
+        .collect();
+    let mut end = all.len().min(DETAIL_BYTES_MAX);
+    while !all.is_char_boundary(end) {
+        end -= 1;
+    }
+    all[..end].to_owned()
+}
+
+impl RecoveryReport {
+    /// Builds the report from a session's records (after repair, or with the closers a repair
+    /// would append) and the queue's rows.
+    pub fn build(session: &str, records: &[Record], deliveries: &[Delivery]) -> Self {
+        let mut report = RecoveryReport { session: session.to_owned(), ..Self::default() };
+        let mut names: BTreeMap<(u32, String), String> = BTreeMap::new();
+        for record in records {
+            match &record.event {
+                Event::ToolCall(call) => {
+                    names.insert((call.turn, call.call_id.clone()), call.name.clone());
+                }
+                Event::AssistantMessage(message) => {
+                    for (id, name, _) in message.message.tool_calls() {
+                        names.entry((message.turn, id.to_owned())).or_insert_with(|| name.to_owned());
+                    }
+                }
+                Event::TurnEnd(end) => match end.reason {
+                    TurnEndReason::Completed | TurnEndReason::MaxTokens => report.completed_turns += 1,
+                    TurnEndReason::Interrupted => report.interrupted_turns += 1,
+                    _ => report.other_turns += 1,
+                },
+                Event::ToolResult(result) => {
+                    let line = EffectLine {
+                        turn: result.turn,
+                        call_id: result.call_id.clone(),
+                        tool: names.get(&(result.turn, result.call_id.clone())).cloned().unwrap_or_default(),
+                        execution_id: execution_id(session, result.turn, result.step, &result.call_id),
+                        detail: text(&result.content),
+                    };
+                    match result.error.as_ref().map(|e| e.code) {
+                        Some(ErrorCode::ToolOutcomeUnknown) => report.unknown.push(line),
+                        Some(ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch) => {
+                            report.never_started.push(line)
+                        }
+                        _ => report.kept.push(line),
+                    }
+                }
+                _ => {}
+            }
+        }
+        let prefix = format!("{session}:");
+        report.queued = deliveries
+            .iter()
+            .filter(|d| d.execution_id.starts_with(&prefix))
+            .filter(|d| {
+                matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Delivering | DeliveryStatus::Unknown)
+            })
+            .map(|d| (d.execution_id.clone(), d.status))
+            .collect();
+        report
+    }
+
+    /// The report in words, for a person.
+    pub fn narrate(&self) -> String {
+        let mut out = format!(
+            "Session {}: {} turn(s) completed, {} interrupted by a crash, {} ended otherwise.\n",
+            self.session, self.completed_turns, self.interrupted_turns, self.other_turns
+        );
+        out.push_str(&format!("Kept: {} tool effect(s) with recorded results.\n", self.kept.len()));
+        for e in &self.kept {
+            out.push_str(&format!("  - {} ({}) in turn {}: {}\n", e.tool, e.execution_id, e.turn, e.detail));
+        }
+        if self.unknown.is_empty() {
+            out.push_str("Unknown: none.\n");
+        } else {
+            out.push_str(&format!("Unknown: {} effect(s) may or may not have happened. Nothing was resent. Verify each at its receiver:\n", self.unknown.len()));
+            for e in &self.unknown {
+                out.push_str(&format!(
+                    "  - check {}'s receiver for execution {} (turn {}, call {})\n",
+                    e.tool, e.execution_id, e.turn, e.call_id
+                ));
+            }
+        }
+        if self.never_started.is_empty() {
+            out.push_str("Never started: none.\n");
+        } else {
+            out.push_str("Never started (did not happen; safe to retry if still needed):\n");
+            for e in &self.never_started {
+                out.push_str(&format!("  - {} ({})\n", e.tool, e.execution_id));
+            }
+        }
+        if !self.queued.is_empty() {
+            out.push_str("Still in the delivery queue:\n");
+            for (id, status) in &self.queued {
+                let note = match status {
+                    DeliveryStatus::Pending => "deferred: will be sent by the next drain",
+                    DeliveryStatus::Delivering => {
+                        "being delivered, or abandoned: the next drain marks an abandoned one unknown"
+                    }
+                    _ => "unknown: resolve by hand after checking the receiver (faultline outbox resolve)",
+                };
+                out.push_str(&format!("  - {id}: {status} ({note})\n"));
+            }
+        }
+        out
+    }
+}

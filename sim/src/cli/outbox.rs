@@ -1,0 +1,208 @@
+//! `faultline outbox`: look at and resolve a delivery queue.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use faultline_runtime::outbox::{drain, DeliveryStatus, Outbox, Resolution};
+use faultline_runtime::production::{self, CommandDeliverer, SqliteOutbox};
+
+/// `faultline outbox ...`
+#[derive(Debug, Args)]
+pub struct OutboxArgs {
+    #[command(subcommand)]
+    command: OutboxCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum OutboxCommand {
+    /// List deliveries.
+    List {
+        /// The queue's SQLite file.
+        #[arg(long)]
+        db: PathBuf,
+        /// Only this status (pending, delivering, delivered, failed, unknown).
+        #[arg(long)]
+        status: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resolve an `unknown` delivery after checking the receiver by hand.
+    Resolve {
+        /// The queue's SQLite file.
+        #[arg(long)]
+        db: PathBuf,
+        /// The execution id.
+        execution_id: String,
+        /// It did happen.
+        #[arg(long, group = "resolution")]
+        delivered: bool,
+        /// It did not happen and must not: record why.
+        #[arg(long, group = "resolution", value_name = "REASON")]
+        failed: Option<String>,
+        /// It did not happen: enqueue it again under a new id linked to this one.
+        #[arg(long, group = "resolution")]
+        resend: bool,
+    },
+    /// Deliver pending rows through a receiver command (payload on stdin; exit 0 delivered,
+    /// 2 refused, other unknown). Abandoned claims become `unknown` first, never resent.
+    Drain {
+        /// The queue's SQLite file.
+        #[arg(long)]
+        db: PathBuf,
+        /// The receiver command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Enqueue a payload (read from stdin) under an execution id.
+    Enqueue {
+        /// The queue's SQLite file.
+        #[arg(long)]
+        db: PathBuf,
+        /// The execution id.
+        execution_id: String,
+    },
+    /// Claim the next pending row and hold it until stdin closes (to rehearse a crash
+    /// mid-delivery: kill the process while it holds the claim).
+    Claim {
+        /// The queue's SQLite file.
+        #[arg(long)]
+        db: PathBuf,
+    },
+}
+
+fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
+    let seams = production::seams();
+    SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).map_err(|e| {
+        eprintln!("faultline outbox: {}: {e}", db.display());
+        ExitCode::from(1)
+    })
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("faultline outbox: {e}");
+    ExitCode::from(1)
+}
+
+/// Runs `faultline outbox ...`.
+pub fn run(args: &OutboxArgs) -> ExitCode {
+    match &args.command {
+        OutboxCommand::List { db, status, json } => {
+            let status = match status.as_deref().map(|s| DeliveryStatus::parse(s).ok_or(s)) {
+                None => None,
+                Some(Ok(status)) => Some(status),
+                Some(Err(bad)) => {
+                    return fail(format!(
+                        "--status {bad:?}: expected pending, delivering, delivered, failed or unknown"
+                    ))
+                }
+            };
+            let outbox = match open(db) {
+                Ok(outbox) => outbox,
+                Err(code) => return code,
+            };
+            match outbox.list(status) {
+                Ok(rows) => {
+                    for row in rows {
+                        if *json {
+                            println!("{}", serde_json::to_string(&row).expect("rows serialise"));
+                        } else {
+                            let note = row.error.or(row.result).unwrap_or_default();
+                            println!("{:<11} {}  {}", row.status.to_string(), row.execution_id, note);
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        OutboxCommand::Resolve { db, execution_id, delivered, failed, resend } => {
+            let resolution = match (delivered, failed, resend) {
+                (true, None, false) => Resolution::Delivered,
+                (false, Some(reason), false) => Resolution::Failed(reason.clone()),
+                (false, None, true) => Resolution::Resend,
+                _ => return fail("give exactly one of --delivered, --failed REASON, --resend"),
+            };
+            let outbox = match open(db) {
+                Ok(outbox) => outbox,
+                Err(code) => return code,
+            };
+            match outbox.resolve(execution_id, resolution) {
+                Ok(Some(new_id)) => {
+                    println!("{execution_id}: resent as {new_id}");
+                    ExitCode::SUCCESS
+                }
+                Ok(None) => {
+                    println!("{execution_id}: resolved");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        OutboxCommand::Drain { db, command } => {
+            let outbox = match open(db) {
+                Ok(outbox) => outbox,
+                Err(code) => return code,
+            };
+            let deliverer = CommandDeliverer::new(command.clone());
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => return fail(e),
+            };
+            match runtime.block_on(drain(&outbox, &deliverer)) {
+                Ok(report) => {
+                    for id in &report.recovered_unknown {
+                        println!("unknown    {id}  (abandoned mid-delivery; not resent: verify the receiver)");
+                    }
+                    for (label, ids) in
+                        [("delivered", &report.delivered), ("failed", &report.failed), ("unknown", &report.unknown)]
+                    {
+                        for id in ids {
+                            println!("{label:<10} {id}");
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        OutboxCommand::Enqueue { db, execution_id } => {
+            let mut payload = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut payload) {
+                return fail(e);
+            }
+            let outbox = match open(db) {
+                Ok(outbox) => outbox,
+                Err(code) => return code,
+            };
+            match outbox.enqueue(execution_id, &payload) {
+                Ok(result) => {
+                    println!("{execution_id}: {result:?}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        OutboxCommand::Claim { db } => {
+            let outbox = match open(db) {
+                Ok(outbox) => outbox,
+                Err(code) => return code,
+            };
+            match outbox.claim_next() {
+                Ok(Some(claim)) => {
+                    println!("claimed {}", claim.execution_id);
+                    let _ = std::io::Write::flush(&mut std::io::stdout());
+                    for _ in std::io::stdin().lock().lines() {}
+                    ExitCode::SUCCESS
+                }
+                Ok(None) => {
+                    println!("nothing pending");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+    }
+}
