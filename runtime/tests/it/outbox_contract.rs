@@ -334,3 +334,13 @@ fn redaction_covers_tokens_keys_and_url_credentials() {
     assert!(text.contains("x=2"), "{text}");
     let _ = AtomicUsize::new(0).load(Ordering::SeqCst);
 }
+
+#[test]
+#[allow(clippy::disallowed_methods)] // reads real file permissions
+fn the_sqlite_queue_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let bench = Bench::new(Kind::Sqlite);
+    bench.open(&bench.process("a"));
+    let mode = std::fs::metadata(bench.dir.path().join("outbox.sqlite")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
