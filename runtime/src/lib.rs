@@ -16,6 +16,6 @@ pub mod store;
 
 pub use error::{Error, Result};
 pub use seams::{
-    BoxFuture, ByteStream, Clock, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Liveness, Monotonic, Net,
-    OpenOptions, OwnerIdentity, Process, Seams,
+    crash_point, BoxFuture, ByteStream, Clock, CrashPoint, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener,
+    Liveness, Monotonic, Net, NoProbe, OpenOptions, OwnerIdentity, Probe, Process, Seams, CRASH_POINTS,
 };

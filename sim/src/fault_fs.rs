@@ -75,6 +75,11 @@ impl FsFaults {
         self
     }
 
+    /// Crashes now: every later operation is refused without touching the disk.
+    pub fn crash_now(&self) {
+        self.lock().crashed = true;
+    }
+
     /// Whether the crash point has been reached.
     pub fn crashed(&self) -> bool {
         self.lock().crashed

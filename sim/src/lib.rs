@@ -8,7 +8,8 @@ mod fault_fs;
 pub mod model_server;
 mod scenario;
 mod seams;
+pub mod world;
 
 pub use fault_fs::{FaultFs, FsFaults, FsOp};
-pub use scenario::{ScenarioInfo, BUILT_IN_SCENARIOS};
+pub use scenario::{Scenario, ScenarioInfo, BUILT_IN_SCENARIOS};
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};

@@ -177,7 +177,13 @@ impl Agent {
         let reporter: crate::store::FailureReporter = Arc::new(move |e: &Error| {
             let _ = reporter_failures.send(e.to_string());
         });
-        let session = WriteBehind::start(log, seams.clock.clone(), config.write_behind, Some(reporter));
+        let session = WriteBehind::start_probed(
+            log,
+            seams.clock.clone(),
+            config.write_behind,
+            Some(reporter),
+            seams.probe.clone(),
+        );
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials);
         let shared = Arc::new(Shared {
             session_id: id.to_string(),

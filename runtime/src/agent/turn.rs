@@ -132,6 +132,7 @@ impl TurnCtx<'_> {
                     return Ok(Self::checkpoint_failure(message));
                 }
             }
+            crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::BeforeDispatch).await;
             let (message, usage, finish) = match self.attempts(step, &route, &prefix).await? {
                 Ok(done) => done,
                 Err(reason) => {
@@ -220,6 +221,10 @@ impl TurnCtx<'_> {
                 let seq = self
                     .emit(Event::AssistantChunk(AssistantChunk { turn: self.turn, step, attempt, chunk }), None)
                     .await?;
+                if seqs.is_empty() {
+                    crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::MidStream)
+                        .await;
+                }
                 seqs.push(seq);
                 if let Some(reason) = done {
                     finish = Some(reason);
@@ -333,6 +338,8 @@ impl TurnCtx<'_> {
                     break;
                 }
             }
+            crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::AfterToolCallFlush)
+                .await;
             match self.prepare(step, call) {
                 Err(outcome) => immediate.push((i, outcome)),
                 Ok((tool, invocation)) => {

@@ -240,6 +240,12 @@ impl Outbox for JournalOutbox {
         if !fenced {
             return Ok(false);
         }
+        if self.seams.probe.hit(crate::seams::CrashPoint::DuringOutboxFinish) {
+            return Err(Error::io(
+                "finishing a delivery",
+                std::io::Error::other("host crashed (simulated) during outbox finish"),
+            ));
+        }
         let (status, result, error) = match outcome {
             Finish::Delivered(answer) => (DeliveryStatus::Delivered, Some(clip(&redact(&answer))), None),
             Finish::Failed(reason) => (DeliveryStatus::Failed, None, Some(clip(&redact(&reason)))),

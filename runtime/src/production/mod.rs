@@ -42,5 +42,6 @@ pub fn seams() -> Seams {
         fs: Arc::new(RealFs),
         process: Arc::new(OsProcess::new(entropy.as_ref())),
         entropy,
+        probe: Arc::new(crate::seams::NoProbe),
     }
 }

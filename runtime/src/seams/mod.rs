@@ -10,6 +10,7 @@ mod clock;
 mod entropy;
 mod fs;
 mod net;
+mod probe;
 mod process;
 
 use std::future::Future;
@@ -20,6 +21,7 @@ pub use clock::{Clock, Monotonic};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use net::{ByteStream, Listener, Net};
+pub use probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
 pub use process::{Liveness, OwnerIdentity, Process};
 
 /// A boxed, sendable future: the return type of every asynchronous seam operation, so that
@@ -40,6 +42,8 @@ pub struct Seams {
     /// This process's identity and the liveness of other owners (session and delivery
     /// ownership). A small fifth seam: the SPEC's four cannot tell a dead owner from a live one.
     pub process: Arc<dyn Process>,
+    /// Named crash points (a no-op in production; the simulator crashes the host there).
+    pub probe: Arc<dyn Probe>,
 }
 
 impl std::fmt::Debug for Seams {

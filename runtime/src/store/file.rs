@@ -119,6 +119,9 @@ pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Resul
         truncate_durably(file.as_mut(), committed_len).map_err(|e| io_err("truncating torn tail of", path, e))?;
     }
     let tail: Vec<Record> = inspection.recovered.iter().chain(&inspection.closers).cloned().collect();
+    if !tail.is_empty() && seams.probe.hit(crate::seams::CrashPoint::DuringRepair) {
+        return Err(Error::io("repairing", io::Error::other("host crashed (simulated) during repair")));
+    }
     if !tail.is_empty() {
         let bytes = BatchEncoder::new(format).encode(&tail);
         append_durably(file.as_mut(), committed_len, &bytes)?;

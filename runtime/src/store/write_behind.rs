@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch, Notify};
 
 use super::SessionLog;
 use crate::event::{Event, Record};
-use crate::seams::{Clock, Monotonic};
+use crate::seams::{Clock, CrashPoint, Monotonic, Probe};
 use crate::{Error, Result};
 
 /// Default batching window (SPEC §7).
@@ -87,6 +87,7 @@ struct Shared {
     config: WriteBehindConfig,
     reporter: Option<FailureReporter>,
     accepted: broadcast::Sender<Record>,
+    probe: Arc<dyn Probe>,
 }
 
 /// Records buffered for slow subscribers before they start missing some.
@@ -123,6 +124,17 @@ impl WriteBehind {
         config: WriteBehindConfig,
         reporter: Option<FailureReporter>,
     ) -> Self {
+        Self::start_probed(log, clock, config, reporter, Arc::new(crate::seams::NoProbe))
+    }
+
+    /// [`WriteBehind::start`] with a crash-point probe (`mid-flush`, before each batch).
+    pub fn start_probed(
+        log: Box<dyn SessionLog>,
+        clock: Arc<dyn Clock>,
+        config: WriteBehindConfig,
+        reporter: Option<FailureReporter>,
+        probe: Arc<dyn Probe>,
+    ) -> Self {
         config.validate();
         let next_seq = log.next_seq();
         let (progress, _) = watch::channel(Progress { durable_through: next_seq, ..Progress::default() });
@@ -143,6 +155,7 @@ impl WriteBehind {
             config,
             reporter,
             accepted: broadcast::channel(SUBSCRIBER_BACKLOG_MAX).0,
+            probe,
         });
         let writer = tokio::spawn(run_writer(shared.clone(), log));
         Self { shared, writer: Arc::new(Mutex::new(Some(writer))) }
@@ -280,6 +293,7 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                 }
             }
             Action::Write(batch) => {
+                crate::seams::crash_point(shared.probe.as_ref(), CrashPoint::MidFlush).await;
                 let written = log.append(&batch);
                 let mut state = shared.lock();
                 match written {

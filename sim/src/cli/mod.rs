@@ -28,6 +28,8 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// List the built-in scenarios.
     Scenarios,
+    /// Run one scenario with one seed: verdict, trace hash, optionally the whole trace.
+    Run(sweep::RunArgs),
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
     /// Talk to a model endpoint directly (one attempt, no retries).
@@ -59,6 +61,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
+        Command::Run(args) => sweep::run_one(&args),
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),

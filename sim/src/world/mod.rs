@@ -1,0 +1,470 @@
+//! One simulated run: a world built from a scenario and a seed, driven step by step.
+//!
+//! Hosts: `model` (the fake model server), `gateway` (records every side effect with its
+//! execution id), `agent` (the real runtime on turmoil's filesystem with the sim seams). One
+//! `u64` seed fixes everything: turmoil's RNG, the fixed epoch, the entropy streams of every
+//! host incarnation, and the faults drawn for the `mixed` scenario (one named stream per fault
+//! family, so adding a knob does not reshuffle the others).
+
+pub mod gateway;
+mod oracle;
+mod probe;
+mod seeded;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::event::{Event, Record, ToolSchema};
+use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
+use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
+use faultline_runtime::store::{FileStore, Format, SessionId, Store};
+use faultline_runtime::{BoxFuture, Clock, Fs};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+pub use gateway::{Receipt, Receipts};
+pub use oracle::Violation;
+use probe::{CrashControl, SimProbe};
+
+use crate::model_server::{ModelServer, Script};
+use crate::scenario::Scenario;
+use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
+
+/// Where the agent keeps its sessions on the simulated disk.
+const SESSIONS_DIR: &str = "/data/sessions";
+/// The agent's delivery-queue journal.
+const OUTBOX_PATH: &str = "/data/outbox.jsonl";
+/// The simulated session id.
+const SESSION: &str = "sim";
+/// Simulated network latency per hop.
+const LATENCY_MS: u64 = 1;
+
+/// The outcome of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Broken invariants (empty: the run passed).
+    pub violations: Vec<Violation>,
+    /// Every traced line: records, faults, restarts, receipts, with simulated times.
+    pub trace: Vec<String>,
+    /// FNV-1a of the trace: equal seeds give equal hashes.
+    pub trace_hash: String,
+    /// The recovered transcript at the end of the run.
+    #[serde(skip)]
+    pub transcript: Vec<Record>,
+    /// Effects the gateway received.
+    #[serde(skip)]
+    pub receipts: Vec<Receipt>,
+    /// Model requests served.
+    pub model_requests: usize,
+    /// Crash points reached (hits), across incarnations.
+    pub crash_point_hits: BTreeMap<String, u32>,
+    /// Fault families that fired in this run.
+    pub faults_fired: BTreeSet<String>,
+    /// Simulated time the run took, in ms.
+    pub sim_ms: u64,
+}
+
+impl RunResult {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// State shared between the driver and the hosts.
+#[derive(Default)]
+struct World {
+    trace: Vec<String>,
+    incarnation: u64,
+    done: bool,
+    transcript: Option<Vec<Record>>,
+    restart_requested: bool,
+    faults_fired: BTreeSet<String>,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn trace(world: &Shared, line: String) {
+    let at = turmoil::sim_elapsed().map_or(0, |d| d.as_millis());
+    lock(world).trace.push(format!("{at:>7} {line}"));
+}
+
+/// FNV-1a 64: stable across builds and platforms.
+pub fn fnv1a(lines: &[String]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in lines.iter().flat_map(|l| l.bytes().chain(std::iter::once(b'\n'))) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Runs `scenario` with `seed`.
+pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
+    let plan = seeded::resolve(scenario, seed);
+    let mut builder = turmoil::Builder::new();
+    builder
+        .epoch(sim_epoch())
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(plan.tick_ms))
+        .simulation_duration(Duration::from_millis(plan.budget_ms + 60_000))
+        .min_message_latency(Duration::from_millis(LATENCY_MS))
+        .max_message_latency(Duration::from_millis(LATENCY_MS));
+    if let Some(block) = plan.faults.fs.as_ref().and_then(|f| f.block_size) {
+        builder.fs().block_size(block);
+    }
+    let mut sim = builder.build();
+    let world: Shared = Arc::default();
+    let control = Arc::new(Mutex::new(CrashControl {
+        plan: plan.faults.crashes.iter().map(|c| (c.point, c.hit)).collect(),
+        ..CrashControl::default()
+    }));
+    let mut restart_delays: std::collections::VecDeque<u64> =
+        plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect();
+    let first_life_fs = FsFaults::new();
+    if let Some(fs) = &plan.faults.fs {
+        if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind.as_deref()) {
+            let kind = if kind == "enospc" { std::io::ErrorKind::StorageFull } else { std::io::ErrorKind::Other };
+            first_life_fs.fail(op, kind);
+        }
+        if let Some(op) = fs.crash_before_op {
+            first_life_fs.crash_before(op);
+        }
+    }
+
+    let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
+    {
+        let (script, slot) = (plan.script.clone(), model_slot.clone());
+        sim.host("model", move || {
+            let (script, slot) = (script.clone(), slot.clone());
+            async move {
+                let net: Arc<dyn faultline_runtime::Net> = Arc::new(crate::SimNet);
+                let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(ModelServer::start(net, clock, "0.0.0.0:80", script, None).await?);
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    let receipts: Receipts = Arc::default();
+    {
+        let receipts = receipts.clone();
+        sim.host("gateway", move || {
+            let receipts = receipts.clone();
+            async move {
+                gateway::serve(Arc::new(crate::SimNet), Arc::new(crate::SimClock), "0.0.0.0:80", receipts).await?;
+                Ok(())
+            }
+        });
+    }
+    {
+        let (world, control, first_life_fs, plan) =
+            (world.clone(), control.clone(), first_life_fs.clone(), plan.clone());
+        sim.host("agent", move || {
+            let life = AgentLife {
+                world: world.clone(),
+                control: control.clone(),
+                first_life_fs: first_life_fs.clone(),
+                plan: plan.clone(),
+                seed,
+            };
+            async move {
+                life.run().await;
+                Ok(())
+            }
+        });
+    }
+
+    let mut partitioned: BTreeSet<usize> = BTreeSet::new();
+    let mut fs_crash_done = false;
+    let budget = Duration::from_millis(plan.budget_ms);
+    loop {
+        let now = sim.elapsed();
+        for (i, p) in plan.faults.partitions.iter().enumerate() {
+            let active = now >= Duration::from_millis(p.from_ms) && now < Duration::from_millis(p.to_ms);
+            if active && partitioned.insert(i) {
+                sim.partition(p.a.as_str(), p.b.as_str());
+                lock(&world).faults_fired.insert("partition".into());
+                lock(&world).trace.push(format!("{:>7} partition {}<->{}", now.as_millis(), p.a, p.b));
+            } else if !active && partitioned.remove(&i) {
+                sim.repair(p.a.as_str(), p.b.as_str());
+                lock(&world).trace.push(format!("{:>7} heal {}<->{}", now.as_millis(), p.a, p.b));
+            }
+        }
+        if lock(&world).done || now >= budget {
+            break;
+        }
+        if let Err(e) = sim.step() {
+            lock(&world).trace.push(format!("{:>7} simulation error: {e}", now.as_millis()));
+            break;
+        }
+        let crash = control.lock().unwrap_or_else(|p| p.into_inner()).requested.take();
+        let restart = std::mem::take(&mut lock(&world).restart_requested);
+        // A filesystem-level crash point (crash before a numbered operation) also kills the host.
+        let fs_crash = first_life_fs.crashed() && lock(&world).incarnation == 1 && !fs_crash_done;
+        if crash.is_some() || restart || fs_crash {
+            fs_crash_done |= fs_crash;
+            let at = sim.elapsed().as_millis();
+            let what = match (crash, fs_crash) {
+                (Some(p), _) => format!("crash at {p}"),
+                (None, true) => format!("crash before filesystem op {}", first_life_fs.ops()),
+                (None, false) => "restart after a failed start".to_owned(),
+            };
+            {
+                let mut w = lock(&world);
+                w.trace.push(format!("{at:>7} {what} (SIGKILL)"));
+                w.faults_fired.insert(if crash.is_some() || fs_crash {
+                    "crash-point".into()
+                } else {
+                    "supervisor-restart".into()
+                });
+            }
+            sim.crash("agent");
+            let restart_after = if crash.is_some() { restart_delays.pop_front().unwrap_or(200) } else { 200 };
+            let until = sim.elapsed() + Duration::from_millis(restart_after);
+            while sim.elapsed() < until {
+                if sim.step().is_err() {
+                    break;
+                }
+            }
+            sim.bounce("agent");
+        }
+    }
+
+    let sim_ms = sim.elapsed().as_millis() as u64;
+    let mut world = std::mem::take(&mut *lock(&world));
+    let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for receipt in &receipts {
+        world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
+    }
+    let model_requests =
+        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |s| s.requests().len());
+    let control = control.lock().unwrap_or_else(|p| p.into_inner());
+    let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+    let transcript = world.transcript.clone().unwrap_or_default();
+    let mut faults_fired = world.faults_fired.clone();
+    faults_fired.extend(plan.families.iter().cloned());
+    let violations = oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms);
+    RunResult {
+        scenario: scenario.name.clone(),
+        seed,
+        violations,
+        trace_hash: fnv1a(&world.trace),
+        trace: world.trace,
+        transcript,
+        receipts,
+        model_requests,
+        crash_point_hits,
+        faults_fired,
+        sim_ms,
+    }
+}
+
+/// One incarnation of the agent host.
+struct AgentLife {
+    world: Shared,
+    control: Arc<Mutex<CrashControl>>,
+    first_life_fs: FsFaults,
+    plan: seeded::Plan,
+    seed: u64,
+}
+
+impl AgentLife {
+    async fn run(self) {
+        let life = {
+            let mut w = lock(&self.world);
+            w.incarnation += 1;
+            w.incarnation
+        };
+        trace(&self.world, format!("agent#{life} starts"));
+        let faults = if life == 1 { self.first_life_fs.clone() } else { FsFaults::new() };
+        let mut seams = sim_seams(self.seed, "agent", life);
+        let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(Arc::new(SimFs), faults.clone()));
+        seams.fs = fs;
+        seams.probe = Arc::new(SimProbe { control: self.control.clone(), fs: faults.clone() });
+        match self.start(&seams, life).await {
+            Ok(()) => {}
+            Err(e) => {
+                trace(&self.world, format!("agent#{life} stopped: {e}"));
+                if !faults.crashed() {
+                    // A supervisor restarts a process that could not start (ENOSPC, EIO).
+                    lock(&self.world).restart_requested = true;
+                }
+            }
+        }
+        std::future::pending::<()>().await;
+    }
+
+    async fn start(&self, seams: &faultline_runtime::Seams, life: u64) -> Result<(), String> {
+        let outbox: Arc<dyn Outbox> =
+            Arc::new(JournalOutbox::open(seams.clone(), OUTBOX_PATH).map_err(|e| e.to_string())?);
+        let deliverer = Arc::new(gateway::GatewayDeliverer {
+            net: seams.net.clone(),
+            clock: seams.clock.clone(),
+            authority: "gateway:80".into(),
+            probe: seams.probe.clone(),
+        });
+        let report = drain(outbox.as_ref(), deliverer.as_ref()).await.map_err(|e| e.to_string())?;
+        for id in &report.recovered_unknown {
+            trace(&self.world, format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
+        }
+        let store = FileStore::new(seams.clone(), Path::new(SESSIONS_DIR), Format::Jsonl)
+            .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
+        let id = SessionId::new(SESSION).expect("valid id");
+        let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
+        let text = format!(
+            "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{}",
+            self.plan.provider
+        );
+        #[derive(serde::Deserialize)]
+        struct File {
+            provider: ProviderConfig,
+        }
+        let route = from_toml::<File>(&text).and_then(|f| f.provider.resolve("provider")).map_err(|e| e.to_string())?;
+        let mut tools = ToolSet::new();
+        for tool in &self.plan.tools {
+            let schema = ToolSchema {
+                name: tool.name.clone(),
+                description: tool.kind.clone(),
+                parameters: serde_json::json!({"type": "object"}),
+            };
+            tools = match tool.kind.as_str() {
+                "gateway" => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
+                _ => tools.with(Arc::new(LocalTool {
+                    schema,
+                    timeout_ms: tool.timeout_ms,
+                    work_ms: tool.work_ms,
+                    ignore_abort: tool.ignore_abort,
+                    clock: seams.clock.clone(),
+                })),
+            };
+        }
+        let open = if exists { Open::Resume } else { Open::Create };
+        let agent = Agent::start(
+            seams.clone(),
+            &store,
+            &id,
+            open,
+            Arc::new(LiveProvider::new(route)),
+            Arc::new(StaticCredentials::default()),
+            tools,
+            AgentConfig { tool_concurrency: self.plan.tool_concurrency, ..AgentConfig::default() },
+        )
+        .map_err(|e| e.to_string())?;
+        {
+            let mut records = agent.subscribe();
+            let world = self.world.clone();
+            tokio::spawn(async move {
+                while let Ok(record) = records.recv().await {
+                    trace(&world, format!("agent#{life} {} {}", record.seq, describe(&record)));
+                }
+            });
+        }
+        let done = store
+            .inspect(&id)
+            .map_err(|e| e.to_string())?
+            .records
+            .iter()
+            .filter(|r| matches!(r.event, Event::UserMessage(_)))
+            .count();
+        if let Some(at) = self.plan.faults.cancel_at_ms {
+            let (agent, clock, world, then_submit) =
+                (agent.clone(), seams.clock.clone(), self.world.clone(), self.plan.faults.cancel_then_submit);
+            if life == 1 {
+                tokio::spawn(async move {
+                    clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
+                    lock(&world).faults_fired.insert("cancel".into());
+                    if then_submit {
+                        agent.cancel_keep_inbox();
+                        let _ = agent.submit("and this, which arrived during the abort");
+                    } else {
+                        agent.cancel();
+                    }
+                    trace(&world, "cancel".into());
+                });
+            }
+        }
+        for message in self.plan.messages.iter().skip(done) {
+            agent.submit(message.clone()).map_err(|e| e.to_string())?;
+            agent.when_idle().await;
+        }
+        agent.when_idle().await;
+        agent.dispose().await.map_err(|e| e.to_string())?;
+        let final_log = store.inspect(&id).map_err(|e| e.to_string())?;
+        let mut w = lock(&self.world);
+        w.transcript = Some(final_log.records);
+        w.done = true;
+        Ok(())
+    }
+}
+
+fn describe(record: &Record) -> String {
+    match &record.event {
+        Event::TurnEnd(end) => format!("turn/end {}", serde_json::to_string(&end.reason).unwrap_or_default()),
+        Event::LlmRetry(retry) => format!("llm/retry {} {}ms {}", retry.retry, retry.delay_ms, retry.failure.code),
+        Event::ToolResult(result) => format!(
+            "tool/result {} {}",
+            result.call_id,
+            result.error.as_ref().map_or("ok".to_owned(), |e| e.code.to_string())
+        ),
+        Event::AssistantChunk(chunk) => format!("assistant/chunk attempt {}", chunk.attempt),
+        other => other.type_name().to_owned(),
+    }
+}
+
+/// A tool without side effects: answers at once, or works for `work_ms` (cooperatively
+/// unless `ignore_abort`).
+struct LocalTool {
+    schema: ToolSchema,
+    timeout_ms: Option<u64>,
+    work_ms: u64,
+    ignore_abort: bool,
+    clock: Arc<dyn Clock>,
+}
+
+impl Tool for LocalTool {
+    fn schema(&self) -> ToolSchema {
+        self.schema.clone()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
+        Box::pin(async move {
+            if work.is_zero() {
+                return ToolOutput::Ok(format!("echo {}", invocation.arguments));
+            }
+            if ignore {
+                clock.sleep(work).await;
+                return ToolOutput::Ok("finished after its slow cleanup".into());
+            }
+            tokio::select! {
+                () = clock.sleep(work) => ToolOutput::Ok("done".into()),
+                () = cancel.cancelled() => ToolOutput::Aborted("stopped on request".into()),
+            }
+        })
+    }
+}
+
+/// The script the model host serves.
+pub fn script_of(scenario: &Scenario) -> Script {
+    Script {
+        refuse_until_ms: scenario.model.refuse_until_ms,
+        responses: scenario.model.responses.clone(),
+        repeat_last: scenario.model.repeat_last,
+    }
+}

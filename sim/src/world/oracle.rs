@@ -1,0 +1,140 @@
+//! The oracle (SPEC §10): invariants checked after every run. A violation names the
+//! invariant, where (seq or execution id) and when (simulated ms).
+
+use std::collections::BTreeMap;
+
+use faultline_runtime::event::{Event, Record, TurnEndReason, Validator};
+use serde::Serialize;
+
+use super::seeded::Plan;
+use super::{Receipt, World};
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: &'static str,
+    /// Where and what.
+    pub detail: String,
+    /// Simulated ms at the end of the run (or of the offending event).
+    pub at_ms: u64,
+}
+
+fn end_kind(reason: &TurnEndReason) -> String {
+    match reason {
+        TurnEndReason::Completed => "completed".into(),
+        TurnEndReason::Aborted { .. } => "aborted".into(),
+        TurnEndReason::Error { error } => format!("error:{}", error.code),
+        TurnEndReason::MaxTokens => "max-tokens".into(),
+        TurnEndReason::Interrupted => "interrupted".into(),
+        TurnEndReason::BudgetExhausted { .. } => "budget-exhausted".into(),
+    }
+}
+
+pub(super) fn check(
+    plan: &Plan,
+    world: &World,
+    transcript: &[Record],
+    receipts: &[Receipt],
+    model_requests: usize,
+    sim_ms: u64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut fail =
+        |invariant: &'static str, detail: String, at_ms: u64| out.push(Violation { invariant, detail, at_ms });
+
+    // Liveness: after the faults heal, every message ends in a closed turn within budget.
+    if world.transcript.is_none() {
+        let last = world.trace.last().cloned().unwrap_or_default();
+        fail(
+            "liveness",
+            format!("the workload did not converge within {} ms (last trace line: {last})", plan.budget_ms),
+            sim_ms,
+        );
+        return out;
+    }
+    // Log invariants of the recovered transcript (which also rules out citing a failed
+    // attempt's chunks and results without calls).
+    if let Err(v) = Validator::validate_all(transcript) {
+        fail("log-invariants", v.to_string(), sim_ms);
+    }
+    let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
+    let expected_users = plan.messages.len() + usize::from(plan.faults.cancel_then_submit);
+    if users != expected_users {
+        fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);
+    }
+    // Intent before effect: every receipt has a durable tool/call.
+    let calls: BTreeMap<String, u64> = transcript
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolCall(call) => Some((
+                faultline_runtime::store::repair::execution_id("sim", call.turn, call.step, &call.call_id),
+                r.seq,
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for receipt in receipts {
+        if !calls.contains_key(&receipt.execution_id) {
+            fail(
+                "intent-before-effect",
+                format!("execution {} reached the gateway without a durable tool/call", receipt.execution_id),
+                receipt.at_ms,
+            );
+        }
+        *seen.entry(receipt.execution_id.as_str()).or_default() += 1;
+    }
+    // At most once per execution id, across restarts (an unknown outcome is never re-run).
+    for (id, count) in seen {
+        if count > 1 {
+            fail("at-most-once", format!("execution {id} reached the gateway {count} times"), sim_ms);
+        }
+    }
+    // Retry accounting within policy.
+    let mut retries: BTreeMap<(u32, u32), (u32, Option<u32>)> = BTreeMap::new();
+    for r in transcript {
+        if let Event::LlmRetry(retry) = &r.event {
+            let entry = retries.entry((retry.turn, retry.step)).or_insert((0, retry.max_retries));
+            entry.0 += 1;
+        }
+    }
+    for ((turn, step), (count, max)) in retries {
+        if let Some(max) = max.filter(|m| count > *m) {
+            fail("retry-budget", format!("turn {turn} step {step}: {count} retries, policy allows {max}"), sim_ms);
+        }
+    }
+    // Scenario expectations.
+    if let Some(expected) = &plan.expect.turn_ends {
+        let actual: Vec<String> = transcript
+            .iter()
+            .filter_map(|r| if let Event::TurnEnd(end) = &r.event { Some(end_kind(&end.reason)) } else { None })
+            .collect();
+        if &actual != expected {
+            fail("expectation", format!("turn ends {actual:?}, expected {expected:?}"), sim_ms);
+        }
+    }
+    if let Some(expected) = plan.expect.gateway_receipts {
+        if receipts.len() != expected {
+            fail("expectation", format!("{} gateway receipts, expected {expected}", receipts.len()), sim_ms);
+        }
+    }
+    if let Some(expected) = plan.expect.model_requests {
+        if model_requests != expected {
+            fail("expectation", format!("{model_requests} model requests, expected {expected}"), sim_ms);
+        }
+    }
+    if let Some(expected) = &plan.expect.tool_result_codes {
+        let actual: Vec<String> = transcript
+            .iter()
+            .filter_map(|r| match &r.event {
+                Event::ToolResult(t) => Some(t.error.as_ref().map_or("ok".to_owned(), |e| e.code.to_string())),
+                _ => None,
+            })
+            .collect();
+        if &actual != expected {
+            fail("expectation", format!("tool results {actual:?}, expected {expected:?}"), sim_ms);
+        }
+    }
+    out
+}
