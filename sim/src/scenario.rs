@@ -216,6 +216,7 @@ scenarios![
     "disconnect-mid-text",
     "partial-tool-call-then-disconnect",
     "empty-completion",
+    "empty-and-malformed-bodies",
     "stalled-body",
     "partial-eof",
     "rate-limit-retry-after-seconds",

@@ -1,12 +1,72 @@
 //! The command line as a user meets it.
 
+#![allow(clippy::disallowed_methods)] // reads the JUnit file a sweep wrote
+
 use faultline_e2e::{faultline, stderr, stdout};
 
 #[test]
-fn sweep_runs_on_a_fresh_build() {
-    let output = faultline(&["sweep"]);
+fn sweep_runs_every_scenario_and_reports_coverage() {
+    let output = faultline(&["sweep", "--seeds", "0..2"]);
     assert!(output.status.success(), "stderr: {}", stderr(&output));
-    assert!(stdout(&output).contains("0 failures"), "stdout: {}", stdout(&output));
+    let text = stdout(&output);
+    assert!(text.contains(", 0 failures,"), "stdout: {text}");
+    assert!(text.contains("crash points reached: after-side-effect="), "{text}");
+    for info in faultline_sim::BUILT_IN_SCENARIOS {
+        assert!(text.contains(info.name), "{} missing from the summary", info.name);
+    }
+}
+
+#[test]
+fn a_run_is_byte_identical_across_processes() {
+    let first = faultline(&["run", "mixed", "--seed", "7", "--json", "--trace"]);
+    let second = faultline(&["run", "mixed", "--seed", "7", "--json", "--trace"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert_eq!(first.stdout, second.stdout);
+    let determinism = faultline(&["run", "sigkill-after-side-effect", "--seed", "4", "--check-determinism"]);
+    assert!(
+        stdout(&determinism).contains("deterministic: the second run produced the same trace"),
+        "{}",
+        stdout(&determinism)
+    );
+}
+
+#[test]
+fn shards_split_the_seed_space_and_junit_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = |shard: &str| -> u64 {
+        let out = faultline(&[
+            "sweep",
+            "--scenario",
+            "happy-tool-turn",
+            "--scenario",
+            "auth-401",
+            "--seeds",
+            "0..7",
+            "--shard",
+            shard,
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let value: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        value["runs"].as_u64().unwrap()
+    };
+    assert_eq!(runs("1/2") + runs("2/2"), 14);
+    let junit = dir.path().join("report.xml");
+    let out = faultline(&["sweep", "--scenario", "auth-401", "--seeds", "0..3", "--junit", junit.to_str().unwrap()]);
+    assert!(out.status.success());
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 3);
+    assert!(xml.contains("tests=\"3\" failures=\"0\""), "{xml}");
+    let bad = faultline(&["sweep", "--shard", "3/2"]);
+    assert_eq!(bad.status.code(), Some(1));
+}
+
+#[test]
+fn scenarios_are_listed_with_descriptions() {
+    let output = faultline(&["scenarios"]);
+    assert!(output.status.success());
+    assert!(stdout(&output).contains("sigkill-after-side-effect"));
+    assert!(stdout(&output).lines().count() >= 27);
 }
 
 #[test]
@@ -20,7 +80,7 @@ fn sweep_refuses_an_unknown_scenario_by_name() {
 fn help_names_the_commands() {
     let output = faultline(&["--help"]);
     assert!(output.status.success());
-    for command in ["sweep", "scenarios"] {
+    for command in ["sweep", "scenarios", "run", "transcript", "llm", "model-server", "agent", "outbox"] {
         assert!(stdout(&output).contains(command), "--help lacks {command}");
     }
 }

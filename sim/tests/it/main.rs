@@ -4,5 +4,6 @@
 mod adapter;
 mod agent;
 mod crash_points;
+mod scenarios;
 mod seam_smoke;
 mod support;
