@@ -113,9 +113,23 @@ pub struct FaultPlan {
     /// message right after the cancel (the wake latch).
     #[serde(default)]
     pub cancel_then_submit: bool,
+    /// A live provider-config update at a simulated time: extra `[provider]` lines replacing
+    /// the scenario's. An invalid one must be rejected loudly with the last good route kept.
+    #[serde(default)]
+    pub config_update: Option<ConfigUpdate>,
     /// Draw a crash point and fs faults from the seed (the `mixed` scenario).
     #[serde(default)]
     pub from_seed: bool,
+}
+
+/// A live configuration update.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigUpdate {
+    /// When (simulated ms).
+    pub at_ms: u64,
+    /// The new extra `[provider]` lines.
+    pub provider: String,
 }
 
 /// A planned crash.
@@ -187,6 +201,9 @@ pub struct Expectations {
     /// Number of model requests.
     #[serde(default)]
     pub model_requests: Option<usize>,
+    /// Whether the live config update must be rejected (true) or applied (false).
+    #[serde(default)]
+    pub config_update_rejected: Option<bool>,
     /// Codes of tool results, in order.
     #[serde(default)]
     pub tool_result_codes: Option<Vec<String>>,
@@ -238,6 +255,8 @@ scenarios![
     "fsync-eio-on-append",
     "enospc-first-materialise",
     "gateway-partition-during-delivery",
+    "model-partition-heals",
+    "invalid-live-config-update",
     "mixed",
 ];
 

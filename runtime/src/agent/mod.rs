@@ -213,6 +213,11 @@ impl Agent {
         self.shared.session.subscribe()
     }
 
+    /// The session's durable watermark: every record below it survives a crash.
+    pub fn durable_watermark(&self) -> watch::Receiver<u64> {
+        self.shared.session.durable_watermark()
+    }
+
     /// Persistence failures of the background path, as they happen.
     pub fn failures(&self) -> broadcast::Receiver<String> {
         self.shared.failures.subscribe()

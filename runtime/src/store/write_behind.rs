@@ -196,6 +196,21 @@ impl WriteBehind {
         self.shared.accepted.subscribe()
     }
 
+    /// Every record with a seq below the watched value is durable (the barrier's progress).
+    pub fn durable_watermark(&self) -> watch::Receiver<u64> {
+        let (tx, rx) = watch::channel(self.shared.progress.borrow().durable_through);
+        let mut progress = self.shared.progress.subscribe();
+        tokio::spawn(async move {
+            while progress.changed().await.is_ok() {
+                let through = progress.borrow_and_update().durable_through;
+                if tx.send(through).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
     /// The seq the next accepted event will get.
     pub fn next_seq(&self) -> u64 {
         self.shared.lock().next_seq

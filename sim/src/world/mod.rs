@@ -87,6 +87,10 @@ struct World {
     transcript: Option<Vec<Record>>,
     restart_requested: bool,
     faults_fired: BTreeSet<String>,
+    /// Records accepted by the current incarnation (by seq).
+    accepted: BTreeMap<u64, Record>,
+    /// Records acknowledged durable by any incarnation: they must survive byte-identical.
+    acked: BTreeMap<u64, Record>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -288,6 +292,7 @@ impl AgentLife {
             w.incarnation
         };
         trace(&self.world, format!("agent#{life} starts"));
+        lock(&self.world).accepted.clear();
         let faults = if life == 1 { self.first_life_fs.clone() } else { FsFaults::new() };
         let mut seams = sim_seams(self.seed, "agent", life);
         let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(Arc::new(SimFs), faults.clone()));
@@ -351,12 +356,27 @@ impl AgentLife {
             };
         }
         let open = if exists { Open::Resume } else { Open::Create };
+        let live = Arc::new(LiveProvider::new(route));
+        if let (Some(update), 1) = (self.plan.faults.config_update.clone(), life) {
+            let (live, clock, world) = (live.clone(), seams.clock.clone(), self.world.clone());
+            tokio::spawn(async move {
+                clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
+                let text = format!("[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{}", update.provider);
+                let applied = from_toml::<File>(&text).and_then(|f| live.update(&f.provider, "provider"));
+                let (family, line) = match applied {
+                    Ok(()) => ("config-applied", "config update applied".to_owned()),
+                    Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
+                };
+                lock(&world).faults_fired.insert(family.into());
+                trace(&world, line);
+            });
+        }
         let agent = Agent::start(
             seams.clone(),
             &store,
             &id,
             open,
-            Arc::new(LiveProvider::new(route)),
+            live,
             Arc::new(StaticCredentials::default()),
             tools,
             AgentConfig { tool_concurrency: self.plan.tool_concurrency, ..AgentConfig::default() },
@@ -368,6 +388,21 @@ impl AgentLife {
             tokio::spawn(async move {
                 while let Ok(record) = records.recv().await {
                     trace(&world, format!("agent#{life} {} {}", record.seq, describe(&record)));
+                    lock(&world).accepted.insert(record.seq, record);
+                }
+            });
+            // Whatever the barrier acknowledged durable is remembered outside the host: the
+            // oracle checks it survived every later crash byte for byte.
+            let mut watermark = agent.durable_watermark();
+            let world = self.world.clone();
+            tokio::spawn(async move {
+                while watermark.changed().await.is_ok() {
+                    let through = *watermark.borrow_and_update();
+                    let mut w = lock(&world);
+                    let durable: Vec<Record> = w.accepted.range(..through).map(|(_, r)| r.clone()).collect();
+                    for record in durable {
+                        w.acked.insert(record.seq, record);
+                    }
                 }
             });
         }

@@ -63,6 +63,22 @@ pub(super) fn check(
     if users != expected_users {
         fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);
     }
+    // Everything acknowledged durable before a crash survives byte-identical.
+    for (seq, acked) in &world.acked {
+        match transcript.get(*seq as usize) {
+            Some(found) if found.encode() == acked.encode() => {}
+            Some(found) => fail(
+                "durable-prefix",
+                format!("seq {seq} was acknowledged as {} but recovered as {}", acked.encode(), found.encode()),
+                sim_ms,
+            ),
+            None => fail(
+                "durable-prefix",
+                format!("seq {seq} was acknowledged durable but is missing after recovery"),
+                sim_ms,
+            ),
+        }
+    }
     // Intent before effect: every receipt has a durable tool/call.
     let calls: BTreeMap<String, u64> = transcript
         .iter()
@@ -122,6 +138,16 @@ pub(super) fn check(
     if let Some(expected) = plan.expect.model_requests {
         if model_requests != expected {
             fail("expectation", format!("{model_requests} model requests, expected {expected}"), sim_ms);
+        }
+    }
+    if let Some(rejected) = plan.expect.config_update_rejected {
+        let family = if rejected { "config-rejected" } else { "config-applied" };
+        if !world.faults_fired.contains(family) {
+            fail(
+                "expectation",
+                format!("the live config update was expected to be {}", if rejected { "rejected" } else { "applied" }),
+                sim_ms,
+            );
         }
     }
     if let Some(expected) = &plan.expect.tool_result_codes {
