@@ -72,6 +72,8 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
         "partition",
         "crash-point",
         "cancel",
+        "config-rejected",
+        "supervisor-restart",
     ] {
         assert!(families.contains(family), "fault family {family} never fired (fired: {families:?})");
     }
