@@ -90,3 +90,13 @@ fn bad_arguments_exit_non_zero() {
     let output = faultline(&["no-such-command"]);
     assert!(!output.status.success());
 }
+
+#[test]
+fn the_demo_kills_an_agent_at_its_side_effect_and_recovers() {
+    let output = faultline(&["demo"]);
+    assert!(output.status.success(), "{}\n{}", stdout(&output), stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("SIGKILL"), "{text}");
+    assert!(text.contains("TOOL_OUTCOME_UNKNOWN"), "{text}");
+    assert!(text.contains("sent.log still holds exactly 1 line"), "{text}");
+}

@@ -4,4 +4,5 @@ mod agent_run;
 mod cli;
 mod llm;
 mod outbox;
+mod sigkill;
 mod transcript;

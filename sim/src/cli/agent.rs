@@ -118,7 +118,19 @@ fn run_turn(args: &RunArgs) -> ExitCode {
             Some(section) => {
                 let db = section.db.clone().unwrap_or_else(|| args.session_dir.join("outbox.sqlite"));
                 match SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()) {
-                    Ok(outbox) => Some(Arc::new(outbox)),
+                    Ok(outbox) => {
+                        // Claims whose owner died become `unknown` before crash repair reads
+                        // them, so the closer names the settled evidence (never resent).
+                        match outbox.recover_abandoned() {
+                            Ok(ids) => {
+                                for id in ids {
+                                    eprintln!("faultline: delivery {id} was abandoned mid-delivery: outcome unknown, not resent");
+                                }
+                            }
+                            Err(e) => return bad(format!("outbox {}: {e}", db.display())),
+                        }
+                        Some(Arc::new(outbox))
+                    }
                     Err(e) => return bad(format!("outbox {}: {e}", db.display())),
                 }
             }

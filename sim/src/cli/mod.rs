@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod demo;
 mod llm;
 mod outbox;
 mod sweep;
@@ -40,6 +41,8 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
     Outbox(outbox::OutboxArgs),
+    /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
+    Demo,
 }
 
 /// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
@@ -67,5 +70,6 @@ pub fn main() -> ExitCode {
         Command::ModelServer(args) => llm::model_server(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Outbox(args) => outbox::run(&args),
+        Command::Demo => demo::run(),
     }
 }
