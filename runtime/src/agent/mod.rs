@@ -97,7 +97,8 @@ pub(crate) struct Shared {
     session: WriteBehind,
     provider: Arc<LiveProvider>,
     adapter: Adapter,
-    tools: ToolSet,
+    /// Replaceable between requests (a reloaded config may change the tools).
+    tools: Mutex<ToolSet>,
     config: AgentConfig,
     driver: Mutex<Driver>,
     history: tokio::sync::Mutex<History>,
@@ -122,6 +123,11 @@ impl Shared {
 
     fn mark_header_written(&self) {
         self.header_written.store(true, Ordering::SeqCst);
+    }
+
+    /// The tools for the next request or call.
+    fn tools(&self) -> ToolSet {
+        self.tools.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn report(&self, error: &Error) {
@@ -190,7 +196,7 @@ impl Agent {
             session,
             provider,
             adapter,
-            tools,
+            tools: Mutex::new(tools),
             config,
             driver: Mutex::default(),
             history: tokio::sync::Mutex::new(History::from_records(&records)),
@@ -201,6 +207,12 @@ impl Agent {
             seams,
         });
         Ok(Agent { shared })
+    }
+
+    /// Replaces the tool set; the next request advertises it (a `request/header` with reason
+    /// `change` records the new prefix) and the next calls use it.
+    pub fn set_tools(&self, tools: ToolSet) {
+        *self.shared.tools.lock().unwrap_or_else(|p| p.into_inner()) = tools;
     }
 
     /// The session id.

@@ -107,7 +107,7 @@ impl TurnCtx<'_> {
             let prefix = RequestPrefix {
                 model: route.model.clone(),
                 system: self.shared.config.system.clone(),
-                tools: self.shared.tools.schemas(),
+                tools: self.shared.tools().schemas(),
             };
             let reason = if !self.shared.header_written() {
                 Some(if self.history.last_header.is_some() { HeaderReason::Resume } else { HeaderReason::Initial })
@@ -408,7 +408,8 @@ impl TurnCtx<'_> {
         step: u32,
         call: &PlannedCall,
     ) -> std::result::Result<(Arc<dyn super::Tool>, ToolInvocation), CallOutcome> {
-        let Some(tool) = self.shared.tools.get(&call.name) else {
+        let tools = self.shared.tools();
+        let Some(tool) = tools.get(&call.name) else {
             return Err(CallOutcome::error(
                 ErrorCode::ToolFailed,
                 "unknown_tool",

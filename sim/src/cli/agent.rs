@@ -1,11 +1,13 @@
 //! `faultline agent run`: a real agent from the command line.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::{Agent, AgentConfig, AgentFile, Open, Tool, ToolSet, TurnOutcome};
+use faultline_runtime::agent::{Agent, AgentConfig, AgentFile, Open, ResolvedAgentFile, Tool, ToolSet, TurnOutcome};
 use faultline_runtime::event::{Chunk, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
 use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
@@ -40,6 +42,26 @@ enum AgentCommand {
     /// Run one turn. Exit 0 completed, 2 error, 3 aborted (SIGTERM) or interrupted, 1 bad
     /// arguments or config, 130 after Ctrl-C.
     Run(RunArgs),
+    /// An interactive session: one turn per input line, streamed; Ctrl-C cancels the turn, not
+    /// the program; the config file is watched (a valid edit applies to the next request, an
+    /// invalid one is reported loudly and the last good config stays).
+    Chat(ChatArgs),
+}
+
+#[derive(Debug, Args)]
+struct ChatArgs {
+    /// TOML config (watched for changes).
+    #[arg(long)]
+    config: PathBuf,
+    /// Where sessions live.
+    #[arg(long)]
+    session_dir: PathBuf,
+    /// Session id (continued if it exists; default: a new one).
+    #[arg(long)]
+    session: Option<String>,
+    /// Transcript store.
+    #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
+    store: StoreKind,
 }
 
 #[derive(Debug, Args)]
@@ -76,17 +98,93 @@ fn bad(message: impl std::fmt::Display) -> ExitCode {
 pub fn run(args: &AgentArgs) -> ExitCode {
     match &args.command {
         AgentCommand::Run(args) => run_turn(args),
+        AgentCommand::Chat(args) => chat(args),
     }
 }
 
-fn run_turn(args: &RunArgs) -> ExitCode {
-    let text = match std::fs::read_to_string(&args.config) {
-        Ok(text) => text,
-        Err(e) => return bad(format!("--config {}: {e}", args.config.display())),
+/// Reads and validates the config file.
+fn read_config(path: &Path) -> Result<ResolvedAgentFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    AgentFile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The tools a config declares; `via_outbox` tools deliver through `outbox`.
+fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>) -> ToolSet {
+    config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| match (outbox, tool.via_outbox) {
+        (Some(queue), true) => {
+            let schema = CommandTool::new(tool.clone()).schema();
+            let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()));
+            set.with(Arc::new(OutboxTool::new(schema, queue.clone(), deliverer)))
+        }
+        _ => set.with(Arc::new(CommandTool::new(tool))),
+    })
+}
+
+/// A started agent and what a config reload needs.
+struct Started {
+    agent: Agent,
+    live: Arc<LiveProvider>,
+    outbox: Option<Arc<dyn Outbox>>,
+    id: SessionId,
+}
+
+/// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
+/// settled evidence) and starts the agent on the session.
+fn start_agent(
+    seams: &faultline_runtime::Seams,
+    config: &ResolvedAgentFile,
+    session_dir: &Path,
+    store_kind: StoreKind,
+    session: Option<&str>,
+    resume: bool,
+) -> Result<Started, String> {
+    let id = match session {
+        Some(id) => SessionId::new(id),
+        None => SessionId::new(format!("s-{}", seams.entropy.hex_id(12))),
+    }
+    .map_err(|e| format!("--session: {e}"))?;
+    std::fs::create_dir_all(session_dir).map_err(|e| format!("--session-dir {}: {e}", session_dir.display()))?;
+    let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
+        None => None,
+        Some(section) => {
+            let db = section.db.clone().unwrap_or_else(|| session_dir.join("outbox.sqlite"));
+            let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
+                .map_err(|e| format!("outbox {}: {e}", db.display()))?;
+            for abandoned in outbox.recover_abandoned().map_err(|e| format!("outbox {}: {e}", db.display()))? {
+                eprintln!("faultline: delivery {abandoned} was abandoned mid-delivery: outcome unknown, not resent");
+            }
+            Some(Arc::new(outbox))
+        }
     };
-    let config = match AgentFile::parse(&text) {
+    let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
+    let store = open_store(store_kind, session_dir, seams, evidence).map_err(|e| e.to_string())?;
+    let agent_config = AgentConfig {
+        max_steps: config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT),
+        tool_concurrency: config.agent.tool_concurrency.unwrap_or(faultline_runtime::agent::TOOL_CONCURRENCY_DEFAULT),
+        system: config.agent.system.clone(),
+        ..AgentConfig::default()
+    };
+    let live = Arc::new(LiveProvider::new(config.provider.clone()));
+    let open = if resume { Open::Resume } else { Open::Create };
+    let agent = Agent::start(
+        seams.clone(),
+        store.as_ref(),
+        &id,
+        open,
+        live.clone(),
+        Arc::new(EnvCredentials),
+        tools_of(config, &outbox),
+        agent_config,
+    )
+    .map_err(|e| format!("session {id}: {e}"))?;
+    eprintln!("faultline: session {id}");
+    Ok(Started { agent, live, outbox, id })
+}
+
+fn run_turn(args: &RunArgs) -> ExitCode {
+    let config = match read_config(&args.config) {
         Ok(config) => config,
-        Err(e) => return bad(format!("{}: {e}", args.config.display())),
+        Err(e) => return bad(e),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
@@ -101,77 +199,11 @@ fn run_turn(args: &RunArgs) -> ExitCode {
             (Err(e), _) | (_, Err(e)) => return bad(format!("installing signal handlers: {e}")),
         };
         let seams = production::seams();
-        let id = match &args.session {
-            Some(id) => SessionId::new(id.as_str()),
-            None => SessionId::new(format!("s-{}", seams.entropy.hex_id(12))),
-        };
-        let id = match id {
-            Ok(id) => id,
-            Err(e) => return bad(format!("--session: {e}")),
-        };
-        if let Err(e) = std::fs::create_dir_all(&args.session_dir) {
-            return bad(format!("--session-dir {}: {e}", args.session_dir.display()));
-        }
-        // Tools with `via_outbox` deliver through the queue, which crash repair consults.
-        let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
-            None => None,
-            Some(section) => {
-                let db = section.db.clone().unwrap_or_else(|| args.session_dir.join("outbox.sqlite"));
-                match SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()) {
-                    Ok(outbox) => {
-                        // Claims whose owner died become `unknown` before crash repair reads
-                        // them, so the closer names the settled evidence (never resent).
-                        match outbox.recover_abandoned() {
-                            Ok(ids) => {
-                                for id in ids {
-                                    eprintln!("faultline: delivery {id} was abandoned mid-delivery: outcome unknown, not resent");
-                                }
-                            }
-                            Err(e) => return bad(format!("outbox {}: {e}", db.display())),
-                        }
-                        Some(Arc::new(outbox))
-                    }
-                    Err(e) => return bad(format!("outbox {}: {e}", db.display())),
-                }
-            }
-        };
-        let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
-        let store = match open_store(args.store, &args.session_dir, &seams, evidence) {
-            Ok(store) => store,
-            Err(e) => return bad(e),
-        };
-        let tools = config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| match (&outbox, tool.via_outbox) {
-            (Some(queue), true) => {
-                let schema = CommandTool::new(tool.clone()).schema();
-                let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()));
-                set.with(Arc::new(OutboxTool::new(schema, queue.clone(), deliverer)))
-            }
-            _ => set.with(Arc::new(CommandTool::new(tool))),
-        });
-        let agent_config = AgentConfig {
-            max_steps: config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT),
-            tool_concurrency: config
-                .agent
-                .tool_concurrency
-                .unwrap_or(faultline_runtime::agent::TOOL_CONCURRENCY_DEFAULT),
-            system: config.agent.system.clone(),
-            ..AgentConfig::default()
-        };
-        let open = if args.resume { Open::Resume } else { Open::Create };
-        let agent = match Agent::start(
-            seams.clone(),
-            store.as_ref(),
-            &id,
-            open,
-            Arc::new(LiveProvider::new(config.provider.clone())),
-            Arc::new(EnvCredentials),
-            tools,
-            agent_config,
-        ) {
-            Ok(agent) => agent,
-            Err(e) => return bad(format!("session {id}: {e}")),
-        };
-        eprintln!("faultline: session {id}");
+        let Started { agent, id, .. } =
+            match start_agent(&seams, &config, &args.session_dir, args.store, args.session.as_deref(), args.resume) {
+                Ok(started) => started,
+                Err(e) => return bad(e),
+            };
         let printer = (!args.json).then(|| tokio::spawn(print_stream(agent.clone())));
         if let Err(e) = agent.submit(args.prompt.clone()) {
             return bad(e);
@@ -201,9 +233,135 @@ fn run_turn(args: &RunArgs) -> ExitCode {
     })
 }
 
+/// How often the chat looks at its config file, in ms.
+const CONFIG_POLL_MS: u64 = 100;
+
+/// What the config file holds now, as far as reloading cares.
+#[derive(PartialEq)]
+enum Seen {
+    Text(String),
+    Missing,
+}
+
+fn look(path: &Path) -> Seen {
+    std::fs::read_to_string(path).map_or(Seen::Missing, Seen::Text)
+}
+
+/// Applies a changed config file, or says loudly why not (keeping the last good one).
+fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
+    match seen {
+        Seen::Missing => "[config] the file was removed: keeping the last good config".into(),
+        Seen::Text(text) => match AgentFile::parse(text) {
+            Err(e) if e.path == "(file)" => {
+                format!("[config] reload FAILED (parse error, last good config kept): {}: {e}", path.display())
+            }
+            Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {}: {e}", path.display()),
+            Ok(config) => match started.live.update(&config.provider_config, "provider") {
+                Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {e}"),
+                Ok(()) => {
+                    started.agent.set_tools(tools_of(&config, &started.outbox));
+                    format!(
+                        "[config] reloaded: model {}, {} tool(s); applies to the next request",
+                        config.provider.model,
+                        config.tools.len()
+                    )
+                }
+            },
+        },
+    }
+}
+
+fn chat(args: &ChatArgs) -> ExitCode {
+    let config = match read_config(&args.config) {
+        Ok(config) => config,
+        Err(e) => return bad(e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return bad(e),
+    };
+    runtime.block_on(async move {
+        use tokio::io::AsyncBufReadExt;
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = match signal(SignalKind::interrupt()) {
+            Ok(interrupt) => interrupt,
+            Err(e) => return bad(format!("installing the Ctrl-C handler: {e}")),
+        };
+        let seams = production::seams();
+        let exists = args.session.as_deref().is_some_and(|s| {
+            open_store(args.store, &args.session_dir, &seams, None)
+                .ok()
+                .and_then(|store| SessionId::new(s).ok().map(|id| (store, id)))
+                .is_some_and(|(store, id)| store.list().is_ok_and(|ids| ids.contains(&id)))
+        });
+        let started = match start_agent(&seams, &config, &args.session_dir, args.store, args.session.as_deref(), exists)
+        {
+            Ok(started) => Arc::new(started),
+            Err(e) => return bad(e),
+        };
+        let printer = tokio::spawn(print_stream(started.agent.clone()));
+        // The watcher: polls the file and applies changes between requests.
+        let watcher = {
+            let (started, path) = (started.clone(), args.config.clone());
+            tokio::spawn(async move {
+                let mut last = look(&path);
+                loop {
+                    tokio::time::sleep(Duration::from_millis(CONFIG_POLL_MS)).await;
+                    let now = look(&path);
+                    if now != last {
+                        println!("{}", reload(&path, &now, &started));
+                        let _ = std::io::stdout().flush();
+                        last = now;
+                    }
+                }
+            })
+        };
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            let line = tokio::select! {
+                line = lines.next_line() => line,
+                _ = interrupt.recv() => continue, // Ctrl-C at the prompt cancels nothing
+            };
+            let Ok(Some(line)) = line else { break };
+            if line.trim().is_empty() {
+                continue;
+            }
+            if let Err(e) = started.agent.submit(line) {
+                eprintln!("faultline agent chat: {e}");
+                break;
+            }
+            // Ctrl-C cancels the turn, not the program.
+            tokio::select! {
+                () = started.agent.when_idle() => {}
+                _ = interrupt.recv() => {
+                    started.agent.cancel();
+                    started.agent.when_idle().await;
+                }
+            }
+            if let Some(outcome) = started.agent.last_outcome() {
+                let kind = serde_json::to_value(&outcome.reason)
+                    .ok()
+                    .and_then(|v| v["kind"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                println!("[turn {}: {kind}]", outcome.turn);
+                let _ = std::io::stdout().flush();
+            }
+        }
+        watcher.abort();
+        let disposed = started.agent.dispose().await;
+        printer.abort();
+        match disposed {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("faultline agent chat: closing session {}: {e}", started.id);
+                ExitCode::from(EXIT_ERROR)
+            }
+        }
+    })
+}
+
 /// Streams assistant text and retry notices as they are recorded.
 async fn print_stream(agent: Agent) {
-    use std::io::Write;
     let mut records = agent.subscribe();
     while let Ok(record) = records.recv().await {
         match &record.event {
