@@ -3,6 +3,7 @@
 //! The same runtime code that runs in production runs here inside turmoil: simulated time,
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
 
+pub mod bench;
 pub mod cli;
 mod fault_fs;
 pub mod model_server;

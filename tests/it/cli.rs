@@ -100,3 +100,23 @@ fn the_demo_kills_an_agent_at_its_side_effect_and_recovers() {
     assert!(text.contains("TOOL_OUTCOME_UNKNOWN"), "{text}");
     assert!(text.contains("sent.log still holds exactly 1 line"), "{text}");
 }
+
+#[test]
+fn the_quick_bench_reports_every_figure_with_its_baseline() {
+    let output = faultline(&["bench", "--quick", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert!(report["fsync_ms_p50"].as_f64().unwrap() > 0.0);
+    let names: Vec<String> =
+        report["figures"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_owned()).collect();
+    for needle in [
+        "durable append jsonl, batch 256",
+        "durable append sqlite, batch 1",
+        "write-behind flush latency p99",
+        "recovery zstd",
+        "adapter: SSE chunks",
+        "simulator: default mix",
+    ] {
+        assert!(names.iter().any(|n| n.contains(needle)), "missing {needle}: {names:?}");
+    }
+}

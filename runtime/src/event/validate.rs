@@ -216,6 +216,13 @@ impl Validator {
         Ok(())
     }
 
+    /// [`Validator::push`] without the copy that keeps the validator unchanged on error: for
+    /// callers that discard it after an error anyway (a batch check on a copy, a scan that
+    /// stops at the first problem). Saves a clone of the open step's state per record.
+    pub fn push_in_place(&mut self, record: &Record) -> Result<(), Violation> {
+        self.apply(record).map_err(|rule| Violation { seq: record.seq, rule })
+    }
+
     fn apply(&mut self, record: &Record) -> Result<(), Rule> {
         if record.seq != self.next_seq {
             return Err(Rule::SeqGap { expected: self.next_seq, found: record.seq });

@@ -333,7 +333,7 @@ pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Val
     }
     let mut next = validator.clone();
     for record in batch {
-        next.push(record)?;
+        next.push_in_place(record)?;
     }
     Ok(next)
 }

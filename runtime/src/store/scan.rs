@@ -99,7 +99,8 @@ fn decode_next(line: &[u8], validator: &mut Validator) -> Result<Record, LineIss
     if record.seq != validator.next_seq() {
         return Err(LineIssue::Suspect(format!("seq {} where {} was expected", record.seq, validator.next_seq())));
     }
-    validator.push(&record).map_err(|v| LineIssue::Invalid(format!("log invariant violated: {v}")))?;
+    // A violation ends the scan (corrupt), so the validator need not survive it unchanged.
+    validator.push_in_place(&record).map_err(|v| LineIssue::Invalid(format!("log invariant violated: {v}")))?;
     Ok(record)
 }
 

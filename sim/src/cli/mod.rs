@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod bench;
 mod demo;
 mod llm;
 mod outbox;
@@ -43,6 +44,9 @@ enum Command {
     Outbox(outbox::OutboxArgs),
     /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
     Demo,
+    /// Measure stores, write-behind, recovery, the adapter and the simulator against
+    /// baselines run in the same process.
+    Bench(bench::BenchArgs),
 }
 
 /// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
@@ -71,5 +75,6 @@ pub fn main() -> ExitCode {
         Command::Agent(args) => agent::run(&args),
         Command::Outbox(args) => outbox::run(&args),
         Command::Demo => demo::run(),
+        Command::Bench(args) => bench::run(&args),
     }
 }

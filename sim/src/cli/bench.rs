@@ -1,0 +1,51 @@
+//! `faultline bench`.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::bench::run_all;
+
+/// Arguments of `faultline bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Smaller sizes (under two minutes here), same shapes.
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the benchmarks.
+pub fn run(args: &BenchArgs) -> ExitCode {
+    let report = run_all(args.quick);
+    if args.json {
+        println!("{}", serde_json::to_string(&report).expect("reports serialise"));
+        return ExitCode::SUCCESS;
+    }
+    println!("machine: {} cores, 4 KiB write+fsync p50 {:.2} ms", report.cores, report.fsync_ms_p50);
+    println!("{:<58} {:>14} {:>14} {:>7}  target", "figure", "value", "baseline", "ratio");
+    for f in &report.figures {
+        let baseline = f.baseline.map_or("-".to_owned(), |b| format!("{b:.0}"));
+        let ratio = f.ratio.map_or("-".to_owned(), |r| format!("{r:.2}"));
+        let target = match (&f.target, f.meets_target) {
+            (Some(t), Some(true)) => format!("{t}: holds"),
+            (Some(t), Some(false)) => format!("{t}: MISSED"),
+            (Some(t), None) => t.clone(),
+            (None, _) => String::new(),
+        };
+        println!(
+            "{:<58} {:>14} {:>14} {:>7}  {target}",
+            f.name,
+            format!("{:.1} {}", f.value, short(&f.unit)),
+            baseline,
+            ratio
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn short(unit: &str) -> &str {
+    unit.split_whitespace().next().unwrap_or(unit)
+}
