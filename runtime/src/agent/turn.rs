@@ -305,17 +305,7 @@ impl TurnCtx<'_> {
                 () = self.cancel.cancelled() => { undispatched_from = i; break; }
                 permit = pool.clone().acquire_owned() => permit.expect("the pool is never closed"),
             };
-            self.emit(
-                Event::ToolCall(ToolCall {
-                    turn: self.turn,
-                    step,
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                }),
-                None,
-            )
-            .await?;
+            self.emit_call(step, call).await?;
             // Tool path checkpoint: the intent is durable before the body runs.
             match self.checkpoint().await {
                 Ok(()) => {}
@@ -369,23 +359,25 @@ impl TurnCtx<'_> {
             self.commit_result(step, &calls[i], outcome).await?;
         }
         for call in &calls[undispatched_from..] {
-            self.emit(
-                Event::ToolCall(ToolCall {
-                    turn: self.turn,
-                    step,
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    arguments: call.arguments.clone(),
-                }),
-                None,
-            )
-            .await?;
+            self.emit_call(step, call).await?;
             self.commit_result(step, call, CallOutcome::aborted_before_dispatch()).await?;
         }
         if stop.is_none() && self.cancel.is_cancelled() {
             stop = Some(self.aborted());
         }
         Ok(stop)
+    }
+
+    /// Records the durable intent of `call` (its `tool/call`).
+    async fn emit_call(&mut self, step: u32, call: &PlannedCall) -> Result<()> {
+        let event = ToolCall {
+            turn: self.turn,
+            step,
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        };
+        self.emit(Event::ToolCall(event), None).await.map(|_| ())
     }
 
     async fn commit_result(&mut self, step: u32, call: &PlannedCall, outcome: CallOutcome) -> Result<()> {

@@ -3,18 +3,14 @@
 //! process id, start time and a random instance id.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution};
 use crate::seams::{Clock, EntropyExt, Liveness, OwnerIdentity, Process};
 use crate::{Error, Result};
-
-const BUSY_TIMEOUT_MS: u64 = 5_000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -82,16 +78,7 @@ impl SqliteOutbox {
         entropy: &dyn crate::Entropy,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        let conn = Connection::open(&path)?;
-        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        let conn = super::sqlite_store::open_durable(&path)?;
         conn.execute_batch(SCHEMA)?;
         let mut me = process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));

@@ -36,6 +36,23 @@ CREATE TABLE IF NOT EXISTS events (
 ) WITHOUT ROWID;
 ";
 
+/// Opens a SQLite file the way every faultline database is opened: created private (mode
+/// 0600, so SQLite's -wal and -shm files inherit it), WAL, `synchronous=FULL` (a committed
+/// transaction survives power loss), and a busy timeout for other processes' transactions.
+pub(crate) fn open_durable(path: &Path) -> Result<Connection> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
 /// Sessions in one SQLite database file.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -62,18 +79,7 @@ impl SqliteStore {
     /// Opens (creating, mode 0600) the database at `path`.
     pub fn open(path: impl AsRef<Path>, process: Arc<dyn Process>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        // Create the file ourselves so it is private from the first byte; SQLite gives its
-        // -wal and -shm files the database file's permissions.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        let conn = Connection::open(&path)?;
-        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        let conn = open_durable(&path)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
@@ -103,12 +109,13 @@ impl SqliteStore {
 
     fn acquire(&self, id: &SessionId, row: &Row, takeover: Takeover) -> Result<u64> {
         if let Some(holder) = &row.owner {
-            if self.process.liveness(holder) == Liveness::Alive {
-                return Err(Error::SessionLocked { id: id.to_string(), holder: holder.to_string() });
-            }
-            if takeover == Takeover::Never {
-                return Err(Error::StaleOwner { id: id.to_string(), holder: holder.to_string() });
-            }
+            crate::store::check_takeover(
+                self.process.as_ref(),
+                id.as_str(),
+                Some(holder),
+                holder.to_string(),
+                takeover,
+            )?;
         }
         Ok(row.token + 1)
     }

@@ -62,12 +62,7 @@ impl MemoryStore {
 
     fn acquire(&self, id: &SessionId, session: &mut MemSession, takeover: Takeover) -> Result<u64> {
         if let Some(holder) = &session.owner {
-            if self.process.liveness(holder) == Liveness::Alive {
-                return Err(Error::SessionLocked { id: id.to_string(), holder: holder.to_string() });
-            }
-            if takeover == Takeover::Never {
-                return Err(Error::StaleOwner { id: id.to_string(), holder: holder.to_string() });
-            }
+            super::check_takeover(self.process.as_ref(), id.as_str(), Some(holder), holder.to_string(), takeover)?;
         }
         session.token += 1;
         session.owner = Some(self.process.identity());

@@ -23,6 +23,7 @@ pub use file::{inspect_file, inspect_file_with, repair_file, FileStore};
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
 pub use memory::MemoryStore;
+pub(crate) use owner::check_takeover;
 pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX, RECORD_LINE_BYTES_MAX};
 pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,

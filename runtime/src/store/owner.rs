@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::seams::{Liveness, OpenOptions, OwnerIdentity, Seams};
+use crate::seams::{Liveness, OpenOptions, OwnerIdentity, Process, Seams};
 use crate::store::Takeover;
 use crate::{Error, Result};
 
@@ -74,6 +74,24 @@ pub(crate) fn describe(owner: &Option<OwnerIdentity>) -> String {
     }
 }
 
+/// The one-writer rule for a recorded holder (seed 004 §15.6): a live holder is refused; a
+/// dead one is taken over only when the caller asked for it. Shared by every backend.
+pub(crate) fn check_takeover(
+    process: &dyn Process,
+    id: &str,
+    holder: Option<&OwnerIdentity>,
+    describe_holder: String,
+    takeover: Takeover,
+) -> Result<()> {
+    if holder.is_some_and(|o| process.liveness(o) == Liveness::Alive) {
+        return Err(Error::SessionLocked { id: id.to_owned(), holder: describe_holder });
+    }
+    if takeover == Takeover::Never {
+        return Err(Error::StaleOwner { id: id.to_owned(), holder: describe_holder });
+    }
+    Ok(())
+}
+
 /// Takes ownership of the session in `dir`, returning the new fencing token.
 pub(crate) fn acquire(seams: &Seams, dir: &Path, id: &str, takeover: Takeover) -> Result<u64> {
     let current = current(seams, dir)?;
@@ -81,13 +99,7 @@ pub(crate) fn acquire(seams: &Seams, dir: &Path, id: &str, takeover: Takeover) -
         None => 1,
         Some(CurrentOwner { token, owner: None }) => token + 1,
         Some(CurrentOwner { token, owner: Some(owner) }) => {
-            let alive = owner.as_ref().is_some_and(|o| seams.process.liveness(o) == Liveness::Alive);
-            if alive {
-                return Err(Error::SessionLocked { id: id.to_owned(), holder: describe(owner) });
-            }
-            if takeover == Takeover::Never {
-                return Err(Error::StaleOwner { id: id.to_owned(), holder: describe(owner) });
-            }
+            check_takeover(seams.process.as_ref(), id, owner.as_ref(), describe(owner), takeover)?;
             token + 1
         }
     };
