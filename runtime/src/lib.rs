@@ -5,6 +5,7 @@
 //! of the `faultline-sim` crate. See `ARCHITECTURE.md` at the repository root for the map.
 
 pub mod agent;
+pub mod bugs;
 mod error;
 pub mod event;
 pub mod llm;

@@ -31,12 +31,13 @@ pub fn decide(policy: &RetryPolicy, failure: &Failure, retry: u32, unit: impl Fn
         return RetryDecision::GiveUp;
     }
     if let RetryPolicy::Normal { max_retries, codes, .. } = policy {
-        if retry > *max_retries || !codes.contains(&failure.code) {
+        let planted = crate::bugs::planted("stream-closed-retryable") && failure.code == ErrorCode::StreamClosed;
+        if retry > *max_retries || !(codes.contains(&failure.code) || planted) {
             return RetryDecision::GiveUp;
         }
     }
     let backoff = policy.backoff();
-    if let Some(advice) = failure.provider_retry_after_ms {
+    if let Some(advice) = failure.provider_retry_after_ms.filter(|_| !crate::bugs::planted("ignore-retry-after")) {
         if advice <= backoff.max_delay_ms {
             return RetryDecision::Retry { retry, delay_ms: advice };
         }

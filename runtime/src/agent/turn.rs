@@ -209,12 +209,15 @@ impl TurnCtx<'_> {
         prefix: &RequestPrefix,
     ) -> Result<std::result::Result<(Message, Option<Usage>, (Vec<u64>, FinishReason)), TurnEndReason>> {
         let mut retry_id: Option<String> = None;
+        // Only read by the planted bug `cite-failed-attempts`.
+        let mut all_seqs: Vec<u64> = Vec::new();
         let mut retries = 0u32;
         for attempt in 1.. {
             let body = chat_body(prefix, self.history.messages());
             let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
             let mut assembler = Assembler::new();
-            let mut seqs = Vec::new();
+            let mut seqs =
+                if crate::bugs::planted("cite-failed-attempts") { std::mem::take(&mut all_seqs) } else { Vec::new() };
             let mut finish = None;
             while let Some(chunk) = stream.next().await {
                 let done = assembler.push(&chunk);
@@ -241,6 +244,9 @@ impl TurnCtx<'_> {
                 FinishReason::Aborted { .. } => return Ok(Err(self.aborted())),
                 FinishReason::Error { failure } => failure.clone(),
             };
+            if crate::bugs::planted("cite-failed-attempts") {
+                all_seqs = seqs;
+            }
             if self.cancel.is_cancelled() {
                 return Ok(Err(self.aborted()));
             }
@@ -307,7 +313,9 @@ impl TurnCtx<'_> {
             };
             self.emit_call(step, call).await?;
             // Tool path checkpoint: the intent is durable before the body runs.
-            match self.checkpoint().await {
+            let checkpoint =
+                if crate::bugs::planted("tool-body-before-flush") { Ok(()) } else { self.checkpoint().await };
+            match checkpoint {
                 Ok(()) => {}
                 Err(Checkpoint::Cancelled) => {
                     immediate.push((i, CallOutcome::aborted_before_dispatch()));

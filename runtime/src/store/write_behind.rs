@@ -309,6 +309,10 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
             }
             Action::Write(batch) => {
                 crate::seams::crash_point(shared.probe.as_ref(), CrashPoint::MidFlush).await;
+                if crate::bugs::planted("ack-before-fsync") {
+                    let through = batch.last().expect("batches are non-empty").seq + 1;
+                    shared.progress.send_modify(|p| p.durable_through = through);
+                }
                 let written = log.append(&batch);
                 let mut state = shared.lock();
                 match written {
@@ -322,6 +326,9 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                         drop(state);
                         shared.progress.send_modify(|p| p.durable_through = durable_through);
                         shared.space.notify_waiters();
+                    }
+                    Err(_) if crate::bugs::planted("drop-failed-batch") => {
+                        state.pending.drain(..batch.len());
                     }
                     Err(error) => {
                         // The batch stays at the front of the queue, in order; the automatic

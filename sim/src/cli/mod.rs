@@ -9,7 +9,7 @@ mod bench;
 mod demo;
 mod llm;
 mod outbox;
-mod sweep;
+pub mod sweep;
 mod transcript;
 
 use std::process::ExitCode;
@@ -32,6 +32,9 @@ enum Command {
     Scenarios,
     /// Run one scenario with one seed: verdict, trace hash, optionally the whole trace.
     Run(sweep::RunArgs),
+    /// Hunt a planted bug (builds with `--features planted-bugs`): seeds until the sweep
+    /// catches it, and the replay command.
+    Hunt(sweep::HuntArgs),
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
     /// Talk to a model endpoint directly (one attempt, no retries).
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
         Command::Run(args) => sweep::run_one(&args),
+        Command::Hunt(args) => sweep::hunt(&args),
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),

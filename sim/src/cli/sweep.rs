@@ -34,6 +34,136 @@ pub struct RunArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Plant a bug of the catalog first (builds with `--features planted-bugs`).
+    #[arg(long)]
+    bug: Vec<String>,
+}
+
+/// Arguments of `faultline hunt`.
+#[derive(Debug, Args)]
+pub struct HuntArgs {
+    /// The planted bug to hunt (see `faultline hunt --list`).
+    #[arg(long, required_unless_present = "list")]
+    bug: Option<String>,
+    /// Seeds per scenario to try before giving up.
+    #[arg(long, default_value_t = 16)]
+    budget_seeds: u64,
+    /// List the catalog.
+    #[arg(long)]
+    list: bool,
+}
+
+/// Plants `bugs` on this thread, or explains why this build cannot.
+fn plant(bugs: &[String]) -> Result<(), String> {
+    #[cfg(feature = "planted-bugs")]
+    {
+        for bug in bugs {
+            if !faultline_runtime::bugs::CATALOG.iter().any(|(name, _)| name == bug) {
+                return Err(format!("unknown bug {bug:?} (see `faultline hunt --list`)"));
+            }
+        }
+        let names: Vec<&str> = bugs.iter().map(String::as_str).collect();
+        faultline_runtime::bugs::plant(&names);
+        Ok(())
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        if bugs.is_empty() {
+            Ok(())
+        } else {
+            Err("this build has no planted bugs: build with `--features planted-bugs`".into())
+        }
+    }
+}
+
+/// What a hunt found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Catch {
+    /// The bug.
+    pub bug: String,
+    /// Runs until the first failure (or the whole budget).
+    pub runs: usize,
+    /// Seeds tried (per scenario) until the catch.
+    pub seeds: u64,
+    /// Wall time, ms.
+    pub wall_ms: u64,
+    /// The first failure's replay command, if caught.
+    pub replay: Option<String>,
+    /// The broken invariant.
+    pub invariant: Option<String>,
+}
+
+/// Runs every scenario over seeds `0..budget` with `bugs` planted, stopping at the first
+/// failure. With no bugs this is the clean build's check of the same budget.
+pub fn hunt_bug(bugs: &[String], budget: u64) -> Result<Catch, String> {
+    plant(bugs)?;
+    let scenarios: Vec<Scenario> =
+        BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("built-in scenarios parse")).collect();
+    let started = Instant::now();
+    let mut runs = 0;
+    let name = bugs.join(",");
+    for seed in 0..budget {
+        for scenario in &scenarios {
+            runs += 1;
+            let result = world::run(scenario, seed);
+            if !result.passed() {
+                plant(&[])?;
+                return Ok(Catch {
+                    bug: name,
+                    runs,
+                    seeds: seed + 1,
+                    wall_ms: started.elapsed().as_millis() as u64,
+                    replay: Some(format!(
+                        "faultline run {} --seed {seed} {}",
+                        result.scenario,
+                        bugs.iter().map(|b| format!("--bug {b}")).collect::<Vec<_>>().join(" ")
+                    )),
+                    invariant: result.violations.first().map(|v| format!("{}: {}", v.invariant, v.detail)),
+                });
+            }
+        }
+    }
+    plant(&[])?;
+    Ok(Catch {
+        bug: name,
+        runs,
+        seeds: budget,
+        wall_ms: started.elapsed().as_millis() as u64,
+        replay: None,
+        invariant: None,
+    })
+}
+
+/// `faultline hunt`.
+pub fn hunt(args: &HuntArgs) -> ExitCode {
+    if args.list {
+        for (name, what) in faultline_runtime::bugs::CATALOG {
+            println!("{name:<26} {what}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let bug = args.bug.clone().expect("clap requires --bug without --list");
+    match hunt_bug(&[bug], args.budget_seeds) {
+        Err(e) => {
+            eprintln!("faultline hunt: {e}");
+            ExitCode::from(1)
+        }
+        Ok(catch) => match &catch.replay {
+            Some(replay) => {
+                println!(
+                    "caught {} after {} runs ({} seed(s) per scenario) in {} ms",
+                    catch.bug, catch.runs, catch.seeds, catch.wall_ms
+                );
+                println!("  violated {}", catch.invariant.clone().unwrap_or_default());
+                println!("  replay: {replay}");
+                ExitCode::SUCCESS
+            }
+            None => {
+                println!("NOT caught: {} survived {} runs ({} seeds per scenario)", catch.bug, catch.runs, catch.seeds);
+                ExitCode::from(1)
+            }
+        },
+    }
 }
 
 /// Arguments of `faultline sweep`.
@@ -79,7 +209,7 @@ fn replay(result: &RunResult) -> String {
 
 /// Runs one seed.
 pub fn run_one(args: &RunArgs) -> ExitCode {
-    let scenario = match load(&args.scenario) {
+    let scenario = match load(&args.scenario).and_then(|s| plant(&args.bug).map(|()| s)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("faultline run: {e}");

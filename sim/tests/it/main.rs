@@ -4,6 +4,7 @@
 mod adapter;
 mod agent;
 mod crash_points;
+mod planted;
 mod scenarios;
 mod seam_smoke;
 mod support;

@@ -1,0 +1,49 @@
+//! The planted-bug catalog: named switches, each removing one protection, so the simulator
+//! can prove it catches their absence (issue: "prove the harness finds bugs").
+//!
+//! Compiled only with the `planted-bugs` feature, which production builds never enable;
+//! without it [`planted`] is a constant `false` the optimiser deletes. Switches are
+//! thread-local: a simulated run executes on one thread, so parallel tests and sweep workers
+//! never see each other's bugs.
+
+/// Every planted bug, with the protection it removes.
+pub const CATALOG: [(&str, &str); 10] = [
+    ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
+    ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
+    ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
+    ("no-sync-dir-after-link", "the parent directory is not synced after the first link"),
+    ("no-truncate-back", "a failed append is not truncated back before the retry"),
+    ("unknown-claimable", "unknown deliveries can be claimed (and sent) again"),
+    ("repair-not-started", "crash repair marks durably started calls TOOL_NOT_STARTED"),
+    ("ack-before-fsync", "the flush barrier acknowledges a batch before it is durable"),
+    ("ignore-retry-after", "the provider's Retry-After is ignored (local backoff instead)"),
+    ("drop-failed-batch", "write-behind drops a failed batch instead of re-queuing it"),
+];
+
+#[cfg(feature = "planted-bugs")]
+thread_local! {
+    static ACTIVE: std::cell::RefCell<std::collections::BTreeSet<String>> = const { std::cell::RefCell::new(std::collections::BTreeSet::new()) };
+}
+
+/// Whether bug `name` is planted on this thread.
+#[inline]
+pub fn planted(name: &str) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        ACTIVE.with(|active| active.borrow().contains(name))
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
+/// Plants exactly `bugs` on this thread (an empty list is the clean build).
+#[cfg(feature = "planted-bugs")]
+pub fn plant(bugs: &[&str]) {
+    for bug in bugs {
+        assert!(CATALOG.iter().any(|(name, _)| name == bug), "unknown planted bug {bug:?}");
+    }
+    ACTIVE.with(|active| *active.borrow_mut() = bugs.iter().map(|b| (*b).to_owned()).collect());
+}
