@@ -9,7 +9,9 @@ fn sweep_runs_every_scenario_and_reports_coverage() {
     let output = faultline(&["sweep", "--seeds", "0..2"]);
     assert!(output.status.success(), "stderr: {}", stderr(&output));
     let text = stdout(&output);
-    assert!(text.contains(", 0 failures,"), "stdout: {text}");
+    assert!(text.contains(" 0 failures (0 no-liveness, 0 safety)"), "stdout: {text}");
+    assert!(!text.contains("COVERAGE:"), "every declared site fired: {text}");
+    assert!(text.contains("sometimes reached (runs): interrupted-turn-repaired="), "{text}");
     assert!(text.contains("crash points reached: after-side-effect="), "{text}");
     for info in faultline_sim::BUILT_IN_SCENARIOS {
         assert!(text.contains(info.name), "{} missing from the summary", info.name);

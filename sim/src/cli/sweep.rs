@@ -305,6 +305,9 @@ struct Tally {
     per_scenario: BTreeMap<String, ScenarioSummary>,
     crash_points: BTreeMap<String, u32>,
     families: BTreeMap<String, u32>,
+    sometimes: BTreeMap<String, u32>,
+    /// Failures that broke only liveness ("no liveness"), apart from safety violations.
+    liveness_only: usize,
     failures: Vec<RunResult>,
     /// Collect one short line per run for a JUnit report (only when `--junit` asks for it:
     /// otherwise memory would grow with the seed count).
@@ -326,6 +329,12 @@ impl Tally {
         }
         for family in &result.faults_fired {
             *self.families.entry(family.clone()).or_default() += 1;
+        }
+        for condition in &result.sometimes {
+            *self.sometimes.entry(condition.clone()).or_default() += 1;
+        }
+        if !result.passed() && result.violations.iter().all(|v| v.invariant == "liveness") {
+            self.liveness_only += 1;
         }
         let message = (!result.passed()).then(|| {
             result.violations.iter().map(|v| format!("{}: {}", v.invariant, v.detail)).collect::<Vec<_>>().join("; ")
@@ -395,10 +404,25 @@ pub fn run(args: &SweepArgs) -> ExitCode {
             });
         }
     });
-    let Tally { per_scenario, crash_points, families, mut failures, junit, runs, .. } =
+    let Tally { per_scenario, crash_points, families, sometimes, liveness_only, mut failures, junit, runs, .. } =
         tally.into_inner().unwrap_or_else(|p| p.into_inner());
     failures.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
     let wall = started.elapsed();
+    // Fault-site coverage: a declared crash point or "sometimes" condition that never fires
+    // in a full sweep means the harness is not testing what it claims to.
+    let mut never = Vec::new();
+    if args.scenarios.is_empty() && shards == 1 {
+        for point in faultline_runtime::CRASH_POINTS {
+            if !crash_points.contains_key(&point.to_string()) {
+                never.push(format!("crash point {point}"));
+            }
+        }
+        for condition in world::SOMETIMES {
+            if !sometimes.contains_key(condition) {
+                never.push(format!("sometimes condition {condition}"));
+            }
+        }
+    }
     if let Some(path) = &args.junit {
         if let Err(e) = write_junit(path, &junit, failures.len()) {
             return bad(format!("--junit {}: {e}", path.display()));
@@ -411,6 +435,9 @@ pub fn run(args: &SweepArgs) -> ExitCode {
             "scenarios": per_scenario,
             "crash_point_hits": crash_points,
             "fault_families_fired": families,
+            "sometimes_reached": sometimes,
+            "liveness_only_failures": liveness_only,
+            "never_fired": never,
             "wall_ms": wall.as_millis() as u64,
             "shard": format!("{shard}/{shards}"),
         });
@@ -424,11 +451,17 @@ pub fn run(args: &SweepArgs) -> ExitCode {
         }
         let _ = writeln!(out, "crash points reached: {}", join(&crash_points));
         let _ = writeln!(out, "fault families fired (runs): {}", join(&families));
+        let _ = writeln!(out, "sometimes reached (runs): {}", join(&sometimes));
+        for site in &never {
+            let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
+        }
         let _ = writeln!(
             out,
-            "{} runs, {} failures, {:.1} s wall, {:.0} runs/s on {jobs} jobs (shard {shard}/{shards})",
+            "{} runs, {} failures ({} no-liveness, {} safety), {:.1} s wall, {:.0} runs/s on {jobs} jobs (shard {shard}/{shards})",
             runs,
             failures.len(),
+            liveness_only,
+            failures.len() - liveness_only,
             wall.as_secs_f64(),
             runs as f64 / wall.as_secs_f64().max(1e-9)
         );
@@ -439,7 +472,7 @@ pub fn run(args: &SweepArgs) -> ExitCode {
             }
         }
     }
-    if failures.is_empty() {
+    if failures.is_empty() && never.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -26,7 +26,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 pub use gateway::{Receipt, Receipts};
-pub use oracle::Violation;
+pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
@@ -67,6 +67,9 @@ pub struct RunResult {
     pub crash_point_hits: BTreeMap<String, u32>,
     /// Fault families that fired in this run.
     pub faults_fired: BTreeSet<String>,
+    /// "Sometimes" conditions this run reached (a retry that succeeded, an unknown outcome
+    /// reconciled from the delivery queue, an interrupted turn repaired, ...).
+    pub sometimes: BTreeSet<String>,
     /// Simulated time the run took, in ms.
     pub sim_ms: u64,
 }
@@ -260,6 +263,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let mut faults_fired = world.faults_fired.clone();
     faults_fired.extend(plan.families.iter().cloned());
     let violations = oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms);
+    let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),
         seed,
@@ -271,6 +275,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         model_requests,
         crash_point_hits,
         faults_fired,
+        sometimes,
         sim_ms,
     }
 }

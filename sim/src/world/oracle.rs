@@ -31,6 +31,70 @@ fn end_kind(reason: &TurnEndReason) -> String {
     }
 }
 
+/// The "sometimes" conditions a run reached: rare good paths the sweep must see at least once
+/// (in the spirit of FoundationDB's `sometimes` assertions).
+pub(super) fn sometimes(transcript: &[Record]) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut retried_turns = std::collections::BTreeSet::new();
+    for r in transcript {
+        match &r.event {
+            Event::LlmRetryStarted(started) => {
+                retried_turns.insert(started.turn);
+            }
+            Event::TurnEnd(end) => {
+                if end.reason == TurnEndReason::Completed && retried_turns.contains(&end.turn) {
+                    out.insert("retry-succeeded".to_owned());
+                }
+                if end.reason == TurnEndReason::Interrupted {
+                    out.insert("interrupted-turn-repaired".to_owned());
+                }
+            }
+            Event::ToolResult(result) => {
+                let text: String = result
+                    .content
+                    .iter()
+                    .filter_map(|b| {
+                        if let faultline_runtime::event::ContentBlock::Text { text } = b {
+                            Some(text.as_str())
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                match result.error.as_ref().map(|e| e.code) {
+                    Some(faultline_runtime::event::ErrorCode::ToolOutcomeUnknown)
+                        if text.contains("delivery record") =>
+                    {
+                        out.insert("unknown-reconciled-from-queue".to_owned());
+                    }
+                    Some(faultline_runtime::event::ErrorCode::AbortedBeforeDispatch) => {
+                        out.insert("pool-drained-on-abort".to_owned());
+                    }
+                    Some(faultline_runtime::event::ErrorCode::ToolTimeout) => {
+                        out.insert("tool-timeout-awaited".to_owned());
+                    }
+                    None => {
+                        out.insert("side-effect-confirmed".to_owned());
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every "sometimes" condition the default sweep must reach.
+pub const SOMETIMES: [&str; 6] = [
+    "retry-succeeded",
+    "interrupted-turn-repaired",
+    "unknown-reconciled-from-queue",
+    "pool-drained-on-abort",
+    "tool-timeout-awaited",
+    "side-effect-confirmed",
+];
+
 pub(super) fn check(
     plan: &Plan,
     world: &World,
