@@ -39,6 +39,9 @@ pub enum ToolOutput {
     Failed(String),
     /// The tool stopped because its signal fired.
     Aborted(String),
+    /// The effect may or may not have happened (a lost receipt): the model must verify before
+    /// retrying anything with side effects.
+    Unknown(String),
 }
 
 /// A tool the model can call.
@@ -137,6 +140,7 @@ impl CallOutcome {
             ToolOutput::Ok(text) => Self::ok(text),
             ToolOutput::Failed(text) => Self::error(ErrorCode::ToolFailed, "failed", text),
             ToolOutput::Aborted(text) => Self::error(ErrorCode::Aborted, "aborted", text),
+            ToolOutput::Unknown(text) => Self::error(ErrorCode::ToolOutcomeUnknown, "outcome_unknown", text),
         }
     }
 }

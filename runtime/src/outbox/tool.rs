@@ -60,7 +60,7 @@ impl Tool for OutboxTool {
                 Ok(Some(row)) => match row.status {
                     DeliveryStatus::Delivered => ToolOutput::Ok(row.result.unwrap_or_default()),
                     DeliveryStatus::Failed => ToolOutput::Failed(format!("delivery {id} failed: {}", row.error.unwrap_or_default())),
-                    DeliveryStatus::Unknown => ToolOutput::Failed(format!(
+                    DeliveryStatus::Unknown => ToolOutput::Unknown(format!(
                         "delivery {id} outcome unknown ({}); it was not resent. Verify the receiver before trying again.",
                         row.error.unwrap_or_default()
                     )),
