@@ -9,22 +9,19 @@ use std::process::{Command, Stdio};
 use faultline_e2e::{faultline, faultline_bin, stderr, stdout};
 use serde_json::Value;
 
-#[test]
-fn a_claim_held_by_a_sigkilled_process_becomes_unknown_and_is_never_sent() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("outbox.sqlite");
-    let db = db.to_str().unwrap();
-    let sends = dir.path().join("sends.log");
-    let receiver = format!("cat >> {}; echo >> {}; echo posted", sends.display(), sends.display());
-
-    let mut enqueue = Command::new(faultline_bin())
-        .args(["outbox", "enqueue", "--db", db, "s:1:1:c1"])
+/// `faultline outbox enqueue` with `payload` on stdin.
+fn enqueue(db: &str, id: &str, payload: &[u8]) {
+    let mut child = Command::new(faultline_bin())
+        .args(["outbox", "enqueue", "--db", db, id])
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
-    enqueue.stdin.take().unwrap().write_all(b"{\"text\":\"hi\"}").unwrap();
-    assert!(enqueue.wait().unwrap().success());
+    child.stdin.take().unwrap().write_all(payload).unwrap();
+    assert!(child.wait().unwrap().success());
+}
 
+/// A `faultline outbox claim` child holding the next row, and what it said.
+fn hold_claim(db: &str) -> (std::process::Child, String) {
     let mut holder = Command::new(faultline_bin())
         .args(["outbox", "claim", "--db", db])
         .stdin(Stdio::piped())
@@ -33,6 +30,20 @@ fn a_claim_held_by_a_sigkilled_process_becomes_unknown_and_is_never_sent() {
         .unwrap();
     let mut said = String::new();
     BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    (holder, said)
+}
+
+#[test]
+fn a_claim_held_by_a_sigkilled_process_becomes_unknown_and_is_never_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("outbox.sqlite");
+    let db = db.to_str().unwrap();
+    let sends = dir.path().join("sends.log");
+    let receiver = format!("cat >> {}; echo >> {}; echo posted", sends.display(), sends.display());
+
+    enqueue(db, "s:1:1:c1", b"{\"text\":\"hi\"}");
+
+    let (mut holder, said) = hold_claim(db);
     assert_eq!(said.trim(), "claimed s:1:1:c1");
     holder.kill().unwrap(); // SIGKILL mid-delivery
     holder.wait().unwrap();
@@ -116,23 +127,10 @@ fn the_recovery_report_names_every_unknown_execution_and_what_to_verify() {
     let db = dir.path().join("outbox.sqlite");
     let db = db.to_str().unwrap();
     for id in ["s:1:1:c1", "s:1:1:c9"] {
-        let mut enqueue = Command::new(faultline_bin())
-            .args(["outbox", "enqueue", "--db", db, id])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        enqueue.stdin.take().unwrap().write_all(b"{}").unwrap();
-        assert!(enqueue.wait().unwrap().success());
+        enqueue(db, id, b"{}");
     }
     // c1 was claimed by a process that then died.
-    let mut holder = Command::new(faultline_bin())
-        .args(["outbox", "claim", "--db", db])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = String::new();
-    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    let (mut holder, _) = hold_claim(db);
     holder.kill().unwrap();
     holder.wait().unwrap();
 

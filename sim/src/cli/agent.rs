@@ -181,14 +181,17 @@ fn start_agent(
     Ok(Started { agent, live, outbox, id })
 }
 
+/// The validated config and the runtime both agent commands run on.
+fn prepare(config: &Path) -> Result<(ResolvedAgentFile, tokio::runtime::Runtime), ExitCode> {
+    let config = read_config(config).map_err(bad)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(bad)?;
+    Ok((config, runtime))
+}
+
 fn run_turn(args: &RunArgs) -> ExitCode {
-    let config = match read_config(&args.config) {
-        Ok(config) => config,
-        Err(e) => return bad(e),
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return bad(e),
+    let (config, runtime) = match prepare(&args.config) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         // Signal handlers go in first, before any request can leave: Ctrl-C (a person) exits
@@ -272,13 +275,9 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
 }
 
 fn chat(args: &ChatArgs) -> ExitCode {
-    let config = match read_config(&args.config) {
-        Ok(config) => config,
-        Err(e) => return bad(e),
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return bad(e),
+    let (config, runtime) = match prepare(&args.config) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         use tokio::io::AsyncBufReadExt;
