@@ -75,6 +75,14 @@ impl FsFaults {
         self
     }
 
+    /// Disarms the faults not yet fired (the simulator's liveness phase). A crash that
+    /// already happened stays: a dead incarnation does not come back.
+    pub fn heal(&self) {
+        let mut state = self.lock();
+        state.crash_before = None;
+        state.failures.clear();
+    }
+
     /// Crashes now: every later operation is refused without touching the disk.
     pub fn crash_now(&self) {
         self.lock().crashed = true;

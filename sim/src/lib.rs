@@ -6,11 +6,13 @@
 pub mod bench;
 pub mod cli;
 mod fault_fs;
+pub mod generate;
 pub mod model_server;
 mod scenario;
 mod seams;
+pub mod shrink;
 pub mod world;
 
 pub use fault_fs::{FaultFs, FsFaults, FsOp};
-pub use scenario::{Scenario, ScenarioInfo, BUILT_IN_SCENARIOS};
+pub use scenario::{Regression, Scenario, ScenarioInfo, ScenarioTool, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS};
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};

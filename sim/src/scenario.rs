@@ -1,12 +1,12 @@
 //! Scenarios as data: one TOML file each under `scenarios/`, compiled into the binary so a
 //! fresh clone's `faultline sweep` needs no paths.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model_server::Response;
 
 /// A scenario: the workload, the fault plan and what must hold.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Unique name (`faultline run NAME`).
@@ -15,6 +15,7 @@ pub struct Scenario {
     pub description: String,
     /// The failure mode of the seeds this scenario exercises.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub requirement: Option<String>,
     /// Simulation tick in ms. Simulated time, not work, dominates a run's cost (every simulated
     /// second costs ~5 ms of wall time at 1 ms, ~0.35 ms at 10 ms): timing-exact scenarios use
@@ -28,12 +29,15 @@ pub struct Scenario {
     pub messages: Vec<String>,
     /// Extra `[provider]` TOML lines (retry policy, idle timeout).
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_zero_or_empty")]
     pub provider: String,
     /// Tools the agent has.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ScenarioTool>,
     /// Tool calls run at once (default 4).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_concurrency: Option<usize>,
     /// The model's script.
     #[serde(default)]
@@ -42,9 +46,75 @@ pub struct Scenario {
     #[serde(default)]
     pub faults: FaultPlan,
     /// What must hold besides the oracle's invariants.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Expectations::is_empty")]
     pub expect: Expectations,
+    /// End of the fault window (simulated ms). Then everything heals: partitions are repaired,
+    /// planned crashes and disk faults are disarmed, and the model stops failing; from then on
+    /// the workload must converge before `budget_ms` or the run reports "no liveness"
+    /// (distinct from a safety violation). Default: half of `budget_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heal_at_ms: Option<u64>,
+    /// Draw the workload itself (messages, tools, the model's script with parallel calls and
+    /// failures, a cancel) from the seed with the proptest strategies of `generate.rs`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub generated: bool,
+    /// A regression case written by `faultline shrink`: which planted bug and invariant it
+    /// reproduces, at which seed. CI replays it against the clean build (it must pass) and,
+    /// with the `planted-bugs` feature, with its bug (it must fail the same invariant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regression: Option<Regression>,
 }
+
+/// Where a regression scenario came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Regression {
+    /// The planted bug it reproduces (empty: a real bug, fixed since).
+    pub bug: String,
+    /// The invariant the bug breaks.
+    pub invariant: String,
+    /// The seed to replay.
+    pub seed: u64,
+    /// The scenario and seed it was shrunk from.
+    pub shrunk_from: String,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// Serde's `skip_serializing_if` for numbers and strings at their defaults.
+trait IsDefault {
+    fn is_default(&self) -> bool;
+}
+
+impl IsDefault for u64 {
+    fn is_default(&self) -> bool {
+        *self == 0
+    }
+}
+
+impl IsDefault for String {
+    fn is_default(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+fn is_zero_or_empty<T: IsDefault>(value: &T) -> bool {
+    value.is_default()
+}
+
+/// Bounds of a scenario's tick, in ms: below 1 ms turmoil cannot step, above 100 ms every
+/// timeout in the runtime is coarser than the tick.
+pub const TICK_MS_MIN: u64 = 1;
+/// See [`TICK_MS_MIN`].
+pub const TICK_MS_MAX: u64 = 100;
+/// Longest simulated budget, in ms (ten minutes: a run that needs more is stuck).
+pub const BUDGET_MS_MAX: u64 = 600_000;
+/// Most user messages in one scenario.
+pub const MESSAGES_MAX: usize = 32;
+/// Most scripted model responses in one scenario.
+pub const RESPONSES_MAX: usize = 512;
 
 fn default_tick_ms() -> u64 {
     10
@@ -55,7 +125,7 @@ fn default_budget_ms() -> u64 {
 }
 
 /// A tool of the simulated agent.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioTool {
     /// Tool name.
@@ -65,65 +135,79 @@ pub struct ScenarioTool {
     pub kind: String,
     /// The tool's own deadline.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// For `sleep`: how long the work takes; with `ignore_abort` it does not stop early.
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_zero_or_empty")]
     pub work_ms: u64,
     /// For `sleep`: keep working after the abort signal (slow cleanup).
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
     pub ignore_abort: bool,
 }
 
 /// The fake model's behaviour.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPlan {
     /// Connections are dropped until this many ms after start.
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_zero_or_empty")]
     pub refuse_until_ms: u64,
     /// Responses in request order.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub responses: Vec<Response>,
     /// Repeat the last response forever.
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
     pub repeat_last: bool,
     /// Draw the responses from the seed instead (the `mixed` scenario).
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
     pub from_seed: bool,
 }
 
 /// Faults to inject.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultPlan {
     /// Crash the agent host at named points, in order (each at the `hit`-th time its point
     /// is reached, counted across restarts).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub crashes: Vec<CrashFault>,
     /// Filesystem faults of the agent host's first incarnation.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsFault>,
     /// Network partitions by simulated time.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub partitions: Vec<Partition>,
     /// Cancel the running turn at this simulated time (ms).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel_at_ms: Option<u64>,
     /// With `cancel_at_ms`: keep queued input (`cancel_keep_inbox`) and submit the next
     /// message right after the cancel (the wake latch).
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
     pub cancel_then_submit: bool,
     /// A live provider-config update at a simulated time: extra `[provider]` lines replacing
     /// the scenario's. An invalid one must be rejected loudly with the last good route kept.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub config_update: Option<ConfigUpdate>,
     /// Draw a crash point and fs faults from the seed (the `mixed` scenario).
     #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
     pub from_seed: bool,
 }
 
 /// A live configuration update.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigUpdate {
     /// When (simulated ms).
@@ -133,7 +217,7 @@ pub struct ConfigUpdate {
 }
 
 /// A planned crash.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CrashFault {
     /// The crash point (`before-dispatch`, `mid-stream`, `after-tool-call-flush`,
@@ -156,25 +240,29 @@ fn restart_ms() -> u64 {
 }
 
 /// Filesystem faults.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FsFault {
     /// Torn-write block size (512 or 4096).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u64>,
     /// Fail this mutating operation (0-based) of the first incarnation...
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fail_op: Option<u64>,
     /// ...with `eio` or `enospc`.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fail_kind: Option<String>,
     /// Crash the host before this mutating operation of the first incarnation.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_before_op: Option<u64>,
 }
 
 /// A partition between two hosts during a window of simulated time.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Partition {
     /// One side (`agent`).
@@ -188,25 +276,41 @@ pub struct Partition {
 }
 
 /// Scenario-specific expectations.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expectations {
     /// End kinds of the turns in the recovered transcript, in order (`completed`,
     /// `interrupted`, `error:CODE`, `aborted`, `budget-exhausted`, `max-tokens`).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub turn_ends: Option<Vec<String>>,
     /// Number of effects the gateway received.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway_receipts: Option<usize>,
     /// Number of model requests.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model_requests: Option<usize>,
     /// Whether the live config update must be rejected (true) or applied (false).
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub config_update_rejected: Option<bool>,
     /// Codes of tool results, in order.
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_result_codes: Option<Vec<String>>,
+}
+
+impl Expectations {
+    /// Whether nothing is expected beyond the oracle's invariants.
+    pub fn is_empty(&self) -> bool {
+        self.turn_ends.is_none()
+            && self.gateway_receipts.is_none()
+            && self.model_requests.is_none()
+            && self.config_update_rejected.is_none()
+            && self.tool_result_codes.is_none()
+    }
 }
 
 /// A built-in scenario's listing.
@@ -258,18 +362,76 @@ scenarios![
     "model-partition-heals",
     "invalid-live-config-update",
     "mixed",
+    "generated",
+];
+
+macro_rules! regressions {
+    ($($name:literal),* $(,)?) => {
+        /// Regression scenarios written by `faultline shrink` (`scenarios/regressions/`):
+        /// replayed by CI at their seed against the clean build, and with their planted bug.
+        pub const REGRESSION_SCENARIOS: &[ScenarioInfo] = &[
+            $(ScenarioInfo { name: $name, text: include_str!(concat!("../../scenarios/regressions/", $name, ".toml")) },)*
+        ];
+    };
+}
+
+regressions![
+    "intent-before-effect-tool-body-before-flush",
+    "at-most-once-unknown-claimable",
+    "durable-prefix-ack-before-fsync",
 ];
 
 impl Scenario {
-    /// Parses a scenario file.
+    /// Parses and checks a scenario file.
     pub fn parse(text: &str) -> Result<Scenario, String> {
-        faultline_runtime::llm::from_toml(text).map_err(|e| e.to_string())
+        let scenario: Scenario = faultline_runtime::llm::from_toml(text).map_err(|e| e.to_string())?;
+        scenario.check()?;
+        Ok(scenario)
     }
 
-    /// A built-in scenario by name.
+    /// The file text of this scenario (what `faultline shrink` writes).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("scenarios serialise to TOML")
+    }
+
+    /// Refuses scenarios the simulator cannot run meaningfully, naming the field.
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.name;
+        if !(TICK_MS_MIN..=TICK_MS_MAX).contains(&self.tick_ms) {
+            return Err(format!(
+                "scenario {name}: tick_ms must be {TICK_MS_MIN}..={TICK_MS_MAX}, got {}",
+                self.tick_ms
+            ));
+        }
+        if self.budget_ms == 0 || self.budget_ms > BUDGET_MS_MAX {
+            return Err(format!("scenario {name}: budget_ms must be 1..={BUDGET_MS_MAX}, got {}", self.budget_ms));
+        }
+        if let Some(heal) = self.heal_at_ms.filter(|heal| *heal >= self.budget_ms) {
+            return Err(format!(
+                "scenario {name}: heal_at_ms ({heal}) must come before budget_ms ({})",
+                self.budget_ms
+            ));
+        }
+        if self.messages.is_empty() && !self.generated {
+            return Err(format!("scenario {name}: messages must not be empty"));
+        }
+        if self.messages.len() > MESSAGES_MAX {
+            return Err(format!("scenario {name}: at most {MESSAGES_MAX} messages, got {}", self.messages.len()));
+        }
+        if self.model.responses.len() > RESPONSES_MAX {
+            return Err(format!(
+                "scenario {name}: at most {RESPONSES_MAX} model responses, got {}",
+                self.model.responses.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A built-in or regression scenario by name.
     pub fn built_in(name: &str) -> Option<Scenario> {
         BUILT_IN_SCENARIOS
             .iter()
+            .chain(REGRESSION_SCENARIOS)
             .find(|s| s.name == name)
             .map(|s| Scenario::parse(s.text).expect("built-in scenarios parse"))
     }

@@ -9,6 +9,7 @@ mod bench;
 mod demo;
 mod llm;
 mod outbox;
+mod shrink;
 pub mod sweep;
 mod transcript;
 
@@ -35,6 +36,9 @@ enum Command {
     /// Hunt a planted bug (builds with `--features planted-bugs`): seeds until the sweep
     /// catches it, and the replay command.
     Hunt(sweep::HuntArgs),
+    /// Cut a failing run down to a small regression scenario file that replays
+    /// deterministically (fewer faults, fewer messages, an earlier crash).
+    Shrink(shrink::ShrinkArgs),
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
     /// Talk to a model endpoint directly (one attempt, no retries).
@@ -56,8 +60,33 @@ enum Command {
 /// "the model or the turn ended in error").
 const EXIT_BAD_ARGUMENTS: u8 = 1;
 
+/// Exit status when the reader of our standard output went away (128 + SIGPIPE, what a
+/// shell reports for tools killed by the signal).
+const EXIT_BROKEN_PIPE: i32 = 141;
+
+/// `faultline run --trace | head` must end quietly when the reader goes away, as other
+/// command-line tools do. Rust ignores SIGPIPE, so a print to a closed pipe panics; this hook
+/// turns exactly that panic into a quiet exit (the workspace forbids the `unsafe` it would
+/// take to restore the signal's default action).
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(EXIT_BROKEN_PIPE);
+        }
+        default(info);
+    }));
+}
+
 /// Parses the process arguments and runs the command.
 pub fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -73,6 +102,7 @@ pub fn main() -> ExitCode {
         Command::Scenarios => sweep::list(),
         Command::Run(args) => sweep::run_one(&args),
         Command::Hunt(args) => sweep::hunt(&args),
+        Command::Shrink(args) => shrink::run(&args),
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),

@@ -54,7 +54,7 @@ pub struct HuntArgs {
 }
 
 /// Plants `bugs` on this thread, or explains why this build cannot.
-fn plant(bugs: &[String]) -> Result<(), String> {
+pub fn plant(bugs: &[String]) -> Result<(), String> {
     #[cfg(feature = "planted-bugs")]
     {
         for bug in bugs {
@@ -190,7 +190,12 @@ pub struct SweepArgs {
     json: bool,
 }
 
-fn load(name: &str) -> Result<Scenario, String> {
+/// A scenario by built-in name, or from a `.toml` file (a shrunk regression, say).
+pub fn load(name: &str) -> Result<Scenario, String> {
+    if name.ends_with(".toml") {
+        let text = std::fs::read_to_string(name).map_err(|e| format!("reading {name}: {e}"))?;
+        return Scenario::parse(&text).map_err(|e| format!("{name}: {e}"));
+    }
     Scenario::built_in(name).ok_or_else(|| format!("unknown scenario {name:?} (see `faultline scenarios`)"))
 }
 
@@ -199,6 +204,14 @@ pub fn list() -> ExitCode {
     for info in BUILT_IN_SCENARIOS {
         let scenario = Scenario::parse(info.text).expect("built-in scenarios parse");
         println!("{:<36} {}", scenario.name, scenario.description);
+    }
+    if !crate::REGRESSION_SCENARIOS.is_empty() {
+        println!("\nregressions (shrunk from failures; `faultline run NAME --seed SEED`):");
+    }
+    for info in crate::REGRESSION_SCENARIOS {
+        let scenario = Scenario::parse(info.text).expect("regression scenarios parse");
+        let seed = scenario.regression.as_ref().map_or(0, |r| r.seed);
+        println!("{:<36} seed {seed}: {}", scenario.name, scenario.description);
     }
     ExitCode::SUCCESS
 }

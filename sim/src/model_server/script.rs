@@ -25,45 +25,57 @@ pub struct Script {
 #[serde(deny_unknown_fields)]
 pub struct Response {
     /// A non-2xx status: the response is an error with `headers` and `body`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     /// Extra response headers (`retry-after`, `x-request-id`, ...).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// Error body (for `status`), or a raw body replacing the SSE stream (e.g. `""`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
     /// The stream's frames, in order.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,
     /// `finish_reason` of the last chunk (`stop`, `length`, `tool_calls`, ...); none = omit.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish: Option<String>,
     /// A usage chunk before `[DONE]`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<[u64; 3]>,
     /// End with `data: [DONE]` (default true).
-    #[serde(default = "yes")]
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub done: bool,
     /// Abort the connection (no clean end) after this many frames.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disconnect_after_frames: Option<usize>,
     /// Stop sending, keeping the connection open, after this many frames.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_after_frames: Option<usize>,
     /// Delay before each frame, in ms.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub frame_delay_ms: u64,
     /// Split the SSE bytes into writes of this many bytes (exercises re-chunking).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_bytes: Option<usize>,
     /// Use CRLF line endings.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub crlf: bool,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// One frame of a scripted stream.
@@ -97,6 +109,19 @@ pub enum Frame {
 }
 
 impl Response {
+    /// Whether this response is a failure the client must recover from (an HTTP error, a
+    /// raw or empty body, a disconnect, a stall, no clean end, malformed data, or an empty
+    /// completion). A healed model server skips these.
+    pub fn fails(&self) -> bool {
+        self.status.is_some()
+            || self.body.is_some()
+            || self.disconnect_after_frames.is_some()
+            || self.stall_after_frames.is_some()
+            || !self.done
+            || self.frames.is_empty()
+            || self.frames.iter().any(|f| matches!(f, Frame::Raw(_)))
+    }
+
     /// A plain text completion streamed in `pieces`.
     pub fn text(pieces: &[&str]) -> Self {
         Self {

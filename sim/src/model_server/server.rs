@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,6 +53,12 @@ struct State {
     requests: Mutex<Vec<RecordedRequest>>,
     on_request: Option<RequestObserver>,
     connections_closed: AtomicUsize,
+    /// Set by [`ModelServer::heal`]: connections are no longer refused and failing responses
+    /// are skipped.
+    healed: AtomicBool,
+    /// Index of the next scripted response. Equal to the request count until the heal, after
+    /// which failing responses are stepped over.
+    cursor: AtomicUsize,
 }
 
 impl State {
@@ -94,12 +100,14 @@ impl ModelServer {
             requests: Mutex::default(),
             on_request,
             connections_closed: AtomicUsize::new(0),
+            healed: AtomicBool::new(false),
+            cursor: AtomicUsize::new(0),
         });
         let serving = state.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                if serving.elapsed_ms() < serving.script.refuse_until_ms {
+                if serving.elapsed_ms() < serving.script.refuse_until_ms && !serving.healed.load(Ordering::SeqCst) {
                     drop(stream);
                     continue;
                 }
@@ -123,6 +131,14 @@ impl ModelServer {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Ends the server's faults (the simulator's liveness phase): from now on connections are
+    /// accepted and every scripted response that fails (an HTTP error, a disconnect, a stall,
+    /// a malformed or empty body) is skipped; past the script's end the last good response
+    /// repeats.
+    pub fn heal(&self) {
+        self.state.healed.store(true, Ordering::SeqCst);
     }
 
     /// Streamed responses whose connection went away before the stream ended (the client
@@ -169,7 +185,18 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         on_request(&recorded);
     }
     let responses = &state.script.responses;
-    let response = match responses.get(recorded.n) {
+    let mut index = state.cursor.fetch_add(1, Ordering::SeqCst);
+    if state.healed.load(Ordering::SeqCst) {
+        while responses.get(index).is_some_and(Response::fails) {
+            index = state.cursor.fetch_add(1, Ordering::SeqCst);
+        }
+        if index >= responses.len() {
+            if let Some(good) = responses.iter().rev().find(|r| !r.fails()) {
+                return Ok(reply(state.clone(), recorded.n, good.clone()));
+            }
+        }
+    }
+    let response = match responses.get(index) {
         Some(response) => response.clone(),
         None if state.script.repeat_last && !responses.is_empty() => responses[responses.len() - 1].clone(),
         None => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}")),

@@ -9,7 +9,7 @@
 pub mod gateway;
 mod oracle;
 mod probe;
-mod seeded;
+pub mod seeded;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -39,6 +39,8 @@ const SESSIONS_DIR: &str = "/data/sessions";
 const OUTBOX_PATH: &str = "/data/outbox.jsonl";
 /// The simulated session id.
 const SESSION: &str = "sim";
+/// What the user sends while a cancel is under way (`cancel_then_submit`).
+const MESSAGE_DURING_ABORT: &str = "and this, which arrived during the abort";
 /// Simulated network latency per hop.
 const LATENCY_MS: u64 = 1;
 
@@ -132,6 +134,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     }
     let mut sim = builder.build();
     let world: Shared = Arc::default();
+    if let Some(swarm) = &plan.swarm {
+        lock(&world).trace.push(format!("{:>7} {swarm}", 0));
+    }
     let control = Arc::new(Mutex::new(CrashControl {
         plan: plan.faults.crashes.iter().map(|c| (c.point, c.hit)).collect(),
         ..CrashControl::default()
@@ -196,10 +201,23 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let mut partitioned: BTreeSet<usize> = BTreeSet::new();
     let mut fs_crash_done = false;
     let budget = Duration::from_millis(plan.budget_ms);
+    let heal_at = Duration::from_millis(plan.heal_at_ms);
+    let mut healed = false;
     loop {
         let now = sim.elapsed();
+        if now >= heal_at && !healed && !lock(&world).done {
+            // The liveness phase: the fault window is over, everything heals, and from here
+            // the workload must converge by the budget.
+            healed = true;
+            control.lock().unwrap_or_else(|p| p.into_inner()).plan.clear();
+            first_life_fs.heal();
+            if let Some(model) = model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                model.heal();
+            }
+            lock(&world).trace.push(format!("{:>7} fault window over: everything heals", now.as_millis()));
+        }
         for (i, p) in plan.faults.partitions.iter().enumerate() {
-            let active = now >= Duration::from_millis(p.from_ms) && now < Duration::from_millis(p.to_ms);
+            let active = !healed && now >= Duration::from_millis(p.from_ms) && now < Duration::from_millis(p.to_ms);
             if active && partitioned.insert(i) {
                 sim.partition(p.a.as_str(), p.b.as_str());
                 lock(&world).faults_fired.insert("partition".into());
@@ -411,13 +429,22 @@ impl AgentLife {
                 }
             });
         }
-        let done = store
+        // The user resubmits what a crash lost: the plan's messages not yet in the durable
+        // log, and the message sent during a cancel if it never became durable.
+        let extra = faultline_runtime::event::Message::user_text(MESSAGE_DURING_ABORT);
+        let logged: Vec<faultline_runtime::event::Message> = store
             .inspect(&id)
             .map_err(|e| e.to_string())?
             .records
-            .iter()
-            .filter(|r| matches!(r.event, Event::UserMessage(_)))
-            .count();
+            .into_iter()
+            .filter_map(|r| if let Event::UserMessage(m) = r.event { Some(m.message) } else { None })
+            .collect();
+        let extra_logged = logged.contains(&extra);
+        let done = logged.len() - usize::from(extra_logged);
+        if lock(&self.world).faults_fired.contains("cancel") && self.plan.faults.cancel_then_submit && !extra_logged {
+            agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
+            agent.when_idle().await;
+        }
         if let Some(at) = self.plan.faults.cancel_at_ms {
             let (agent, clock, world, then_submit) =
                 (agent.clone(), seams.clock.clone(), self.world.clone(), self.plan.faults.cancel_then_submit);
@@ -427,7 +454,7 @@ impl AgentLife {
                     lock(&world).faults_fired.insert("cancel".into());
                     if then_submit {
                         agent.cancel_keep_inbox();
-                        let _ = agent.submit("and this, which arrived during the abort");
+                        let _ = agent.submit(MESSAGE_DURING_ABORT);
                     } else {
                         agent.cancel();
                     }

@@ -112,7 +112,12 @@ pub(super) fn check(
         let last = world.trace.last().cloned().unwrap_or_default();
         fail(
             "liveness",
-            format!("the workload did not converge within {} ms (last trace line: {last})", plan.budget_ms),
+            format!(
+                "no liveness: the workload did not converge within {} ms of the faults healing at {} ms \
+                 (last trace line: {last})",
+                plan.budget_ms.saturating_sub(plan.heal_at_ms),
+                plan.heal_at_ms
+            ),
             sim_ms,
         );
         return out;
@@ -123,7 +128,9 @@ pub(super) fn check(
         fail("log-invariants", v.to_string(), sim_ms);
     }
     let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
-    let expected_users = plan.messages.len() + usize::from(plan.faults.cancel_then_submit);
+    // The cancel's extra message counts only if the cancel fired before the workload ended.
+    let extra = plan.faults.cancel_then_submit && world.faults_fired.contains("cancel");
+    let expected_users = plan.messages.len() + usize::from(extra);
     if users != expected_users {
         fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);
     }

@@ -1,13 +1,13 @@
-//! Resolves a scenario and a seed into the concrete plan of one run. Scenarios whose model or
-//! faults are `from_seed` draw them here, each fault family from its own named stream of the
-//! seed, so adding a knob to one family never reshuffles another.
+//! Resolves a scenario and a seed into the concrete plan of one run. A `generated` scenario
+//! draws its whole conversation here (`generate.rs`); one whose faults are `from_seed` draws a
+//! swarm: which fault families are on for this seed and how hard.
 
 use std::collections::BTreeSet;
 
 use faultline_runtime::{CrashPoint, Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
-use crate::scenario::{CrashFault, Expectations, FaultPlan, FsFault, Scenario, ScenarioTool};
+use crate::scenario::{CrashFault, Expectations, FaultPlan, FsFault, Partition, Scenario, ScenarioTool};
 use crate::SimEntropy;
 
 /// The concrete plan of one run.
@@ -15,6 +15,9 @@ use crate::SimEntropy;
 pub struct Plan {
     pub tick_ms: u64,
     pub budget_ms: u64,
+    /// End of the fault window: everything heals, and the workload must converge by
+    /// `budget_ms`.
+    pub heal_at_ms: u64,
     pub messages: Vec<String>,
     pub provider: String,
     pub tools: Vec<ScenarioTool>,
@@ -24,6 +27,8 @@ pub struct Plan {
     pub expect: Expectations,
     /// Fault families present in the plan (those that need no firing report).
     pub families: BTreeSet<String>,
+    /// What the seed's swarm turned on (scenarios with `faults.from_seed`).
+    pub swarm: Option<String>,
 }
 
 fn stream(seed: u64, family: &str) -> SimEntropy {
@@ -34,9 +39,12 @@ fn pick<'a, T>(entropy: &SimEntropy, items: &'a [T]) -> &'a T {
     &items[(entropy.next_u64() % items.len() as u64) as usize]
 }
 
-/// A failing model response drawn from the `model` stream.
-fn failing_response(entropy: &SimEntropy) -> Response {
-    match entropy.next_u64() % 6 {
+/// The kinds of failing model response the swarm can enable.
+const FAILURE_KINDS: usize = 6;
+
+/// A failing model response of kind `kind`.
+fn failing_response(kind: usize) -> Response {
+    match kind {
         0 => Response::status(429, &[("retry-after", "1")], "slow down"),
         1 => Response::status(503, &[], "overloaded"),
         2 => Response {
@@ -52,30 +60,49 @@ fn failing_response(entropy: &SimEntropy) -> Response {
     }
 }
 
-/// Resolves `scenario` for `seed`.
-pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
-    let mut script = super::script_of(scenario);
-    let mut faults = scenario.faults.clone();
-    if scenario.model.from_seed {
-        let model = stream(seed, "model");
-        let mut responses = Vec::new();
-        for (turn, _) in scenario.messages.iter().enumerate() {
-            for _ in 0..(model.next_u64() % 3) {
-                responses.push(failing_response(&model));
-            }
-            responses.push(Response::tool_call(&format!("call_{turn}"), "send", "{\"text\":\"hi\"}"));
-            for _ in 0..(model.next_u64() % 2) {
-                responses.push(failing_response(&model));
-            }
-            responses.push(Response::text(&["Done", " for now."]));
-        }
-        responses.push(Response::text(&["Nothing left to do."]));
-        script =
-            Script { refuse_until_ms: if model.unit_f64() < 0.25 { 300 } else { 0 }, responses, repeat_last: true };
-    }
-    if faults.from_seed {
-        let crash = stream(seed, "crash");
-        if crash.unit_f64() < 0.6 {
+/// Most failing responses the swarm puts before one good response.
+const FAILURES_PER_RESPONSE_MAX: u32 = 3;
+/// Latest start of a swarm partition, and its longest duration, in simulated ms.
+const PARTITION_FROM_MS_MAX: u64 = 3_000;
+const PARTITION_MS_MAX: u64 = 3_000;
+/// Mutating filesystem operations a swarm disk fault may land on (the first few appends).
+const FS_OP_MAX: u64 = 40;
+
+/// Which fault families one seed turns on, and how hard (TigerBeetle's swarm testing: a run
+/// with every fault at a fixed mix hides the bugs that need one fault often and the others
+/// never). Each family is drawn from its own named stream of the seed, so adding a knob to one
+/// family never reshuffles another.
+#[derive(Debug, Clone)]
+pub struct Swarm {
+    /// Probability that a failing attempt precedes a good model response, and the enabled
+    /// failure kinds (indexes into `failing_response`).
+    pub model_failures: Option<(f64, Vec<usize>)>,
+    /// The model refuses connections for the first 300 ms.
+    pub refused: bool,
+    /// A crash at a point, its hit and the restart delay.
+    pub crash: Option<CrashFault>,
+    /// Unsynced writes are torn at this block size when the host crashes.
+    pub torn_block: Option<u64>,
+    /// A disk operation fails (EIO or ENOSPC) once.
+    pub fs_error: Option<(u64, &'static str)>,
+    /// A crash before a numbered disk operation.
+    pub fs_crash_before_op: Option<u64>,
+    /// Partitions between the agent and the model or gateway.
+    pub partitions: Vec<Partition>,
+}
+
+impl Swarm {
+    /// The swarm of `seed`.
+    pub fn draw(seed: u64) -> Swarm {
+        let on = |family: &str| stream(seed, &format!("swarm/{family}")).unit_f64() < 0.5;
+        let model_failures = on("model").then(|| {
+            let model = stream(seed, "model");
+            let p = 0.1 + 0.6 * model.unit_f64();
+            let kinds: Vec<usize> = (0..FAILURE_KINDS).filter(|_| model.unit_f64() < 0.5).collect();
+            (p, if kinds.is_empty() { vec![(model.next_u64() % FAILURE_KINDS as u64) as usize] } else { kinds })
+        });
+        let crash = on("crash").then(|| {
+            let crash = stream(seed, "crash");
             let points = [
                 CrashPoint::BeforeDispatch,
                 CrashPoint::MidStream,
@@ -84,15 +111,124 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
                 CrashPoint::MidFlush,
                 CrashPoint::DuringOutboxFinish,
             ];
-            let point = *pick(&crash, &points);
-            faults.crashes = vec![CrashFault {
-                point,
+            CrashFault {
+                point: *pick(&crash, &points),
                 hit: 1 + (crash.next_u64() % 2) as u32,
                 restart_after_ms: 100 + crash.next_u64() % 400,
-            }];
+            }
+        });
+        let torn_block = on("torn").then(|| *pick(&stream(seed, "torn"), &[512, 4096]));
+        let fs_error = on("fs-error").then(|| {
+            let fs = stream(seed, "fs-error");
+            (fs.next_u64() % FS_OP_MAX, *pick(&fs, &["eio", "enospc"]))
+        });
+        let fs_crash_before_op = on("fs-crash").then(|| 8 + stream(seed, "fs-crash").next_u64() % (FS_OP_MAX - 8));
+        let mut partitions = Vec::new();
+        for other in ["model", "gateway"] {
+            if on(&format!("partition-{other}")) {
+                let window = stream(seed, &format!("partition-{other}"));
+                let from_ms = window.next_u64() % PARTITION_FROM_MS_MAX;
+                let to_ms = from_ms + 100 + window.next_u64() % PARTITION_MS_MAX;
+                partitions.push(Partition { a: "agent".into(), b: other.into(), from_ms, to_ms });
+            }
         }
-        let fs = stream(seed, "fs");
-        faults.fs = Some(FsFault { block_size: Some(*pick(&fs, &[512, 4096])), ..FsFault::default() });
+        Swarm { model_failures, refused: on("refused"), crash, torn_block, fs_error, fs_crash_before_op, partitions }
+    }
+
+    /// Interleaves failing attempts before the good responses of `responses`.
+    fn interleave(&self, seed: u64, responses: Vec<Response>) -> Vec<Response> {
+        let Some((p, kinds)) = &self.model_failures else { return responses };
+        let model = stream(seed, "model/attempts");
+        let mut out = Vec::new();
+        for good in responses {
+            let mut failures = 0;
+            while failures < FAILURES_PER_RESPONSE_MAX && model.unit_f64() < *p {
+                out.push(failing_response(*pick(&model, kinds)));
+                failures += 1;
+            }
+            out.push(good);
+        }
+        out
+    }
+
+    /// One line for the trace: what this seed turned on.
+    pub fn describe(&self) -> String {
+        let mut on = Vec::new();
+        if let Some((p, kinds)) = &self.model_failures {
+            on.push(format!("model-failures p={p:.2} kinds={kinds:?}"));
+        }
+        if self.refused {
+            on.push("refused".into());
+        }
+        if let Some(c) = &self.crash {
+            on.push(format!("crash {}#{}", c.point, c.hit));
+        }
+        if let Some(block) = self.torn_block {
+            on.push(format!("torn-write {block}"));
+        }
+        if let Some((op, kind)) = self.fs_error {
+            on.push(format!("{kind} at op {op}"));
+        }
+        if let Some(op) = self.fs_crash_before_op {
+            on.push(format!("crash before op {op}"));
+        }
+        for p in &self.partitions {
+            on.push(format!("partition {}<->{} {}..{} ms", p.a, p.b, p.from_ms, p.to_ms));
+        }
+        if on.is_empty() {
+            "swarm: no faults".into()
+        } else {
+            format!("swarm: {}", on.join(", "))
+        }
+    }
+}
+
+/// The two-step conversation of the `mixed` scenario: per message a side effect, then an
+/// answer.
+fn standard_responses(messages: usize) -> Vec<Response> {
+    let mut responses = Vec::new();
+    for turn in 0..messages {
+        responses.push(Response::tool_call(&format!("call_{turn}"), "send", "{\"text\":\"hi\"}"));
+        responses.push(Response::text(&["Done", " for now."]));
+    }
+    responses.push(Response::text(&["Nothing left to do."]));
+    responses
+}
+
+/// Resolves `scenario` for `seed`.
+pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
+    let generated;
+    let scenario = if scenario.generated {
+        generated = crate::generate::workload(seed).apply(scenario);
+        &generated
+    } else {
+        scenario
+    };
+    let mut script = super::script_of(scenario);
+    let mut faults = scenario.faults.clone();
+    if scenario.model.from_seed {
+        script =
+            Script { refuse_until_ms: 0, responses: standard_responses(scenario.messages.len()), repeat_last: true };
+    }
+    let mut swarm_line = None;
+    if faults.from_seed {
+        let swarm = Swarm::draw(seed);
+        swarm_line = Some(swarm.describe());
+        script.responses = swarm.interleave(seed, std::mem::take(&mut script.responses));
+        if swarm.refused {
+            script.refuse_until_ms = 300;
+        }
+        faults.crashes.extend(swarm.crash.clone());
+        faults.partitions.extend(swarm.partitions.clone());
+        if swarm.torn_block.is_some() || swarm.fs_error.is_some() || swarm.fs_crash_before_op.is_some() {
+            faults.fs = Some(FsFault {
+                block_size: swarm.torn_block,
+                fail_op: swarm.fs_error.map(|(op, _)| op),
+                fail_kind: swarm.fs_error.map(|(_, kind)| kind.to_owned()),
+                crash_before_op: swarm.fs_crash_before_op,
+            });
+        }
+        faults.from_seed = false;
     }
     let mut families = BTreeSet::new();
     if script.refuse_until_ms > 0 {
@@ -137,6 +273,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
     Plan {
         tick_ms: scenario.tick_ms,
         budget_ms: scenario.budget_ms,
+        heal_at_ms: scenario.heal_at_ms.unwrap_or(scenario.budget_ms / 2),
         messages: scenario.messages.clone(),
         provider: scenario.provider.clone(),
         tools: scenario.tools.clone(),
@@ -145,5 +282,6 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         faults,
         expect: scenario.expect.clone(),
         families,
+        swarm: swarm_line,
     }
 }

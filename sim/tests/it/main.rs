@@ -4,6 +4,7 @@
 mod adapter;
 mod agent;
 mod crash_points;
+mod harness_power;
 mod planted;
 mod scenarios;
 mod seam_smoke;

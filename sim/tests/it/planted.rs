@@ -26,3 +26,42 @@ fn every_planted_bug_is_caught_within_the_budget_and_the_clean_build_passes_it()
         );
     }
 }
+
+#[test]
+fn every_regression_scenario_fails_with_its_planted_bug_and_the_same_invariant() {
+    for info in faultline_sim::REGRESSION_SCENARIOS {
+        let scenario = faultline_sim::Scenario::parse(info.text).unwrap();
+        let regression = scenario.regression.clone().unwrap();
+        faultline_runtime::bugs::plant(&[regression.bug.as_str()]);
+        let result = faultline_sim::world::run(&scenario, regression.seed);
+        faultline_runtime::bugs::plant(&[]);
+        assert!(
+            result.violations.iter().any(|v| v.invariant == regression.invariant),
+            "{} with {} should break {}: {:?}",
+            scenario.name,
+            regression.bug,
+            regression.invariant,
+            result.violations
+        );
+    }
+}
+
+#[test]
+fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() {
+    let mixed = faultline_sim::Scenario::built_in("mixed").unwrap();
+    faultline_runtime::bugs::plant(&["tool-body-before-flush"]);
+    let shrunk = faultline_sim::shrink::shrink(&mixed, 1).expect("seed 1 fails with this bug");
+    let replay = faultline_sim::world::run(&shrunk.scenario, 1);
+    faultline_runtime::bugs::plant(&[]);
+    assert_eq!(shrunk.invariant, "intent-before-effect");
+    assert!(shrunk.faults.1 < shrunk.faults.0, "fewer faults: {:?}", shrunk.faults);
+    assert!(
+        shrunk.faults.1 <= 3 && shrunk.messages.1 <= shrunk.messages.0,
+        "{:?} {:?}",
+        shrunk.faults,
+        shrunk.messages
+    );
+    assert!(replay.violations.iter().any(|v| v.invariant == "intent-before-effect"), "the shrunk case still fails");
+    let clean = faultline_sim::world::run(&shrunk.scenario, 1);
+    assert!(clean.passed(), "and passes on the clean build: {:?}", clean.violations);
+}

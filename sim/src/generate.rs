@@ -1,0 +1,132 @@
+//! Generated workloads: proptest strategies for whole conversations (random numbers of turns
+//! and steps, tool calls with and without side effects, parallel calls, slow tools with their
+//! own deadlines, cancels), so the harness explores beyond the hand-written scenario files.
+//!
+//! Seeds stay the unit of replay: [`workload`] draws one value of the strategy from a
+//! proptest RNG seeded by the run's seed, so `faultline run generated --seed N` is the same
+//! conversation every time. The integration tests drive the same strategy through proptest's
+//! runner, which also shrinks a failing conversation.
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+use crate::model_server::{Frame, Response};
+use crate::scenario::{Scenario, ScenarioTool};
+
+/// Most turns (user messages) of one generated conversation.
+pub const TURNS_MAX: usize = 4;
+/// Most tool-calling steps of one generated turn before its final answer.
+pub const STEPS_PER_TURN_MAX: usize = 2;
+/// Most parallel calls of one generated step.
+pub const CALLS_PER_STEP_MAX: usize = 3;
+/// Longest a generated slow tool works, in ms.
+pub const SLOW_WORK_MS_MAX: u64 = 3_000;
+/// Latest generated cancel, in simulated ms.
+pub const CANCEL_AT_MS_MAX: u64 = 4_000;
+
+/// The tools a generated conversation may call.
+const SEND: &str = "send";
+const ECHO: &str = "echo";
+const SLOW: &str = "slow";
+
+/// One generated conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Per turn, per step, the tools called in parallel.
+    pub turns: Vec<Vec<Vec<&'static str>>>,
+    /// How long the slow tool works, and whether it ignores the abort signal.
+    pub slow_work_ms: u64,
+    /// The slow tool's own deadline.
+    pub slow_timeout_ms: u64,
+    /// The slow tool keeps working after the abort (slow cleanup).
+    pub slow_ignores_abort: bool,
+    /// Tool calls run at once.
+    pub tool_concurrency: usize,
+    /// A cancel at this simulated time, and whether queued input is kept with a new message.
+    pub cancel: Option<(u64, bool)>,
+}
+
+/// The strategy of whole conversations.
+pub fn workload_strategy() -> impl Strategy<Value = Workload> {
+    let call = prop_oneof![3 => Just(SEND), 2 => Just(ECHO), 1 => Just(SLOW)];
+    let step = prop::collection::vec(call, 1..=CALLS_PER_STEP_MAX);
+    let turn = prop::collection::vec(step, 0..=STEPS_PER_TURN_MAX);
+    (
+        prop::collection::vec(turn, 1..=TURNS_MAX),
+        10..=SLOW_WORK_MS_MAX,
+        200..=2_000u64,
+        any::<bool>(),
+        1..=4usize,
+        prop::option::weighted(0.25, (0..=CANCEL_AT_MS_MAX, any::<bool>())),
+    )
+        .prop_map(|(turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel)| {
+            Workload { turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel }
+        })
+}
+
+/// The conversation seed `seed` stands for.
+pub fn workload(seed: u64) -> Workload {
+    let mut key = [0u8; 32];
+    key[..8].copy_from_slice(&seed.to_le_bytes());
+    key[8..17].copy_from_slice(b"generated");
+    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    workload_strategy().new_tree(&mut runner).expect("the workload strategy never rejects").current()
+}
+
+impl Workload {
+    /// Puts this conversation into `base` (which keeps its name, provider, timing and fault
+    /// plan): messages, tools and the model's script of good responses. Faults drawn from
+    /// the seed are interleaved later, when the run's plan is resolved.
+    pub fn apply(&self, base: &Scenario) -> Scenario {
+        let mut scenario = base.clone();
+        scenario.generated = false;
+        scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
+        scenario.tools = vec![
+            ScenarioTool { name: SEND.into(), kind: "gateway".into(), ..tool() },
+            ScenarioTool { name: ECHO.into(), kind: "echo".into(), ..tool() },
+            ScenarioTool {
+                name: SLOW.into(),
+                kind: "sleep".into(),
+                timeout_ms: Some(self.slow_timeout_ms),
+                work_ms: self.slow_work_ms,
+                ignore_abort: self.slow_ignores_abort,
+            },
+        ];
+        scenario.tool_concurrency = Some(self.tool_concurrency);
+        let mut responses = Vec::new();
+        for (t, steps) in self.turns.iter().enumerate() {
+            for (s, calls) in steps.iter().enumerate() {
+                let frames = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| Frame::ToolCall {
+                        index: i as u32,
+                        id: Some(format!("call_{t}_{s}_{i}")),
+                        name: Some((*name).to_owned()),
+                        arguments: format!("{{\"text\":\"turn {t} step {s} call {i}\"}}"),
+                    })
+                    .collect();
+                responses.push(Response {
+                    frames,
+                    finish: Some("tool_calls".into()),
+                    done: true,
+                    ..Response::default()
+                });
+            }
+            responses.push(Response::text(&["Turn ", "done."]));
+        }
+        scenario.model.responses = responses;
+        scenario.model.repeat_last = true;
+        scenario.model.from_seed = false;
+        if let Some((at_ms, then_submit)) = self.cancel {
+            scenario.faults.cancel_at_ms = Some(at_ms);
+            scenario.faults.cancel_then_submit = then_submit;
+        }
+        scenario
+    }
+}
+
+fn tool() -> ScenarioTool {
+    ScenarioTool { name: String::new(), kind: String::new(), timeout_ms: None, work_ms: 0, ignore_abort: false }
+}
