@@ -122,3 +122,44 @@ fn the_quick_bench_reports_every_figure_with_its_baseline() {
         assert!(names.iter().any(|n| n.contains(needle)), "missing {needle}: {names:?}");
     }
 }
+
+#[test]
+fn shrink_writes_a_small_regression_file_that_replays_the_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    // A failing run with several faults: the scenario expects a receipt count the workload
+    // never produces, so every variant keeps failing and the shrinker cuts all it can.
+    let mut text = faultline_sim::Scenario::built_in("mixed").unwrap().to_toml();
+    text.push_str("\n[expect]\ngateway_receipts = 99\n");
+    let failing = dir.path().join("failing.toml");
+    std::fs::write(&failing, text).unwrap();
+    let out = dir.path().join("regression.toml");
+    let shrink = faultline(&[
+        "shrink",
+        failing.to_str().unwrap(),
+        "--seed",
+        "5",
+        "--name",
+        "wrong-receipt-count",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(shrink.status.success(), "{}\n{}", stdout(&shrink), stderr(&shrink));
+    assert!(stdout(&shrink).contains("(expectation): faults "), "{}", stdout(&shrink));
+    let written = std::fs::read_to_string(&out).unwrap();
+    let scenario = faultline_sim::Scenario::parse(&written).unwrap();
+    assert_eq!(scenario.name, "wrong-receipt-count");
+    assert_eq!(scenario.messages.len(), 1, "cut to one message: {written}");
+    assert_eq!(faultline_sim::shrink::fault_count(&scenario), 0, "every fault cut: {written}");
+    let regression = scenario.regression.unwrap();
+    assert_eq!((regression.invariant.as_str(), regression.seed), ("expectation", 5));
+    let replay = faultline(&["run", out.to_str().unwrap(), "--seed", "5"]);
+    assert_eq!(replay.status.code(), Some(1), "the regression still fails: {}", stdout(&replay));
+    assert!(stdout(&replay).contains("violated expectation"), "{}", stdout(&replay));
+}
+
+#[test]
+fn shrink_refuses_a_passing_run() {
+    let output = faultline(&["shrink", "happy-tool-turn", "--seed", "1", "--out", "/nonexistent/x.toml"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("nothing to shrink"), "{}", stderr(&output));
+}
