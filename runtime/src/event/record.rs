@@ -39,6 +39,12 @@ macro_rules! events {
                 }
             }
 
+            /// The seed that decodes `data` of a known `type` in place, or `None` for an
+            /// unknown type.
+            fn data_seed(type_name: &str) -> Option<DataSeed> {
+                EVENT_TYPES.iter().position(|known| *known == type_name).map(DataSeed)
+            }
+
             /// Decodes `data` for a known `type`; `Ok(None)` when the type is unknown.
             fn decode_known(type_name: &str, data: &RawValue) -> Result<Option<Event>, serde_json::Error> {
                 Ok(Some(match type_name {
@@ -49,6 +55,26 @@ macro_rules! events {
         }
 
         struct DataRef<'a>(&'a Event);
+
+        /// Decodes the payload of the event type at this index of [`EVENT_TYPES`] straight
+        /// from the line's deserializer (no second pass over the `data` bytes).
+        #[derive(Debug, Clone, Copy)]
+        struct DataSeed(usize);
+
+        impl<'de> serde::de::DeserializeSeed<'de> for DataSeed {
+            type Value = Event;
+
+            fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Event, D::Error> {
+                let mut index = 0;
+                $(
+                    if self.0 == index {
+                        return <$payload>::deserialize(deserializer).map(Event::$variant);
+                    }
+                    index += 1;
+                )*
+                unreachable!("data seeds come from EVENT_TYPES (index {} of {index})", self.0)
+            }
+        }
 
         impl Serialize for DataRef<'_> {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -110,6 +136,49 @@ pub struct Record {
     pub ignorable: bool,
 }
 
+/// The one-pass envelope visitor of [`Record::decode`]: `Some` only for a record it read
+/// completely, `None` to defer to the two-pass reference path.
+struct OnePass;
+
+impl<'de> serde::de::Visitor<'de> for OnePass {
+    type Value = Option<Record>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a record envelope")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<Record>, A::Error> {
+        let mut type_name: Option<&'de str> = None;
+        let (mut seq, mut time, mut event) = (None, None, None);
+        let (mut source_seqs, mut ignorable): (Option<Option<Vec<u64>>>, Option<bool>) = (None, None);
+        while let Some(key) = map.next_key::<&'de str>()? {
+            match key {
+                "type" if type_name.is_none() => type_name = Some(map.next_value()?),
+                "seq" if seq.is_none() => seq = Some(map.next_value::<u64>()?),
+                "time" if time.is_none() => time = Some(map.next_value::<u64>()?),
+                "data" if event.is_none() => match type_name.and_then(Event::data_seed) {
+                    Some(seed) => event = Some(map.next_value_seed(seed)?),
+                    None => return Ok(None),
+                },
+                "source_seqs" if source_seqs.is_none() => source_seqs = Some(map.next_value()?),
+                "ignorable" if ignorable.is_none() => ignorable = Some(map.next_value()?),
+                // Unknown or duplicate fields: the reference path names the error.
+                _ => return Ok(None),
+            }
+        }
+        Ok(match (seq, time, event) {
+            (Some(seq), Some(time), Some(event)) => Some(Record {
+                seq,
+                time,
+                event,
+                source_seqs: source_seqs.flatten(),
+                ignorable: ignorable.unwrap_or(false),
+            }),
+            _ => None,
+        })
+    }
+}
+
 /// Why a line is not a valid record.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -151,7 +220,28 @@ impl Record {
     }
 
     /// Decodes one line (without its trailing newline).
+    ///
+    /// Recovery decodes every line of a session, so the common case takes one pass over the
+    /// bytes: the envelope's fields are read in order and `data` is decoded in place once
+    /// `type` is known. Anything else (an error to classify, `data` before `type`, an
+    /// escaped key, an unknown type) takes the two-pass path, which is the reference.
     pub fn decode(line: &str) -> Result<Record, RecordError> {
+        match Self::decode_one_pass(line) {
+            Some(record) => Ok(record),
+            None => Self::decode_two_pass(line),
+        }
+    }
+
+    /// The fast path: `Some` only for a record read completely in one pass.
+    fn decode_one_pass(line: &str) -> Option<Record> {
+        let mut deserializer = serde_json::Deserializer::from_str(line);
+        let record = serde::Deserializer::deserialize_map(&mut deserializer, OnePass).ok()??;
+        deserializer.end().ok()?;
+        Some(record)
+    }
+
+    /// The reference decoder: the envelope with `data` kept raw, then `data` by type.
+    fn decode_two_pass(line: &str) -> Result<Record, RecordError> {
         let envelope: Envelope<'_> = serde_json::from_str(line).map_err(RecordError::Envelope)?;
         let event = match Event::decode_known(&envelope.type_name, envelope.data) {
             Ok(Some(event)) => event,
@@ -194,5 +284,42 @@ impl Serialize for Record {
             map.serialize_entry("ignorable", &true)?;
         }
         map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass decoder agrees with the reference on every shape of line, valid or not.
+    #[test]
+    fn one_pass_decoding_agrees_with_the_two_pass_reference() {
+        let lines = [
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}}"#,
+            r#"{"seq":0,"time":5,"data":{"turn":1},"type":"turn/start"}"#,
+            r#"{"type":"user/message","seq":2,"time":5,"data":{"message":{"role":"user","content":[{"type":"text","text":"a\"b\u00e9"}]}},"source_seqs":[1]}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1},"source_seqs":null}"#,
+            r#"{"type":"future/thing","seq":3,"time":5,"data":{"x":[1,2]},"ignorable":true}"#,
+            r#"{"type":"future/thing","seq":3,"time":5,"data":{"x":1}}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":"one"}}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1,"extra":2}}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1},"extra":true}"#,
+            r#"{"type":"turn/start","type":"turn/end","seq":0,"time":5,"data":{"turn":1}}"#,
+            r#"{"type":"turn/start","seq":0,"data":{"turn":1}}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}} trailing"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1}}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"turn":1},"ignorable":null}"#,
+            r#"{"type":"turn/start","seq":0,"time":5,"data":{"tu"#,
+            r#"[1,2]"#,
+            "",
+        ];
+        for line in [lines[0], lines[2], lines[3]] {
+            assert!(Record::decode_one_pass(line).is_some(), "the common shape takes one pass: {line}");
+        }
+        for line in lines {
+            let fast = Record::decode(line).map_err(|e| e.to_string());
+            let reference = Record::decode_two_pass(line).map_err(|e| e.to_string());
+            assert_eq!(fast, reference, "{line}");
+        }
     }
 }

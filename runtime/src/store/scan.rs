@@ -190,7 +190,7 @@ fn later_turn_end(mut rest: &[u8]) -> Option<u64> {
 }
 
 fn memchr(bytes: &[u8], from: usize) -> Option<usize> {
-    bytes[from..].iter().position(|&b| b == b'\n').map(|i| from + i)
+    memchr::memchr(b'\n', &bytes[from..]).map(|i| from + i)
 }
 
 /// Longest decompressed content accepted from one frame: a batch is at most a few thousand
