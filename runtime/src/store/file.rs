@@ -126,8 +126,8 @@ pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Resul
         return Err(Error::io("repairing", io::Error::other("host crashed (simulated) during repair")));
     }
     if !tail.is_empty() {
-        let bytes = BatchEncoder::new(format).encode(&tail);
-        append_durably(file.as_mut(), committed_len, &bytes)?;
+        let mut encoder = BatchEncoder::new(format);
+        append_durably(file.as_mut(), committed_len, encoder.encode(&tail))?;
     }
     Ok(Some(Repair {
         truncated_bytes: inspection.torn_bytes,
@@ -361,7 +361,7 @@ impl SessionLog for FileLog {
         let next = check_batch(&self.validator, batch)?;
         owner::check_fence(&self.seams, &self.dir, self.id.as_str(), self.token)?;
         let bytes = self.encoder.encode(batch);
-        match append_durably(self.file.as_mut(), self.len, &bytes) {
+        match append_durably(self.file.as_mut(), self.len, bytes) {
             Ok(()) => {
                 self.len += bytes.len() as u64;
                 self.validator = next;

@@ -50,57 +50,72 @@ impl Format {
 
     /// The bytes of a freshly materialised file.
     pub fn encode_header(self, header: &SessionHeader) -> Vec<u8> {
-        let mut line = header.encode().into_bytes();
-        line.push(b'\n');
-        BatchEncoder::new(self).frame(line)
+        let mut encoder = BatchEncoder::new(self);
+        encoder.text = header.encode().into_bytes();
+        encoder.text.push(b'\n');
+        encoder.frame_text().to_vec()
     }
 }
 
-/// Encodes batches of records; holds a reusable zstd context for the zstd format.
-pub(crate) enum BatchEncoder {
-    Jsonl,
-    Zstd(Box<zstd::bulk::Compressor<'static>>),
+/// Scratch capacity an encoder keeps between batches, in bytes. Reusing the buffers spares
+/// every large batch a fresh allocation (above glibc's mmap threshold that is an mmap, a page
+/// fault per 4 KiB touched, and an munmap); anything bigger is released after its batch.
+const SCRATCH_BYTES_KEPT_MAX: usize = 4 * 1024 * 1024;
+
+/// Encodes batches of records into reused buffers; holds a reusable zstd context for the zstd
+/// format.
+pub(crate) struct BatchEncoder {
+    zstd: Option<Box<zstd::bulk::Compressor<'static>>>,
+    /// The batch's JSONL text.
+    text: Vec<u8>,
+    /// The batch's zstd frame.
+    frame: Vec<u8>,
 }
 
 impl std::fmt::Debug for BatchEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            BatchEncoder::Jsonl => "BatchEncoder::Jsonl",
-            BatchEncoder::Zstd(_) => "BatchEncoder::Zstd",
-        })
+        f.write_str(if self.zstd.is_some() { "BatchEncoder::Zstd" } else { "BatchEncoder::Jsonl" })
     }
 }
 
 impl BatchEncoder {
     pub(crate) fn new(format: Format) -> Self {
-        match format {
-            Format::Jsonl => BatchEncoder::Jsonl,
+        let zstd = match format {
+            Format::Jsonl => None,
             Format::Zstd => {
                 let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
                 compressor
                     .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
                     .expect("zstd accepts the checksum flag");
-                BatchEncoder::Zstd(Box::new(compressor))
+                Some(Box::new(compressor))
             }
-        }
+        };
+        BatchEncoder { zstd, text: Vec::new(), frame: Vec::new() }
     }
 
-    /// The bytes that append `records` as one durable unit.
-    pub(crate) fn encode(&mut self, records: &[Record]) -> Vec<u8> {
-        let mut text = Vec::with_capacity(records.len() * 256);
+    /// The bytes that append `records` as one durable unit (valid until the next call).
+    pub(crate) fn encode(&mut self, records: &[Record]) -> &[u8] {
+        release_if_oversized(&mut self.text);
+        release_if_oversized(&mut self.frame);
+        self.text.clear();
         for record in records {
-            serde_json::to_writer(&mut text, record).expect("records always serialise");
-            text.push(b'\n');
+            serde_json::to_writer(&mut self.text, record).expect("records always serialise");
+            self.text.push(b'\n');
         }
-        self.frame(text)
+        self.frame_text()
     }
 
-    fn frame(&mut self, text: Vec<u8>) -> Vec<u8> {
-        match self {
-            BatchEncoder::Jsonl => text,
-            BatchEncoder::Zstd(compressor) => {
-                compressor.compress(&text).expect("zstd compression of an in-memory buffer")
-            }
-        }
+    fn frame_text(&mut self) -> &[u8] {
+        let Some(compressor) = self.zstd.as_mut() else { return &self.text };
+        self.frame.clear();
+        self.frame.reserve(zstd::zstd_safe::compress_bound(self.text.len()));
+        compressor.compress_to_buffer(&self.text, &mut self.frame).expect("zstd compression into a bound-sized buffer");
+        &self.frame
+    }
+}
+
+fn release_if_oversized(buffer: &mut Vec<u8>) {
+    if buffer.capacity() > SCRATCH_BYTES_KEPT_MAX {
+        *buffer = Vec::new();
     }
 }

@@ -112,9 +112,18 @@ impl Inspection {
     ) -> Inspection {
         let usable = matches!(scan.status, ScanStatus::Clean | ScanStatus::Torn);
         let closers = if usable {
-            let all: Vec<Record> = scan.records.iter().chain(&scan.recovered).cloned().collect();
+            // Repair looks only at the last turn: clone from its turn/start on, not the whole
+            // session (a 200 000-event session used to be deep-copied here on every load).
+            let is_turn_start = |r: &Record| matches!(r.event, crate::event::Event::TurnStart(_));
+            let last_turn: Vec<Record> = match scan.recovered.iter().rposition(is_turn_start) {
+                Some(i) => scan.recovered[i..].to_vec(),
+                None => {
+                    let from = scan.records.iter().rposition(is_turn_start).unwrap_or(scan.records.len());
+                    scan.records[from..].iter().chain(&scan.recovered).cloned().collect()
+                }
+            };
             let session = scan.header.as_ref().map_or("", |h| h.id.as_str());
-            repair::closers_with(&all, session, evidence)
+            repair::closers_with(&last_turn, session, evidence)
         } else {
             Vec::new()
         };

@@ -13,7 +13,7 @@ use faultline_runtime::store::{FileStore, Format, MemoryStore, SessionId, Store,
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::model_server::{Frame, ModelServer, Response, Script};
+use crate::model_server::{sse_body, Frame, Response};
 
 /// One measured figure and its baseline.
 #[derive(Debug, Clone, Serialize)]
@@ -100,68 +100,139 @@ fn events(count: usize) -> Vec<Record> {
     records
 }
 
-/// Durable append: a store vs one write + fsync per batch of the same bytes.
+/// Rounds a durable-append figure is measured in. Each round runs the raw baseline and then
+/// every store over the same number of batches, so a slow spell of the shared disk hits both
+/// sides; the figure is the median round.
+const APPEND_ROUNDS: usize = 5;
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    percentile(&mut samples, 0.5)
+}
+
+/// Durable append: a store vs one write + fsync per batch of the same bytes, interleaved by
+/// round; plus the cost of encoding alone, which the raw baseline (handed pre-encoded bytes)
+/// never pays.
 fn durable_append(dir: &Path, batch: usize, batches: usize) -> Vec<Figure> {
-    let records = events(batch * batches);
+    let per_round = batch * batches;
+    let records = events(per_round * APPEND_ROUNDS);
     let lines: Vec<Vec<u8>> = records
         .chunks(batch)
         .map(|chunk| chunk.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect())
         .collect();
-    let raw = {
-        let path = dir.join(format!("raw-{batch}"));
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("raw file");
+    let mut raw_file =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("raw-{batch}"))).expect("raw file");
+    let stores: Vec<(&str, Box<dyn Store>)> = [("jsonl", 0), ("zstd", 1), ("sqlite", 2)]
+        .into_iter()
+        .map(|(label, kind)| {
+            let seams = production::seams();
+            let root = dir.join(format!("{label}-{batch}"));
+            let store: Box<dyn Store> = match kind {
+                0 => Box::new(FileStore::new(seams.clone(), &root, Format::Jsonl)),
+                1 => Box::new(FileStore::new(seams.clone(), &root, Format::Zstd)),
+                _ => {
+                    std::fs::create_dir_all(&root).expect("dir");
+                    Box::new(SqliteStore::open(root.join("s.sqlite"), seams.process.clone()).expect("sqlite"))
+                }
+            };
+            (label, store)
+        })
+        .collect();
+    let mut logs: Vec<_> = stores
+        .iter()
+        .map(|(_, store)| store.create(&SessionId::new("bench").expect("id"), 1).expect("create"))
+        .collect();
+    let mut raw_rates = Vec::new();
+    let mut store_rates = vec![Vec::new(); logs.len()];
+    let mut encode_rates = Vec::new();
+    for round in 0..APPEND_ROUNDS {
+        let range = round * per_round..(round + 1) * per_round;
         let start = Instant::now();
-        for bytes in &lines {
-            file.write_all(bytes).expect("write");
-            file.sync_all().expect("fsync");
+        for bytes in &lines[round * batches..(round + 1) * batches] {
+            raw_file.write_all(bytes).expect("write");
+            raw_file.sync_all().expect("fsync");
         }
-        records.len() as f64 / start.elapsed().as_secs_f64()
-    };
-    let mut out = Vec::new();
-    for (label, kind) in [("jsonl", 0), ("zstd", 1), ("sqlite", 2)] {
-        let seams = production::seams();
-        let root = dir.join(format!("{label}-{batch}"));
-        let store: Box<dyn Store> = match kind {
-            0 => Box::new(FileStore::new(seams.clone(), &root, Format::Jsonl)),
-            1 => Box::new(FileStore::new(seams.clone(), &root, Format::Zstd)),
-            _ => {
-                std::fs::create_dir_all(&root).expect("dir");
-                Box::new(SqliteStore::open(root.join("s.sqlite"), seams.process.clone()).expect("sqlite"))
+        raw_rates.push(per_round as f64 / start.elapsed().as_secs_f64());
+        for (log, rates) in logs.iter_mut().zip(&mut store_rates) {
+            let start = Instant::now();
+            for chunk in records[range.clone()].chunks(batch) {
+                log.append(chunk).expect("append");
             }
-        };
-        let mut log = store.create(&SessionId::new("bench").expect("id"), 1).expect("create");
-        let start = Instant::now();
-        for chunk in records.chunks(batch) {
-            log.append(chunk).expect("append");
+            rates.push(per_round as f64 / start.elapsed().as_secs_f64());
         }
-        let rate = records.len() as f64 / start.elapsed().as_secs_f64();
-        let target = (kind < 2).then_some(("≥ 0.9× raw", 0.9));
-        out.push(figure(&format!("durable append {label}, batch {batch}"), rate, "events/s", Some(raw), target));
+        let start = Instant::now();
+        let mut text = Vec::new();
+        for chunk in records[range].chunks(batch) {
+            text.clear();
+            for record in chunk {
+                serde_json::to_writer(&mut text, record).expect("encode");
+                text.push(b'\n');
+            }
+        }
+        encode_rates.push(per_round as f64 / start.elapsed().as_secs_f64());
     }
+    let raw = median(raw_rates);
+    let encode = median(encode_rates.clone());
+    let mut out = Vec::new();
+    for ((label, _), rates) in stores.iter().zip(store_rates) {
+        let target = (*label != "sqlite").then_some(("≥ 0.9× raw", 0.9));
+        out.push(figure(
+            &format!("durable append {label}, batch {batch}"),
+            median(rates),
+            "events/s",
+            Some(raw),
+            target,
+        ));
+    }
+    out.push(figure(&format!("  JSON encoding alone, batch {batch}"), encode, "events/s", None, None));
+    // A store that encodes at append pays the raw I/O and the encoding one after the other:
+    // this is the best ratio any such store can reach on this machine at this batch size.
+    out.push(figure(
+        &format!("  ceiling: raw I/O + encoding, batch {batch}"),
+        1.0 / (1.0 / raw + 1.0 / encode),
+        "events/s",
+        Some(raw),
+        None,
+    ));
     out
 }
 
-/// Write-behind under a producer faster than any model: accepted events/s, flush latency,
-/// peak queue length (bounded).
-async fn write_behind(events_total: usize) -> Vec<Figure> {
+/// Write-behind under a producer faster than any model, onto a JSONL store on the real disk:
+/// accepted events/s, flush latency (a barrier, so fsync included), peak queue length
+/// (bounded). The baseline is what the producer would get without write-behind: each event
+/// appended durably on its own.
+async fn write_behind(dir: &Path, events_total: usize) -> Vec<Figure> {
     let seams = production::seams();
-    let store = MemoryStore::new(seams.process.clone());
+    let step_events = |range: std::ops::Range<usize>| {
+        // Alternate step/start and step/end (steps 1, 2, ...) so the log stays valid.
+        range.map(|i| {
+            let step = i.div_ceil(2) as u32;
+            if i % 2 == 1 {
+                Event::StepStart(StepRef { turn: 1, step })
+            } else {
+                Event::StepEnd(StepRef { turn: 1, step })
+            }
+        })
+    };
+    let sync_rate = {
+        let store = FileStore::new(seams.clone(), dir.join("wb-sync"), Format::Jsonl);
+        let mut log = store.create(&SessionId::new("sync").expect("id"), 1).expect("create");
+        log.append(&[Record::new(0, 1, Event::TurnStart(TurnStart { turn: 1 }))]).expect("append");
+        let sample = events_total.min(500);
+        let start = Instant::now();
+        for (i, event) in step_events(1..sample).enumerate() {
+            log.append(&[Record::new(i as u64 + 1, 1, event)]).expect("append");
+        }
+        sample as f64 / start.elapsed().as_secs_f64()
+    };
+    let store = FileStore::new(seams.clone(), dir.join("wb"), Format::Jsonl);
     let log = store.create(&SessionId::new("wb").expect("id"), 1).expect("create");
     let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4096 };
     let wb = WriteBehind::start(log, seams.clock.clone(), config, None);
-    let chunk = Event::TurnStart(TurnStart { turn: 1 });
-    wb.append(chunk, None).await.expect("append");
+    wb.append(Event::TurnStart(TurnStart { turn: 1 }), None).await.expect("append");
     let mut flushes = Vec::new();
     let mut peak = 0usize;
     let start = Instant::now();
-    for i in 1..events_total {
-        // Alternate step/start and step/end (steps 1, 2, ...) so the log stays valid.
-        let step = i.div_ceil(2) as u32;
-        let event = if i % 2 == 1 {
-            Event::StepStart(StepRef { turn: 1, step })
-        } else {
-            Event::StepEnd(StepRef { turn: 1, step })
-        };
+    for (i, event) in step_events(1..events_total).enumerate().map(|(i, e)| (i + 1, e)) {
         wb.append(event, None).await.expect("append");
         peak = peak.max(wb.pending_len());
         if i % 1000 == 0 {
@@ -173,7 +244,7 @@ async fn write_behind(events_total: usize) -> Vec<Figure> {
     let rate = events_total as f64 / start.elapsed().as_secs_f64();
     wb.close().await.expect("close");
     vec![
-        figure("write-behind accepted", rate, "events/s", None, None),
+        figure("write-behind accepted (JSONL on disk)", rate, "events/s", Some(sync_rate), None),
         figure("write-behind flush latency p50", percentile(&mut flushes.clone(), 0.5), "ms", None, None),
         figure("write-behind flush latency p99", percentile(&mut flushes, 0.99), "ms", None, None),
         figure("write-behind peak queue", peak as f64, "events (bound 4096)", None, None),
@@ -251,41 +322,31 @@ fn zstd_decode_all(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// Adapter path (adapter + assembler + event append) vs a raw parse of the same SSE bytes.
+///
+/// Both sides read the same pre-rendered response from the same loopback server, which
+/// writes it from memory in one go (no per-frame generation), so what differs is only what
+/// each does with the bytes.
 async fn adapter(chunks: usize) -> Vec<Figure> {
     let seams = production::seams();
     let frames: Vec<Frame> = (0..chunks).map(|i| Frame::Text(format!("token{i} "))).collect();
-    let response = Response { frames: frames.clone(), finish: Some("stop".into()), done: true, ..Response::default() };
-    let script = Script { refuse_until_ms: 0, responses: vec![response], repeat_last: true };
-    let server =
-        ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", script, None).await.expect("server");
+    let response = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
+    let addr = serve_fixed_sse(sse_body(0, &response)).await;
     let route = Arc::new(ResolvedProvider {
         name: "bench".into(),
         preset: Preset::OpenaiCompatible,
-        endpoint: Endpoint::parse(&format!("http://{}/v1", server.addr())).expect("url"),
+        endpoint: Endpoint::parse(&format!("http://{addr}/v1")).expect("url"),
         model: "m".into(),
         api_key_env: None,
         idle_timeout: Duration::from_secs(30),
         retry: RetryPolicy::default(),
     });
-    // The raw baseline: the same SSE bytes, split into events, each data line parsed to JSON.
-    let sse: String = frames
-        .iter()
-        .map(|f| match f {
-            Frame::Text(t) => {
-                format!("data: {}\n\n", serde_json::json!({"choices": [{"index": 0, "delta": {"content": t}}]}))
-            }
-            _ => String::new(),
-        })
-        .collect();
-    let raw = {
-        let start = Instant::now();
-        let mut n = 0usize;
-        for event in sse.split("\n\n").filter(|e| !e.is_empty()) {
-            let _: serde_json::Value = serde_json::from_str(event.trim_start_matches("data: ")).expect("json");
-            n += 1;
-        }
-        n as f64 / start.elapsed().as_secs_f64()
-    };
+    let prefix = RequestPrefix { model: "m".into(), system: None, tools: vec![] };
+    let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "go"})]);
+    // The raw baseline: the same request to the same loopback server, its SSE bytes read by
+    // a bare hyper client, split into events, each data line parsed to a JSON value. Both
+    // sides pay the same transport and the same server; the ratio is what the adapter,
+    // assembler and log append add on top of reading and parsing the bytes.
+    let (raw, raw_first_ms) = raw_sse_client(addr, &body).await;
     let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()));
     let store = MemoryStore::new(seams.process.clone());
     let log = store.create(&SessionId::new("adapter").expect("id"), 1).expect("create");
@@ -297,70 +358,154 @@ async fn adapter(chunks: usize) -> Vec<Figure> {
     );
     wb.append(Event::TurnStart(TurnStart { turn: 1 }), None).await.expect("append");
     wb.append(Event::StepStart(StepRef { turn: 1, step: 1 }), None).await.expect("append");
-    let prefix = RequestPrefix { model: "m".into(), system: None, tools: vec![] };
-    let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "go"})]);
     let start = Instant::now();
     let mut stream = adapter.stream(route, body, CancellationToken::new());
     let mut assembler = Assembler::new();
     let mut first = None;
-    let mut n = 0usize;
     while let Some(chunk) = stream.next().await {
         first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
         assembler.push(&chunk);
         wb.append(Event::AssistantChunk(AssistantChunk { turn: 1, step: 1, attempt: 1, chunk }), None)
             .await
             .expect("append");
-        n += 1;
     }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    // Per SSE event (one model token), the unit both sides share.
+    let rate = chunks as f64 / start.elapsed().as_secs_f64();
     wb.close().await.ok();
     vec![
         figure(
-            "adapter: SSE chunks through adapter+assembler+append",
+            "adapter: SSE events through adapter+assembler+append",
             rate,
-            "chunks/s",
+            "events/s",
             Some(raw),
             Some(("cost ≤ 1.3× raw parse (ratio ≥ 0.77)", 1.0 / 1.3)),
         ),
-        figure("adapter: time to first chunk (loopback, incl. connect)", first.unwrap_or(0.0), "ms", None, None),
+        figure(
+            "adapter: time to first chunk (loopback, incl. connect)",
+            first.unwrap_or(0.0),
+            "ms",
+            Some(raw_first_ms),
+            None,
+        ),
     ]
 }
 
+/// A loopback HTTP server that answers every request with `sse` as one write (the request is
+/// read up to its body's declared length first).
+async fn serve_fixed_sse(sse: String) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let response =
+        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}", sse.len());
+    let response = bytes::Bytes::from(response);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let response = response.clone();
+            tokio::spawn(async move {
+                stream.set_nodelay(true).ok();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = stream.read(&mut buf).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let length = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned())
+                            })
+                            .and_then(|v| v.parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if request.len() >= head_end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let _ = stream.write_all(&response).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+/// The adapter's baseline: POSTs `body` to `addr` with a bare hyper client and parses every
+/// SSE `data:` payload to a JSON value. Returns events/s and the ms to the first event.
+async fn raw_sse_client(addr: std::net::SocketAddr, body: &bytes::Bytes) -> (f64, f64) {
+    use http_body_util::{BodyExt, Full};
+    let start = Instant::now();
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.expect("handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::post("/v1/chat/completions")
+        .header("host", addr.to_string())
+        .header("content-type", "application/json")
+        .body(Full::new(body.clone()))
+        .expect("request");
+    let mut response = sender.send_request(request).await.expect("response").into_body();
+    let (mut buffer, mut events, mut first) = (Vec::<u8>::new(), 0usize, None);
+    while let Some(frame) = response.frame().await {
+        let Ok(data) = frame.expect("body frame").into_data() else { continue };
+        buffer.extend_from_slice(&data);
+        let mut consumed = 0;
+        while let Some(end) = memchr::memmem::find(&buffer[consumed..], b"\n\n") {
+            let event = &buffer[consumed..consumed + end];
+            consumed += end + 2;
+            let Some(payload) = event.strip_prefix(b"data: ") else { continue };
+            if payload != b"[DONE]" {
+                let _: serde_json::Value = serde_json::from_slice(payload).expect("json");
+                events += 1;
+                first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        buffer.drain(..consumed);
+    }
+    (events as f64 / start.elapsed().as_secs_f64(), first.unwrap_or(0.0))
+}
+
 /// Simulator: runs/s per core for the default mix and `mixed`, simulated/wall time, and a
-/// bare turmoil baseline with the same requests, fs appends+fsyncs and simulated time.
+/// bare turmoil baseline interleaved run by run: for each scenario run, a plain turmoil sim
+/// with the same tick, the same number of HTTP exchanges (model and gateway), the same number
+/// of simulated-fs writes+fsyncs and the same simulated time.
 fn simulator(seeds: u64) -> Vec<Figure> {
     use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
     let scenarios: Vec<Scenario> =
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
-    let start = Instant::now();
-    let mut runs = 0u64;
-    let mut sim_ms = 0u64;
-    let mut requests = 0usize;
+    let (mut runs, mut sim_ms) = (0u64, 0u64);
+    let (mut wall, mut bare_wall) = (Duration::ZERO, Duration::ZERO);
     for seed in 0..seeds {
         for scenario in &scenarios {
+            let start = Instant::now();
             let result = crate::world::run(scenario, seed);
+            wall += start.elapsed();
             runs += 1;
             sim_ms += result.sim_ms;
-            requests += result.model_requests;
+            let work = BareWork {
+                tick_ms: scenario.tick_ms,
+                model_requests: result.model_requests,
+                gateway_requests: result.gateway_requests,
+                appends: (result.fs_ops / 2) as usize,
+                sim_ms: result.sim_ms,
+            };
+            let start = Instant::now();
+            bare_turmoil(seed, work);
+            bare_wall += start.elapsed();
         }
     }
-    let wall = start.elapsed().as_secs_f64();
-    let mix_rate = runs as f64 / wall;
+    let mix_rate = runs as f64 / wall.as_secs_f64();
+    let bare_rate = runs as f64 / bare_wall.as_secs_f64();
     let mixed = Scenario::built_in("mixed").expect("mixed");
     let start = Instant::now();
     for seed in 0..seeds * 4 {
         crate::world::run(&mixed, seed);
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
-    // The bare baseline: the same number of requests and the same simulated time per run, on
-    // a plain turmoil sim with a hyper server and client and simulated-fs appends+fsyncs.
-    let per_run_requests = (requests as f64 / runs as f64).ceil() as usize;
-    let per_run_ms = sim_ms / runs.max(1);
-    let start = Instant::now();
-    for seed in 0..runs {
-        bare_turmoil(seed, per_run_requests.max(1), per_run_ms, 24);
-    }
-    let bare_rate = runs as f64 / start.elapsed().as_secs_f64();
     vec![
         figure(
             "simulator: default mix, runs per second (one core)",
@@ -370,53 +515,76 @@ fn simulator(seeds: u64) -> Vec<Figure> {
             Some(("≤ 1.5× bare turmoil cost (ratio ≥ 0.67)", 1.0 / 1.5)),
         ),
         figure("simulator: mixed scenario (one core)", mixed_rate, "runs/s", None, Some(("≥ 100 runs/s/core", 0.0))),
-        figure("simulator: simulated / wall time", sim_ms as f64 / 1e3 / wall, "×", None, None),
+        figure("simulator: simulated / wall time", sim_ms as f64 / 1e3 / wall.as_secs_f64(), "×", None, None),
     ]
 }
 
-/// A plain turmoil simulation: `requests` HTTP exchanges, `appends` simulated-fs
-/// appends+fsyncs, `sim_ms` of simulated time, 10 ms tick (the scenarios' default).
-pub fn bare_turmoil(seed: u64, requests: usize, sim_ms: u64, appends: usize) {
+/// The work of one scenario run, for its bare baseline.
+#[derive(Debug, Clone, Copy)]
+pub struct BareWork {
+    /// The scenario's tick.
+    pub tick_ms: u64,
+    /// HTTP exchanges with the model host.
+    pub model_requests: usize,
+    /// HTTP exchanges with the gateway host.
+    pub gateway_requests: usize,
+    /// Simulated-fs appends, each followed by an fsync.
+    pub appends: usize,
+    /// Simulated time the run lasts.
+    pub sim_ms: u64,
+}
+
+/// A plain turmoil simulation with the scenario's topology (an `agent` client, `model` and
+/// `gateway` hyper servers) doing `work`: the same exchanges, appends+fsyncs, tick and
+/// simulated time, and nothing else.
+pub fn bare_turmoil(seed: u64, work: BareWork) {
     use http_body_util::{BodyExt, Full};
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
-        .tick_duration(Duration::from_millis(10))
-        .simulation_duration(Duration::from_millis(sim_ms + 60_000))
+        .tick_duration(Duration::from_millis(work.tick_ms))
+        .simulation_duration(Duration::from_millis(work.sim_ms + 60_000))
         .min_message_latency(Duration::from_millis(1))
         .max_message_latency(Duration::from_millis(1))
         .build();
-    sim.host("server", || async {
-        let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;
-        loop {
-            let (stream, _) = listener.accept().await?;
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(|_req| async {
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(b"ok"))))
+    for server in ["model", "gateway"] {
+        sim.host(server, || async {
+            let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;
+            loop {
+                let (stream, _) = listener.accept().await?;
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(
+                            b"ok",
+                        ))))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    sim.client("client", async move {
-        for _ in 0..requests {
-            let stream = turmoil::net::TcpStream::connect("server:80").await?;
+            }
+        });
+    }
+    sim.client("agent", async move {
+        let targets = std::iter::repeat_n("model", work.model_requests)
+            .chain(std::iter::repeat_n("gateway", work.gateway_requests));
+        for target in targets {
+            let stream = turmoil::net::TcpStream::connect((target, 80)).await?;
             let (mut sender, connection) =
                 hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
             tokio::spawn(connection);
             let response = sender
-                .send_request(hyper::Request::get("/").header("host", "server").body(Full::new(bytes::Bytes::new()))?)
+                .send_request(hyper::Request::get("/").header("host", target).body(Full::new(bytes::Bytes::new()))?)
                 .await?;
             let _ = response.into_body().collect().await?;
         }
         turmoil::fs::shim::std::fs::create_dir_all("/data")?;
         let mut file = turmoil::fs::shim::std::fs::OpenOptions::new().create(true).append(true).open("/data/log")?;
-        for _ in 0..appends {
+        for _ in 0..work.appends {
             std::io::Write::write_all(&mut file, &[b'x'; 512])?;
             file.sync_all()?;
         }
-        tokio::time::sleep(Duration::from_millis(sim_ms)).await;
+        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(work.sim_ms).saturating_sub(elapsed)).await;
         Ok(())
     });
     sim.run().expect("bare sim");
@@ -428,11 +596,11 @@ pub fn run_all(quick: bool) -> BenchReport {
     let fsync_ms_p50 = fsync_latency(&dir);
     let mut figures = Vec::new();
     let scale = if quick { 1 } else { 4 };
-    for (batch, batches) in [(1, 100 * scale), (16, 50 * scale), (256, 10 * scale)] {
+    for (batch, batches) in [(1, 200 * scale), (16, 100 * scale), (256, 20 * scale)] {
         figures.extend(durable_append(&dir, batch, batches));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    figures.extend(runtime.block_on(write_behind(20_000 * scale)));
+    figures.extend(runtime.block_on(write_behind(&dir, 20_000 * scale)));
     figures.extend(recovery(&dir, if quick { 100_000 } else { 200_000 }));
     figures.extend(runtime.block_on(adapter(20_000 * scale)));
     figures.extend(simulator(if quick { 8 } else { 40 }));

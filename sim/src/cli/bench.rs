@@ -27,7 +27,8 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     println!("machine: {} cores, 4 KiB write+fsync p50 {:.2} ms", report.cores, report.fsync_ms_p50);
     println!("{:<58} {:>14} {:>14} {:>7}  target", "figure", "value", "baseline", "ratio");
     for f in &report.figures {
-        let baseline = f.baseline.map_or("-".to_owned(), |b| format!("{b:.0}"));
+        let baseline =
+            f.baseline.map_or("-".to_owned(), |b| if b < 100.0 { format!("{b:.1}") } else { format!("{b:.0}") });
         let ratio = f.ratio.map_or("-".to_owned(), |r| format!("{r:.2}"));
         let target = match (&f.target, f.meets_target) {
             (Some(t), Some(true)) => format!("{t}: holds"),

@@ -4,4 +4,4 @@ mod script;
 mod server;
 
 pub use script::{Frame, Response, Script};
-pub use server::{ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};
+pub use server::{sse_body, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};

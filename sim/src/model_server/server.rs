@@ -249,31 +249,30 @@ fn event(data: &str) -> String {
 }
 
 /// Produces the SSE bytes of `response`, honouring its faults.
-async fn generate(state: Arc<State>, n: usize, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
-    let mut events: Vec<Option<String>> = Vec::new(); // None = a DelayMs marker handled inline
-    let mut delays: Vec<u64> = Vec::new();
-    for frame in &response.frames {
-        let (text, delay) = match frame {
-            Frame::Text(text) => (Some(event(&chunk_json(n, json!({"content": text}), None))), 0),
-            Frame::Reasoning(text) => (Some(event(&chunk_json(n, json!({"reasoning_content": text}), None))), 0),
-            Frame::ToolCall { index, id, name, arguments } => {
-                let mut call = json!({"index": index, "function": {"arguments": arguments}});
-                if let Some(id) = id {
-                    call["id"] = json!(id);
-                    call["type"] = json!("function");
-                }
-                if let Some(name) = name {
-                    call["function"]["name"] = json!(name);
-                }
-                (Some(event(&chunk_json(n, json!({"tool_calls": [call]}), None))), 0)
+/// The SSE event of one frame (`None` for a delay marker) and the delay it asks for.
+fn frame_event(n: usize, frame: &Frame) -> (Option<String>, u64) {
+    match frame {
+        Frame::Text(text) => (Some(event(&chunk_json(n, json!({"content": text}), None))), 0),
+        Frame::Reasoning(text) => (Some(event(&chunk_json(n, json!({"reasoning_content": text}), None))), 0),
+        Frame::ToolCall { index, id, name, arguments } => {
+            let mut call = json!({"index": index, "function": {"arguments": arguments}});
+            if let Some(id) = id {
+                call["id"] = json!(id);
+                call["type"] = json!("function");
             }
-            Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
-            Frame::Raw(data) => (Some(event(data)), 0),
-            Frame::DelayMs(ms) => (None, *ms),
-        };
-        events.push(text);
-        delays.push(delay);
+            if let Some(name) = name {
+                call["function"]["name"] = json!(name);
+            }
+            (Some(event(&chunk_json(n, json!({"tool_calls": [call]}), None))), 0)
+        }
+        Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
+        Frame::Raw(data) => (Some(event(data)), 0),
+        Frame::DelayMs(ms) => (None, *ms),
     }
+}
+
+/// The events after the frames: the finish chunk, usage, `[DONE]`.
+fn tail_events(n: usize, response: &Response) -> Vec<String> {
     let mut tail = Vec::new();
     if let Some(finish) = &response.finish {
         tail.push(event(&chunk_json(n, json!({}), Some(finish))));
@@ -285,6 +284,20 @@ async fn generate(state: Arc<State>, n: usize, response: Response, sender: mpsc:
     if response.done {
         tail.push(event("[DONE]"));
     }
+    tail
+}
+
+/// The whole SSE body request `n` gets for `response`, ignoring delays and faults: what a
+/// benchmark serves from memory so that the transport costs nothing measurable.
+pub fn sse_body(n: usize, response: &Response) -> String {
+    let frames = response.frames.iter().filter_map(|frame| frame_event(n, frame).0);
+    frames.chain(tail_events(n, response)).collect()
+}
+
+async fn generate(state: Arc<State>, n: usize, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
+    // None = a DelayMs marker handled inline.
+    let (events, delays): (Vec<Option<String>>, Vec<u64>) = response.frames.iter().map(|f| frame_event(n, f)).unzip();
+    let tail = tail_events(n, &response);
 
     let mut sent_frames = 0;
     for (i, text) in events.into_iter().enumerate() {

@@ -74,6 +74,10 @@ pub struct RunResult {
     pub sometimes: BTreeSet<String>,
     /// Simulated time the run took, in ms.
     pub sim_ms: u64,
+    /// Mutating filesystem operations the agent host made, across incarnations.
+    pub fs_ops: u64,
+    /// Side effects delivered to the gateway host (HTTP exchanges besides the model's).
+    pub gateway_requests: usize,
 }
 
 impl RunResult {
@@ -96,6 +100,10 @@ struct World {
     accepted: BTreeMap<u64, Record>,
     /// Records acknowledged durable by any incarnation: they must survive byte-identical.
     acked: BTreeMap<u64, Record>,
+    /// Mutating filesystem operations of the incarnations that ended.
+    fs_ops: u64,
+    /// The current incarnation's disk faults (its op count).
+    live_fs: Option<FsFaults>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -181,10 +189,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         });
     }
     {
+        let route = resolve_route(&plan.provider);
         let (world, control, first_life_fs, plan) =
             (world.clone(), control.clone(), first_life_fs.clone(), plan.clone());
         sim.host("agent", move || {
             let life = AgentLife {
+                route: route.clone(),
                 world: world.clone(),
                 control: control.clone(),
                 first_life_fs: first_life_fs.clone(),
@@ -269,6 +279,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     let sim_ms = sim.elapsed().as_millis() as u64;
     let mut world = std::mem::take(&mut *lock(&world));
+    let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
@@ -289,17 +300,41 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         trace_hash: fnv1a(&world.trace),
         trace: world.trace,
         transcript,
+        gateway_requests: receipts.len(),
         receipts,
         model_requests,
         crash_point_hits,
         faults_fired,
         sometimes,
         sim_ms,
+        fs_ops,
     }
+}
+
+/// The agent's provider configuration file, as the simulated agent reads it.
+#[derive(serde::Deserialize)]
+struct ProviderFile {
+    provider: ProviderConfig,
+}
+
+/// The agent's provider file: the simulated model host plus the scenario's extra lines.
+fn provider_file(extra: &str) -> String {
+    format!(
+        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{extra}"
+    )
+}
+
+/// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
+/// once per run: every incarnation reads the same file.
+fn resolve_route(provider: &str) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
+    from_toml::<ProviderFile>(&provider_file(provider))
+        .and_then(|f| f.provider.resolve("provider"))
+        .map_err(|e| e.to_string())
 }
 
 /// One incarnation of the agent host.
 struct AgentLife {
+    route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     world: Shared,
     control: Arc<Mutex<CrashControl>>,
     first_life_fs: FsFaults,
@@ -317,6 +352,11 @@ impl AgentLife {
         trace(&self.world, format!("agent#{life} starts"));
         lock(&self.world).accepted.clear();
         let faults = if life == 1 { self.first_life_fs.clone() } else { FsFaults::new() };
+        {
+            let mut w = lock(&self.world);
+            let ended = w.live_fs.replace(faults.clone()).map_or(0, |f| f.ops());
+            w.fs_ops += ended;
+        }
         let mut seams = sim_seams(self.seed, "agent", life);
         let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(Arc::new(SimFs), faults.clone()));
         seams.fs = fs;
@@ -351,15 +391,7 @@ impl AgentLife {
             .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
         let id = SessionId::new(SESSION).expect("valid id");
         let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
-        let text = format!(
-            "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{}",
-            self.plan.provider
-        );
-        #[derive(serde::Deserialize)]
-        struct File {
-            provider: ProviderConfig,
-        }
-        let route = from_toml::<File>(&text).and_then(|f| f.provider.resolve("provider")).map_err(|e| e.to_string())?;
+        let route = self.route.clone()?;
         let mut tools = ToolSet::new();
         for tool in &self.plan.tools {
             let schema = ToolSchema {
@@ -384,8 +416,8 @@ impl AgentLife {
             let (live, clock, world) = (live.clone(), seams.clock.clone(), self.world.clone());
             tokio::spawn(async move {
                 clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
-                let text = format!("[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{}", update.provider);
-                let applied = from_toml::<File>(&text).and_then(|f| live.update(&f.provider, "provider"));
+                let text = provider_file(&update.provider);
+                let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
                 let (family, line) = match applied {
                     Ok(()) => ("config-applied", "config update applied".to_owned()),
                     Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
@@ -432,10 +464,9 @@ impl AgentLife {
         // The user resubmits what a crash lost: the plan's messages not yet in the durable
         // log, and the message sent during a cancel if it never became durable.
         let extra = faultline_runtime::event::Message::user_text(MESSAGE_DURING_ABORT);
-        let logged: Vec<faultline_runtime::event::Message> = store
-            .inspect(&id)
-            .map_err(|e| e.to_string())?
-            .records
+        // A session this life created holds no messages yet: skip re-reading it.
+        let records = if exists { store.inspect(&id).map_err(|e| e.to_string())?.records } else { Vec::new() };
+        let logged: Vec<faultline_runtime::event::Message> = records
             .into_iter()
             .filter_map(|r| if let Event::UserMessage(m) = r.event { Some(m.message) } else { None })
             .collect();
