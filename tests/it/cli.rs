@@ -116,10 +116,17 @@ fn the_quick_bench_reports_every_figure_with_its_baseline() {
         "durable append sqlite, batch 1",
         "write-behind flush latency p99",
         "recovery zstd",
-        "adapter: SSE chunks",
+        "adapter: SSE events",
+        "ceiling: raw I/O + encoding, batch 256",
+        "write-behind accepted",
         "simulator: default mix",
     ] {
         assert!(names.iter().any(|n| n.contains(needle)), "missing {needle}: {names:?}");
+    }
+    for figure in report["figures"].as_array().unwrap() {
+        if !figure["target"].is_null() && figure["name"].as_str().unwrap() != "simulator: mixed scenario (one core)" {
+            assert!(figure["ratio"].as_f64().is_some(), "a target without a baseline ratio: {figure}");
+        }
     }
 }
 
