@@ -11,8 +11,10 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
+use faultline_runtime::CRASH_POINTS;
+
 use crate::model_server::{Frame, Response};
-use crate::scenario::{Scenario, ScenarioTool};
+use crate::scenario::{CrashFault, FaultPlan, FsFault, Partition, Scenario, ScenarioTool};
 
 /// Most turns (user messages) of one generated conversation.
 pub const TURNS_MAX: usize = 4;
@@ -63,6 +65,47 @@ pub fn workload_strategy() -> impl Strategy<Value = Workload> {
         .prop_map(|(turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel)| {
             Workload { turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel }
         })
+}
+
+/// Most planned crashes in one generated fault plan.
+pub const CRASHES_MAX: usize = 2;
+/// Most partitions in one generated fault plan.
+pub const PARTITIONS_MAX: usize = 2;
+/// Mutating disk operations a generated disk fault may land on (the first few appends).
+pub const FS_OP_MAX: u64 = 40;
+
+/// The strategy of fault plans: crashes at any crash point (which hit, how long the host
+/// stays down), a torn-write block size, a disk error, a crash before a disk operation, and
+/// partitions to the model or the gateway. Proptest shrinks a failing plan structurally
+/// (fewer crashes, no disk fault, shorter partitions).
+pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
+    let crash = (prop::sample::select(CRASH_POINTS.to_vec()), 1..=2u32, 100..500u64)
+        .prop_map(|(point, hit, restart_after_ms)| CrashFault { point, hit, restart_after_ms });
+    let fs = (
+        prop::option::of(prop::sample::select(vec![512u64, 4096])),
+        prop::option::of((0..FS_OP_MAX, prop::sample::select(vec!["eio", "enospc"]))),
+        prop::option::of(8..FS_OP_MAX),
+    )
+        .prop_map(|(block_size, error, crash_before_op)| FsFault {
+            block_size,
+            fail_op: error.map(|(op, _)| op),
+            fail_kind: error.map(|(_, kind)| kind.to_owned()),
+            crash_before_op,
+        });
+    let partition = (prop::sample::select(vec!["model", "gateway"]), 0..3_000u64, 100..3_000u64).prop_map(
+        |(other, from_ms, length_ms)| Partition {
+            a: "agent".into(),
+            b: other.into(),
+            from_ms,
+            to_ms: from_ms + length_ms,
+        },
+    );
+    (
+        prop::collection::vec(crash, 0..=CRASHES_MAX),
+        prop::option::of(fs),
+        prop::collection::vec(partition, 0..=PARTITIONS_MAX),
+    )
+        .prop_map(|(crashes, fs, partitions)| FaultPlan { crashes, fs, partitions, ..FaultPlan::default() })
 }
 
 /// The conversation seed `seed` stands for.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use faultline_sim::generate::{workload, workload_strategy};
+use faultline_sim::generate::{fault_plan_strategy, workload, workload_strategy};
 use faultline_sim::shrink::{fault_count, materialise};
 use faultline_sim::world::run;
 use faultline_sim::world::seeded::Swarm;
@@ -102,7 +102,7 @@ fn a_seed_stands_for_one_generated_conversation() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// Whole generated conversations under a swarm of faults keep every invariant; proptest
     /// shrinks a failing conversation to a small one.
@@ -112,6 +112,23 @@ proptest! {
         let scenario = conversation.apply(&base);
         let result = run(&scenario, seed);
         prop_assert!(result.passed(), "seed {seed}: {:?}", result.violations);
+    }
+
+    /// The same with fault plans from a proptest strategy instead of the seed's swarm, so a
+    /// failure shrinks to fewer crashes, disk faults and partitions.
+    #[test]
+    fn generated_workloads_under_generated_fault_plans_keep_every_invariant(
+        conversation in workload_strategy(),
+        faults in fault_plan_strategy(),
+        seed in 0..10_000u64,
+    ) {
+        let base = Scenario::built_in("generated").unwrap();
+        let mut scenario = conversation.apply(&base);
+        let cancel = (scenario.faults.cancel_at_ms, scenario.faults.cancel_then_submit);
+        scenario.faults = faults;
+        (scenario.faults.cancel_at_ms, scenario.faults.cancel_then_submit) = cancel;
+        let result = run(&scenario, seed);
+        prop_assert!(result.passed(), "seed {seed}, faults {:?}: {:?}", scenario.faults, result.violations);
     }
 }
 
