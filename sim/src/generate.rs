@@ -14,7 +14,10 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use faultline_runtime::CRASH_POINTS;
 
 use crate::model_server::{Frame, Response};
-use crate::scenario::{CrashFault, FaultPlan, FsFault, Partition, Scenario, ScenarioTool};
+use crate::scenario::{
+    CrashFault, FaultPlan, FsFault, Partition, Scenario, ScenarioTool, FS_CRASH_OP_MIN, FS_OP_MAX,
+    PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+};
 
 /// Most turns (user messages) of one generated conversation.
 pub const TURNS_MAX: usize = 4;
@@ -71,8 +74,6 @@ pub fn workload_strategy() -> impl Strategy<Value = Workload> {
 pub const CRASHES_MAX: usize = 2;
 /// Most partitions in one generated fault plan.
 pub const PARTITIONS_MAX: usize = 2;
-/// Mutating disk operations a generated disk fault may land on (the first few appends).
-pub const FS_OP_MAX: u64 = 40;
 
 /// The strategy of fault plans: crashes at any crash point (which hit, how long the host
 /// stays down), a torn-write block size, a disk error, a crash before a disk operation, and
@@ -84,7 +85,7 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
     let fs = (
         prop::option::of(prop::sample::select(vec![512u64, 4096])),
         prop::option::of((0..FS_OP_MAX, prop::sample::select(vec!["eio", "enospc"]))),
-        prop::option::of(8..FS_OP_MAX),
+        prop::option::of(FS_CRASH_OP_MIN..FS_OP_MAX),
     )
         .prop_map(|(block_size, error, crash_before_op)| FsFault {
             block_size,
@@ -92,14 +93,14 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
             fail_kind: error.map(|(_, kind)| kind.to_owned()),
             crash_before_op,
         });
-    let partition = (prop::sample::select(vec!["model", "gateway"]), 0..3_000u64, 100..3_000u64).prop_map(
-        |(other, from_ms, length_ms)| Partition {
-            a: "agent".into(),
-            b: other.into(),
-            from_ms,
-            to_ms: from_ms + length_ms,
-        },
-    );
+    let partition =
+        (prop::sample::select(vec!["model", "gateway"]), 0..PARTITION_FROM_MS_MAX, 100..100 + PARTITION_MS_MAX)
+            .prop_map(|(other, from_ms, length_ms)| Partition {
+                a: "agent".into(),
+                b: other.into(),
+                from_ms,
+                to_ms: from_ms + length_ms,
+            });
     (
         prop::collection::vec(crash, 0..=CRASHES_MAX),
         prop::option::of(fs),

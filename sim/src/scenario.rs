@@ -116,6 +116,17 @@ pub const MESSAGES_MAX: usize = 32;
 /// Most scripted model responses in one scenario.
 pub const RESPONSES_MAX: usize = 512;
 
+/// Mutating disk operations a drawn disk fault may land on: the journal and session set-up
+/// and the first few appends (both the swarm and the fault-plan strategy draw below this).
+pub const FS_OP_MAX: u64 = 40;
+/// The first operation a drawn crash-before-op may hit: ops 0–7 create the outbox journal, so
+/// earlier crashes only test an empty start.
+pub const FS_CRASH_OP_MIN: u64 = 8;
+/// Latest start of a drawn partition, in simulated ms.
+pub const PARTITION_FROM_MS_MAX: u64 = 3_000;
+/// Longest drawn partition beyond its 100 ms minimum, in simulated ms.
+pub const PARTITION_MS_MAX: u64 = 3_000;
+
 fn default_tick_ms() -> u64 {
     10
 }

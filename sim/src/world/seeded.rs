@@ -7,7 +7,10 @@ use std::collections::BTreeSet;
 use faultline_runtime::{CrashPoint, Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
-use crate::scenario::{CrashFault, Expectations, FaultPlan, FsFault, Partition, Scenario, ScenarioTool};
+use crate::scenario::{
+    CrashFault, Expectations, FaultPlan, FsFault, Partition, Scenario, ScenarioTool, FS_CRASH_OP_MIN, FS_OP_MAX,
+    PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+};
 use crate::SimEntropy;
 
 /// The concrete plan of one run.
@@ -62,11 +65,6 @@ fn failing_response(kind: usize) -> Response {
 
 /// Most failing responses the swarm puts before one good response.
 const FAILURES_PER_RESPONSE_MAX: u32 = 3;
-/// Latest start of a swarm partition, and its longest duration, in simulated ms.
-const PARTITION_FROM_MS_MAX: u64 = 3_000;
-const PARTITION_MS_MAX: u64 = 3_000;
-/// Mutating filesystem operations a swarm disk fault may land on (the first few appends).
-const FS_OP_MAX: u64 = 40;
 
 /// Which fault families one seed turns on, and how hard (TigerBeetle's swarm testing: a run
 /// with every fault at a fixed mix hides the bugs that need one fault often and the others
@@ -122,7 +120,8 @@ impl Swarm {
             let fs = stream(seed, "fs-error");
             (fs.next_u64() % FS_OP_MAX, *pick(&fs, &["eio", "enospc"]))
         });
-        let fs_crash_before_op = on("fs-crash").then(|| 8 + stream(seed, "fs-crash").next_u64() % (FS_OP_MAX - 8));
+        let fs_crash_before_op = on("fs-crash")
+            .then(|| FS_CRASH_OP_MIN + stream(seed, "fs-crash").next_u64() % (FS_OP_MAX - FS_CRASH_OP_MIN));
         let mut partitions = Vec::new();
         for other in ["model", "gateway"] {
             if on(&format!("partition-{other}")) {
