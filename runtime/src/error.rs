@@ -84,6 +84,14 @@ pub enum Error {
         /// The live writer.
         holder: String,
     },
+    /// A record whose encoded line exceeds the reader's limit; nothing of its batch was written.
+    #[error("record seq {seq} is {bytes} bytes encoded, above the {max}-byte record limit; nothing was written", max = crate::store::RECORD_LINE_BYTES_MAX)]
+    RecordTooLarge {
+        /// The record's seq.
+        seq: u64,
+        /// Its encoded line length.
+        bytes: u64,
+    },
     /// A batch that does not continue the log (wrong seq or empty).
     #[error("batch refused: {0}")]
     BadBatch(String),
@@ -105,6 +113,14 @@ pub enum Error {
     /// The session's write-behind was closed.
     #[error("session writer is closed")]
     Closed,
+    /// A file opened for inspection is not a faultline database; nothing was written to it.
+    #[error("{path} is not a faultline database ({reason}); nothing was written to it")]
+    NotFaultlineDatabase {
+        /// The file.
+        path: String,
+        /// Why it was refused.
+        reason: String,
+    },
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -13,6 +13,7 @@ pub mod outbox;
 pub mod production;
 pub mod report;
 mod seams;
+mod secrets;
 pub mod store;
 
 pub use error::{Error, Result};
@@ -20,3 +21,4 @@ pub use seams::{
     crash_point, BoxFuture, ByteStream, Clock, CrashPoint, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener,
     Liveness, Monotonic, Net, NoProbe, OpenOptions, OwnerIdentity, Probe, Process, Seams, CRASH_POINTS,
 };
+pub use secrets::{Scrubber, SECRETS_COUNT_MAX, SECRET_BYTES_MAX, SECRET_BYTES_MIN};

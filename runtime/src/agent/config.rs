@@ -76,10 +76,75 @@ pub struct CommandToolConfig {
     /// happened.
     #[serde(default)]
     pub via_outbox: bool,
+    /// When set, only these environment variables are passed on (plus the `FAULTLINE_*`
+    /// ones). The provider key variables never are.
+    #[serde(default)]
+    pub env_allow: Option<Vec<String>>,
+    /// Environment variables removed from what is passed on.
+    #[serde(default)]
+    pub env_deny: Vec<String>,
+    /// Variables holding the runtime's secrets (the provider key): always removed. Not read
+    /// from the file; filled in by [`AgentFile::parse`].
+    #[serde(skip)]
+    pub env_hidden: Vec<String>,
+}
+
+impl CommandToolConfig {
+    /// The command's environment policy.
+    pub fn env(&self) -> ToolEnv {
+        ToolEnv { env_allow: self.env_allow.clone(), env_deny: self.env_deny.clone(), hidden: self.env_hidden.clone() }
+    }
+}
+
+/// Provider key variables no tool or receiver ever sees, whatever its `env_allow` says: the
+/// presets' defaults. The configured `api_key_env` is added to them at parse time.
+pub const PROVIDER_KEY_VARS: [&str; 2] = ["DEEPSEEK_API_KEY", "OPENAI_API_KEY"];
+
+/// A command's environment (FAILURE-SECRETS): by default the agent's own, less the provider
+/// key variables. `env_allow` narrows it to the named variables; `env_deny` removes more.
+/// The provider key variables are removed in every case.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolEnv {
+    /// When set, only these variables are passed on.
+    pub env_allow: Option<Vec<String>>,
+    /// Variables removed from what is passed on.
+    pub env_deny: Vec<String>,
+    /// Variables holding the runtime's secrets: always removed.
+    pub hidden: Vec<String>,
+}
+
+impl ToolEnv {
+    /// An environment policy that removes only `hidden` (for a receiver command).
+    pub fn hiding(hidden: Vec<String>) -> Self {
+        Self { hidden, ..Self::default() }
+    }
+
+    /// Whether variable `name` is passed on to the command.
+    pub fn passes(&self, name: &str) -> bool {
+        if self.hidden.iter().any(|h| h == name) && !crate::bugs::planted("tools-inherit-provider-key") {
+            return false;
+        }
+        if self.env_deny.iter().any(|d| d == name) {
+            return false;
+        }
+        self.env_allow.as_ref().is_none_or(|allow| allow.iter().any(|a| a == name))
+    }
 }
 
 fn empty_object_schema() -> serde_json::Value {
     serde_json::json!({"type": "object"})
+}
+
+/// The variables that hold the provider's key: the presets' defaults and the configured
+/// `api_key_env`. No tool or receiver command ever sees them.
+pub fn provider_key_vars(provider: &ResolvedProvider) -> Vec<String> {
+    let mut vars: Vec<String> = PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+    if let Some(var) = &provider.api_key_env {
+        if !vars.contains(var) {
+            vars.push(var.clone());
+        }
+    }
+    vars
 }
 
 /// A validated agent configuration.
@@ -140,6 +205,11 @@ impl AgentFile {
             }
         }
         let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
-        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools: file.tools, outbox })
+        let hidden = provider_key_vars(&provider);
+        let mut tools = file.tools;
+        for tool in &mut tools {
+            tool.env_hidden = hidden.clone();
+        }
+        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools, outbox })
     }
 }

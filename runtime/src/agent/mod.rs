@@ -26,7 +26,10 @@ use tokio::sync::{broadcast, watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 pub use assembler::Assembler;
-pub use config::{AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, TOOL_TIMEOUT_MS_MAX};
+pub use config::{
+    provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, ToolEnv,
+    PROVIDER_KEY_VARS, TOOL_TIMEOUT_MS_MAX,
+};
 pub use history::History;
 pub use retry::{decide, RetryDecision};
 pub use tools::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};
@@ -139,6 +142,8 @@ impl Shared {
 #[derive(Clone)]
 pub struct Agent {
     shared: Arc<Shared>,
+    /// What resuming repaired (`None` for a new session or a clean one).
+    repair: Option<crate::store::Repair>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -171,11 +176,11 @@ impl Agent {
     ) -> Result<Agent> {
         assert!((1..=1000).contains(&config.max_steps), "max_steps must be in 1..=1000");
         assert!((1..=64).contains(&config.tool_concurrency), "tool_concurrency must be in 1..=64");
-        let (log, records) = match open {
-            Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new()),
+        let (log, records, repair) = match open {
+            Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new(), None),
             Open::Resume => {
                 let opened = store.open(id, Takeover::IfDead)?;
-                (opened.log, opened.loaded.records)
+                (opened.log, opened.loaded.records, opened.loaded.repair)
             }
         };
         let (failures, _) = broadcast::channel(64);
@@ -190,7 +195,8 @@ impl Agent {
             Some(reporter),
             seams.probe.clone(),
         );
-        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials);
+        let adapter =
+            Adapter::new(seams.net.clone(), seams.clock.clone(), credentials).with_scrubber(seams.secrets.clone());
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
             session,
@@ -206,7 +212,13 @@ impl Agent {
             failures,
             seams,
         });
-        Ok(Agent { shared })
+        Ok(Agent { shared, repair })
+    }
+
+    /// The crash repair that resuming the session committed, if it needed one: what a caller
+    /// should tell a person (closers written, torn bytes and records dropped).
+    pub fn startup_repair(&self) -> Option<&crate::store::Repair> {
+        self.repair.as_ref()
     }
 
     /// Replaces the tool set; the next request advertises it (a `request/header` with reason

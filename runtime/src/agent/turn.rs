@@ -63,6 +63,9 @@ struct TurnCtx<'a> {
 
 impl TurnCtx<'_> {
     async fn emit(&mut self, event: Event, sources: Option<Vec<u64>>) -> Result<u64> {
+        // FAILURE-SECRETS: nothing the world sent (a tool's output, an echoed key) reaches the
+        // log, or the next request built from it, with a secret in it.
+        let event = self.shared.seams.secrets.scrub_event(event);
         self.history.absorb(&event);
         self.shared.session.append(event, sources).await
     }
@@ -219,7 +222,14 @@ impl TurnCtx<'_> {
             let mut seqs =
                 if crate::bugs::planted("cite-failed-attempts") { std::mem::take(&mut all_seqs) } else { Vec::new() };
             let mut finish = None;
-            while let Some(chunk) = stream.next().await {
+            let mut answer_bytes = 0usize;
+            while let Some(mut chunk) = stream.next().await {
+                // FAILURE-LIMITS-AGREE: an answer that would not fit one record ends the attempt
+                // here, before the chunk that overflows is appended.
+                answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
+                if answer_bytes > crate::store::ANSWER_BYTES_MAX && !crate::bugs::planted("no-answer-limit") {
+                    chunk = Chunk::Finish { reason: response_too_large(answer_bytes) };
+                }
                 let done = assembler.push(&chunk);
                 let seq = self
                     .emit(Event::AssistantChunk(AssistantChunk { turn: self.turn, step, attempt, chunk }), None)
@@ -451,6 +461,34 @@ impl TurnCtx<'_> {
             tool.clone(),
             ToolInvocation { session, turn: self.turn, step, call_id: call.call_id.clone(), arguments, execution_id },
         ))
+    }
+}
+
+/// What `chunk` adds to the assistant message's encoded size, in bytes: its strings as JSON
+/// escapes them, plus the structure a new block costs.
+fn answer_bytes_of(chunk: &Chunk) -> usize {
+    /// Bytes a block's tags and punctuation take in the message record.
+    const BLOCK_OVERHEAD_BYTES: usize = 48;
+    let escaped = crate::store::json_escaped_bytes;
+    match chunk {
+        Chunk::BlockStart { .. } => BLOCK_OVERHEAD_BYTES,
+        Chunk::TextDelta { text, .. } | Chunk::ReasoningDelta { text, .. } => escaped(text),
+        Chunk::ToolCallDelta { id, name, arguments_delta, .. } => {
+            id.as_deref().map_or(0, escaped) + name.as_deref().map_or(0, escaped) + escaped(arguments_delta)
+        }
+        _ => 0,
+    }
+}
+
+fn response_too_large(answer_bytes: usize) -> FinishReason {
+    FinishReason::Error {
+        failure: Failure::new(
+            ErrorCode::ResponseTooLarge,
+            format!(
+                "the answer reached {answer_bytes} bytes, above the {}-byte limit of one session record; the attempt was ended before anything oversize was stored",
+                crate::store::ANSWER_BYTES_MAX
+            ),
+        ),
     }
 }
 

@@ -33,6 +33,10 @@ pub enum ErrorCode {
     MalformedResponse,
     /// Clean EOF without `[DONE]`.
     StreamClosed,
+    /// The answer would not fit in one session record (`RECORD_LINE_BYTES_MAX`): the attempt
+    /// ends before anything oversize is appended. Never retried: the same request would
+    /// produce the same answer.
+    ResponseTooLarge,
     /// The route needs a credential that is not set.
     MissingCredential,
     /// The credential is present but unusable (e.g. not valid header text).
@@ -54,7 +58,7 @@ pub enum ErrorCode {
 }
 
 /// Every code that has a fixed spelling (all but `HTTP_<status>`), for exhaustive tests.
-pub const FIXED_ERROR_CODES: [ErrorCode; 21] = [
+pub const FIXED_ERROR_CODES: [ErrorCode; 22] = [
     ErrorCode::Auth,
     ErrorCode::Quota,
     ErrorCode::RateLimit,
@@ -67,6 +71,7 @@ pub const FIXED_ERROR_CODES: [ErrorCode; 21] = [
     ErrorCode::EmptyResponse,
     ErrorCode::MalformedResponse,
     ErrorCode::StreamClosed,
+    ErrorCode::ResponseTooLarge,
     ErrorCode::MissingCredential,
     ErrorCode::InvalidCredential,
     ErrorCode::NoAdapter,
@@ -94,6 +99,7 @@ impl ErrorCode {
             ErrorCode::EmptyResponse => "EMPTY_RESPONSE",
             ErrorCode::MalformedResponse => "MALFORMED_RESPONSE",
             ErrorCode::StreamClosed => "STREAM_CLOSED",
+            ErrorCode::ResponseTooLarge => "RESPONSE_TOO_LARGE",
             ErrorCode::MissingCredential => "MISSING_CREDENTIAL",
             ErrorCode::InvalidCredential => "INVALID_CREDENTIAL",
             ErrorCode::NoAdapter => "NO_ADAPTER",

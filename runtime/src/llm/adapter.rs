@@ -24,6 +24,7 @@ use super::normalise::Normaliser;
 use super::sse::{SseDecoder, SseItem};
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
 use crate::seams::{Clock, Net};
+use crate::Scrubber;
 
 /// Largest error-response body read for classification, in bytes.
 pub const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -34,6 +35,7 @@ pub struct Adapter {
     net: Arc<dyn Net>,
     clock: Arc<dyn Clock>,
     credentials: Arc<dyn Credentials>,
+    secrets: Scrubber,
 }
 
 impl std::fmt::Debug for Adapter {
@@ -45,7 +47,15 @@ impl std::fmt::Debug for Adapter {
 impl Adapter {
     /// An adapter on these seams.
     pub fn new(net: Arc<dyn Net>, clock: Arc<dyn Clock>, credentials: Arc<dyn Credentials>) -> Self {
-        Self { net, clock, credentials }
+        Self { net, clock, credentials, secrets: Scrubber::new() }
+    }
+
+    /// Registers every credential this adapter resolves in `secrets` (shared with the rest of
+    /// the process) and scrubs every chunk it yields with it (FAILURE-SECRETS). Without it the
+    /// adapter still scrubs each call's own credential from that call's chunks.
+    pub fn with_scrubber(mut self, secrets: Scrubber) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// Starts one streaming call of `route` with the exact request `body` (so a retry can send
@@ -94,6 +104,37 @@ impl Drop for ModelStream {
     }
 }
 
+/// `chunk` with every registered secret scrubbed from its text.
+fn scrub_chunk(secrets: &Scrubber, chunk: Chunk) -> Chunk {
+    match chunk {
+        Chunk::TextDelta { index, text } if secrets.leaks(&text) => {
+            Chunk::TextDelta { index, text: secrets.scrub(&text) }
+        }
+        Chunk::ReasoningDelta { index, text } if secrets.leaks(&text) => {
+            Chunk::ReasoningDelta { index, text: secrets.scrub(&text) }
+        }
+        Chunk::ToolCallDelta { index, id, name, arguments_delta } => Chunk::ToolCallDelta {
+            index,
+            id: id.map(|id| if secrets.leaks(&id) { secrets.scrub(&id) } else { id }),
+            name: name.map(|name| if secrets.leaks(&name) { secrets.scrub(&name) } else { name }),
+            arguments_delta: if secrets.leaks(&arguments_delta) {
+                secrets.scrub(&arguments_delta)
+            } else {
+                arguments_delta
+            },
+        },
+        Chunk::Finish { reason: FinishReason::Error { mut failure } } => {
+            secrets.scrub_failure(&mut failure);
+            Chunk::Finish { reason: FinishReason::Error { failure } }
+        }
+        Chunk::Finish { reason: FinishReason::Aborted { mut failure } } => {
+            secrets.scrub_failure(&mut failure);
+            Chunk::Finish { reason: FinishReason::Aborted { failure } }
+        }
+        other => other,
+    }
+}
+
 fn aborted() -> FinishReason {
     FinishReason::Aborted { failure: Failure::new(ErrorCode::Aborted, "the caller aborted the request") }
 }
@@ -116,6 +157,9 @@ impl ModelStream {
     pub async fn next(&mut self) -> Option<Chunk> {
         loop {
             if let Some(chunk) = self.queue.pop_front() {
+                // Whatever the server sent back — an echoed key in an error body, an SSE error
+                // event or the text itself — leaves the adapter scrubbed.
+                let chunk = scrub_chunk(&self.adapter.secrets, chunk);
                 if matches!(chunk, Chunk::Finish { .. }) {
                     self.finished = true;
                     self.shutdown();
@@ -159,6 +203,10 @@ impl ModelStream {
     async fn open(&mut self) -> Result<Incoming, FinishReason> {
         let key = resolve_credential(&self.route, self.adapter.credentials.as_ref())
             .map_err(|failure| FinishReason::Error { failure })?;
+        if let Some(key) = &key {
+            // Before the request leaves: whatever comes back may quote it.
+            self.adapter.secrets.register(key.expose());
+        }
         if self.route.endpoint.tls {
             return Err(error(
                 ErrorCode::Transport,

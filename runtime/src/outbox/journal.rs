@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_enqueue, clip, redact, Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution};
+use super::{check_enqueue, clip, Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution};
 use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, OwnerIdentity, Seams};
 use crate::store::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 use crate::{Error, Result};
@@ -179,7 +179,11 @@ impl JournalOutbox {
     fn commit(&self, inner: &mut Inner, op: Op) -> Result<()> {
         let mut line = serde_json::to_vec(&op).expect("journal ops serialise");
         line.push(b'\n');
-        append_durably(inner.file.as_mut(), inner.len, &line)?;
+        append_durably(
+            inner.file.as_mut(),
+            inner.len,
+            &crate::store::Encoded { bytes: &line, unit_ends: &[line.len()] },
+        )?;
         inner.len += line.len() as u64;
         inner.state.apply(&op);
         Ok(())
@@ -251,9 +255,11 @@ impl Outbox for JournalOutbox {
             ));
         }
         let (status, result, error) = match outcome {
-            Finish::Delivered(answer) => (DeliveryStatus::Delivered, Some(clip(&redact(&answer))), None),
-            Finish::Failed(reason) => (DeliveryStatus::Failed, None, Some(clip(&redact(&reason)))),
-            Finish::Unknown(reason) => (DeliveryStatus::Unknown, None, Some(clip(&redact(&reason)))),
+            Finish::Delivered(answer) => {
+                (DeliveryStatus::Delivered, Some(clip(&self.seams.secrets.scrub(&answer))), None)
+            }
+            Finish::Failed(reason) => (DeliveryStatus::Failed, None, Some(clip(&self.seams.secrets.scrub(&reason)))),
+            Finish::Unknown(reason) => (DeliveryStatus::Unknown, None, Some(clip(&self.seams.secrets.scrub(&reason)))),
         };
         self.commit(&mut inner, Op::Finish { id: execution_id.to_owned(), status, result, error, at: self.now() })?;
         Ok(true)
@@ -306,7 +312,7 @@ impl Outbox for JournalOutbox {
             DeliveryStatus::Pending if reason.starts_with("cancel") => DeliveryStatus::Failed,
             other => return Ok(Some(other)),
         };
-        let error = Some(clip(&redact(reason)));
+        let error = Some(clip(&self.seams.secrets.scrub(reason)));
         self.commit(
             &mut inner,
             Op::Finish { id: execution_id.to_owned(), status: next, result: None, error, at: self.now() },
@@ -360,7 +366,7 @@ impl Outbox for JournalOutbox {
                 Ok(None)
             }
             Resolution::Failed(reason) => {
-                let error = Some(clip(&redact(&format!("operator: {reason}"))));
+                let error = Some(clip(&self.seams.secrets.scrub(&format!("operator: {reason}"))));
                 self.commit(
                     &mut inner,
                     Op::Finish { id: execution_id.to_owned(), status: DeliveryStatus::Failed, result: None, error, at },

@@ -6,6 +6,7 @@ use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
 
+use crate::agent::ToolEnv;
 use crate::outbox::{Deliverer, DeliveryError};
 use crate::seams::BoxFuture;
 
@@ -16,22 +17,33 @@ pub const EXIT_REFUSED: i32 = 2;
 #[derive(Debug, Clone)]
 pub struct CommandDeliverer {
     command: Vec<String>,
+    env: ToolEnv,
 }
 
 impl CommandDeliverer {
     /// `command[0]` with `command[1..]` as arguments.
     pub fn new(command: Vec<String>) -> Self {
         assert!(!command.is_empty(), "a command needs a program");
-        Self { command }
+        Self { command, env: ToolEnv::default() }
+    }
+
+    /// Runs the receiver with the environment `env` allows (at least: without the provider
+    /// key variables).
+    pub fn with_env(mut self, env: ToolEnv) -> Self {
+        self.env = env;
+        self
     }
 }
 
 impl Deliverer for CommandDeliverer {
     fn deliver(&self, execution_id: &str, payload: &str) -> BoxFuture<'static, Result<String, DeliveryError>> {
         let command = self.command.clone();
+        let env = self.env.clone();
         let (execution_id, payload) = (execution_id.to_owned(), payload.to_owned());
         Box::pin(async move {
-            let mut child = tokio::process::Command::new(&command[0])
+            let mut child = tokio::process::Command::new(&command[0]);
+            super::command_tool::apply_env(&mut child, &env);
+            let mut child = child
                 .args(&command[1..])
                 .env("FAULTLINE_EXECUTION_ID", &execution_id)
                 .stdin(Stdio::piped())

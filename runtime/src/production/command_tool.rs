@@ -8,7 +8,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{CommandToolConfig, Tool, ToolInvocation, ToolOutput, TOOL_OUTPUT_BYTES_MAX};
+use crate::agent::{CommandToolConfig, Tool, ToolEnv, ToolInvocation, ToolOutput, TOOL_OUTPUT_BYTES_MAX};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
 
@@ -54,8 +54,20 @@ impl Tool for CommandTool {
     }
 }
 
+/// Gives `command` the environment `policy` allows: this process's variables that pass it,
+/// nothing else (the provider key variables never pass).
+pub(crate) fn apply_env(command: &mut tokio::process::Command, policy: &ToolEnv) {
+    command.env_clear();
+    for (name, value) in std::env::vars_os() {
+        if name.to_str().is_some_and(|name| policy.passes(name)) {
+            command.env(name, value);
+        }
+    }
+}
+
 async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: CancellationToken) -> ToolOutput {
     let mut command = tokio::process::Command::new(&config.command[0]);
+    apply_env(&mut command, &config.env());
     command
         .args(&config.command[1..])
         .env("FAULTLINE_SESSION_ID", &invocation.session)

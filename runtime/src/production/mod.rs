@@ -43,5 +43,6 @@ pub fn seams() -> Seams {
         process: Arc::new(OsProcess::new(entropy.as_ref())),
         entropy,
         probe: Arc::new(crate::seams::NoProbe),
+        secrets: Default::default(),
     }
 }

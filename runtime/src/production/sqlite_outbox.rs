@@ -41,6 +41,7 @@ pub struct SqliteOutbox {
     me: OwnerIdentity,
     in_flight: Arc<Mutex<BTreeSet<String>>>,
     path: PathBuf,
+    secrets: crate::Scrubber,
 }
 
 impl std::fmt::Debug for SqliteOutbox {
@@ -82,7 +83,45 @@ impl SqliteOutbox {
         conn.execute_batch(SCHEMA)?;
         let mut me = process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, clock, me, in_flight: Arc::default(), path })
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            process,
+            clock,
+            me,
+            in_flight: Arc::default(),
+            path,
+            secrets: crate::Scrubber::new(),
+        })
+    }
+
+    /// Scrubs the secrets in `secrets` (by value) from every error and answer it stores, before
+    /// the pattern redaction (FAILURE-SECRETS).
+    pub fn with_scrubber(mut self, secrets: crate::Scrubber) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// Opens an existing queue for reading only (`list`, evidence for a report): never creates
+    /// the file or its tables, and refuses a SQLite file that is not a faultline queue.
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        process: Arc<dyn Process>,
+        clock: Arc<dyn Clock>,
+        entropy: &dyn crate::Entropy,
+    ) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let conn = super::sqlite_store::open_read_only(&path, &["deliveries", "tombstones"])?;
+        let mut me = process.identity();
+        me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            process,
+            clock,
+            me,
+            in_flight: Arc::default(),
+            path,
+            secrets: crate::Scrubber::new(),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -169,13 +208,13 @@ impl Outbox for SqliteOutbox {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(execution_id);
         let (status, result, error) = match outcome {
             Finish::Delivered(answer) => {
-                (DeliveryStatus::Delivered, Some(crate::outbox::clip(&crate::outbox::redact(&answer))), None)
+                (DeliveryStatus::Delivered, Some(crate::outbox::clip(&self.secrets.scrub(&answer))), None)
             }
             Finish::Failed(reason) => {
-                (DeliveryStatus::Failed, None, Some(crate::outbox::clip(&crate::outbox::redact(&reason))))
+                (DeliveryStatus::Failed, None, Some(crate::outbox::clip(&self.secrets.scrub(&reason))))
             }
             Finish::Unknown(reason) => {
-                (DeliveryStatus::Unknown, None, Some(crate::outbox::clip(&crate::outbox::redact(&reason))))
+                (DeliveryStatus::Unknown, None, Some(crate::outbox::clip(&self.secrets.scrub(&reason))))
             }
         };
         let mut conn = self.lock();
@@ -261,7 +300,7 @@ impl Outbox for SqliteOutbox {
             DeliveryStatus::Pending if reason.starts_with("cancel") => DeliveryStatus::Failed,
             other => return Ok(Some(other)),
         };
-        let reason = crate::outbox::clip(&crate::outbox::redact(reason));
+        let reason = crate::outbox::clip(&self.secrets.scrub(reason));
         Self::set_status(&tx, execution_id, next, None, Some(&reason), self.now())?;
         tx.commit()?;
         Ok(Some(next))
@@ -313,7 +352,7 @@ impl Outbox for SqliteOutbox {
                 None
             }
             Resolution::Failed(reason) => {
-                let reason = crate::outbox::clip(&crate::outbox::redact(&format!("operator: {reason}")));
+                let reason = crate::outbox::clip(&self.secrets.scrub(&format!("operator: {reason}")));
                 Self::set_status(&tx, execution_id, DeliveryStatus::Failed, None, Some(&reason), now)?;
                 None
             }

@@ -53,6 +53,31 @@ pub(crate) fn open_durable(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Opens an existing faultline database for reading only: the file is never created, no
+/// schema is written, and a database without every table in `tables` (someone else's SQLite
+/// file, or not SQLite at all) is refused. What inspecting commands use: an inspection never
+/// writes.
+pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection> {
+    let not_ours = |reason: String| Error::NotFaultlineDatabase { path: path.display().to_string(), reason };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(not_ours("not a regular file".into())),
+        Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+    }
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| not_ours(e.to_string()))?;
+    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    for table in tables {
+        let found: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |r| r.get(0))
+            .map_err(|e| not_ours(e.to_string()))?;
+        if found == 0 {
+            return Err(not_ours(format!("it has no {table:?} table")));
+        }
+    }
+    Ok(conn)
+}
+
 /// Sessions in one SQLite database file.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -82,6 +107,15 @@ impl SqliteStore {
         let conn = open_durable(&path)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
+    }
+
+    /// Opens an existing session database for inspection only: never creates it, never
+    /// writes to it, and refuses a SQLite file that is not a faultline session store.
+    /// `load`, `open` and `create` on such a store fail with SQLite's read-only error.
+    pub fn open_read_only(path: impl AsRef<Path>, process: Arc<dyn Process>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let conn = open_read_only(&path, &["sessions", "events"])?;
         Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
     }
 
@@ -148,6 +182,8 @@ fn inspect_rows(
         header: None,
         records: Vec::new(),
         torn_bytes: 0,
+        dropped_records: 0,
+        torn_from_seq: None,
         recovered: Vec::new(),
         open_turn: false,
         closers: Vec::new(),
@@ -168,6 +204,10 @@ fn inspect_rows(
         let text: String = r.get(1)?;
         // SQLite cannot tear: every problem in a committed row is corruption. The "offset"
         // of a row is its seq.
+        if text.len() > crate::store::RECORD_LINE_BYTES_MAX {
+            let reason = format!("row seq {seq} is {} bytes, above the record limit", text.len());
+            return Ok(refused(ScanStatus::Corrupt, seq as u64, reason));
+        }
         let record = match Record::decode(&text) {
             Ok(record) if record.seq == seq as u64 => record,
             Ok(record) => {
@@ -186,6 +226,8 @@ fn inspect_rows(
         header: Some(header),
         records,
         torn_bytes: 0,
+        dropped_records: 0,
+        torn_from_seq: None,
         recovered: Vec::new(),
         open_turn: !closers.is_empty(),
         closers,
@@ -206,7 +248,11 @@ fn refuse_unusable(id: &SessionId, inspection: &Inspection) -> Result<()> {
 fn insert_records(tx: &rusqlite::Transaction<'_>, id: &SessionId, records: &[Record]) -> Result<()> {
     let mut insert = tx.prepare_cached("INSERT INTO events (session_id, seq, record) VALUES (?1, ?2, ?3)")?;
     for record in records {
-        insert.execute(params![id.as_str(), record.seq as i64, record.encode()])?;
+        let line = record.encode();
+        // The same limit every reader applies (FAILURE-LIMITS-AGREE); the transaction is
+        // dropped, so nothing of the batch is written.
+        crate::store::check_record_line(record.seq, line.len())?;
+        insert.execute(params![id.as_str(), record.seq as i64, line])?;
     }
     Ok(())
 }
@@ -248,7 +294,7 @@ impl Store for SqliteStore {
             insert_records(&tx, id, &inspection.closers)?;
             tx.execute("UPDATE sessions SET revision = revision + 1 WHERE id = ?1", [id.as_str()])?;
             records.extend(inspection.closers.iter().cloned());
-            Some(Repair { truncated_bytes: 0, recovered: Vec::new(), closers: inspection.closers.clone() })
+            Some(Repair { closers: inspection.closers.clone(), ..Repair::default() })
         };
         tx.execute(
             "UPDATE sessions SET token = ?2, owner = ?3 WHERE id = ?1",

@@ -44,6 +44,9 @@ pub struct Seams {
     pub process: Arc<dyn Process>,
     /// Named crash points (a no-op in production; the simulator crashes the host there).
     pub probe: Arc<dyn Probe>,
+    /// Every secret this world holds, scrubbed by value from whatever it writes or prints
+    /// (FAILURE-SECRETS). Not a seam to the outside: the one set every component shares.
+    pub secrets: crate::Scrubber,
 }
 
 impl std::fmt::Debug for Seams {

@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::format::BatchEncoder;
+use super::format::{BatchEncoder, Encoded};
 use super::owner::{self, CurrentOwner};
 use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
 use super::{Format, Inspection, Loaded, Opened, Repair, ScanStatus, SessionId, SessionLog, Store, Takeover};
@@ -66,10 +66,17 @@ pub(crate) fn truncate_durably(file: &mut dyn FsFile, len: u64) -> io::Result<()
     file.sync()
 }
 
-/// Appends `bytes` and fsyncs; on failure truncates back to `prev_len` and fsyncs, reporting
+/// Appends `encoded`, each write unit written and fsynced on its own (so a power loss can
+/// damage only the last unit); on failure truncates back to `prev_len` and fsyncs, reporting
 /// both errors if the rollback fails too.
-pub(crate) fn append_durably(file: &mut dyn FsFile, prev_len: u64, bytes: &[u8]) -> Result<()> {
-    let write = file.write_all(bytes).and_then(|()| file.sync());
+pub(crate) fn append_durably(file: &mut dyn FsFile, prev_len: u64, encoded: &Encoded<'_>) -> Result<()> {
+    assert_eq!(encoded.unit_ends.last().copied().unwrap_or(0), encoded.bytes.len(), "units cover the bytes");
+    let mut start = 0;
+    let write = encoded.unit_ends.iter().try_for_each(|&end| {
+        let unit = &encoded.bytes[start..end];
+        start = end;
+        file.write_all(unit).and_then(|()| file.sync())
+    });
     match write {
         Ok(()) => Ok(()),
         Err(write) if crate::bugs::planted("no-truncate-back") => Err(Error::AppendFailed { write, rollback: None }),
@@ -100,7 +107,8 @@ pub fn inspect_file_with(seams: &Seams, path: &Path, evidence: &dyn OutcomeEvide
         }
         Err(e) => return Err(io_err("reading", path, e)),
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name (`session.jsonl`) has an empty parent: its directory is the current one.
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let owner = owner::current(seams, dir)?.and_then(|c| c.owner).flatten();
     Ok(Inspection::from_scan(format.scan(&bytes), owner, evidence))
 }
@@ -127,10 +135,12 @@ pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Resul
     }
     if !tail.is_empty() {
         let mut encoder = BatchEncoder::new(format);
-        append_durably(file.as_mut(), committed_len, encoder.encode(&tail))?;
+        append_durably(file.as_mut(), committed_len, &encoder.encode(&tail)?)?;
     }
     Ok(Some(Repair {
         truncated_bytes: inspection.torn_bytes,
+        dropped_records: inspection.dropped_records,
+        truncated_from_seq: inspection.torn_from_seq,
         recovered: inspection.recovered.clone(),
         closers: inspection.closers.clone(),
     }))
@@ -360,10 +370,10 @@ impl SessionLog for FileLog {
         }
         let next = check_batch(&self.validator, batch)?;
         owner::check_fence(&self.seams, &self.dir, self.id.as_str(), self.token)?;
-        let bytes = self.encoder.encode(batch);
-        match append_durably(self.file.as_mut(), self.len, bytes) {
+        let encoded = self.encoder.encode(batch)?;
+        match append_durably(self.file.as_mut(), self.len, &encoded) {
             Ok(()) => {
-                self.len += bytes.len() as u64;
+                self.len += encoded.bytes.len() as u64;
                 self.validator = next;
                 Ok(())
             }

@@ -2,8 +2,10 @@
 
 use std::path::Path;
 
+use super::limits::{check_record_line, WRITE_UNIT_BYTES_MAX};
 use super::scan::{scan_jsonl, scan_zstd, Scan};
 use crate::event::{Record, SessionHeader};
+use crate::Result;
 
 /// zstd level for batches: level 3 is zstd's default and compresses JSON ~5x at a speed far
 /// above any fsync rate.
@@ -50,10 +52,18 @@ impl Format {
 
     /// The bytes of a freshly materialised file.
     pub fn encode_header(self, header: &SessionHeader) -> Vec<u8> {
-        let mut encoder = BatchEncoder::new(self);
-        encoder.text = header.encode().into_bytes();
-        encoder.text.push(b'\n');
-        encoder.frame_text().to_vec()
+        let mut text = header.encode().into_bytes();
+        text.push(b'\n');
+        match self {
+            Format::Jsonl => text,
+            Format::Zstd => {
+                let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
+                compressor
+                    .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+                    .expect("zstd accepts the checksum flag");
+                compressor.compress(&text).expect("zstd compresses a header line")
+            }
+        }
     }
 }
 
@@ -68,8 +78,20 @@ pub(crate) struct BatchEncoder {
     zstd: Option<Box<zstd::bulk::Compressor<'static>>>,
     /// The batch's JSONL text.
     text: Vec<u8>,
-    /// The batch's zstd frame.
+    /// The batch's zstd frames.
     frame: Vec<u8>,
+    /// End offset of each write unit in the output.
+    units: Vec<usize>,
+}
+
+/// A batch encoded for disk: its bytes, cut into write units (each written and fsynced on
+/// its own, each one zstd frame).
+#[derive(Debug)]
+pub(crate) struct Encoded<'a> {
+    /// Everything the batch appends.
+    pub bytes: &'a [u8],
+    /// End offset in `bytes` of each write unit, ascending; the last is `bytes.len()`.
+    pub unit_ends: &'a [usize],
 }
 
 impl std::fmt::Debug for BatchEncoder {
@@ -90,27 +112,55 @@ impl BatchEncoder {
                 Some(Box::new(compressor))
             }
         };
-        BatchEncoder { zstd, text: Vec::new(), frame: Vec::new() }
+        BatchEncoder { zstd, text: Vec::new(), frame: Vec::new(), units: Vec::new() }
     }
 
-    /// The bytes that append `records` as one durable unit (valid until the next call).
-    pub(crate) fn encode(&mut self, records: &[Record]) -> &[u8] {
+    /// The bytes that append `records` durably, cut into write units of at most
+    /// [`WRITE_UNIT_BYTES_MAX`] bytes of text (a larger single record is a unit of its own).
+    /// Refuses a record whose line the reader would refuse, before anything is written.
+    pub(crate) fn encode(&mut self, records: &[Record]) -> Result<Encoded<'_>> {
         release_if_oversized(&mut self.text);
         release_if_oversized(&mut self.frame);
         self.text.clear();
+        self.units.clear();
+        // Text offsets where each unit ends.
+        let mut unit_start = 0;
         for record in records {
+            let line_start = self.text.len();
             serde_json::to_writer(&mut self.text, record).expect("records always serialise");
+            let line_bytes = self.text.len() - line_start;
+            if let Err(e) = check_record_line(record.seq, line_bytes) {
+                self.text.truncate(line_start);
+                return Err(e);
+            }
             self.text.push(b'\n');
+            if self.text.len() - unit_start > WRITE_UNIT_BYTES_MAX && line_start > unit_start {
+                // This record would overflow the unit: close the unit before it.
+                self.units.push(line_start);
+                unit_start = line_start;
+            }
         }
-        self.frame_text()
-    }
-
-    fn frame_text(&mut self) -> &[u8] {
-        let Some(compressor) = self.zstd.as_mut() else { return &self.text };
+        if self.text.len() > unit_start {
+            self.units.push(self.text.len());
+        }
+        debug_assert!(self.units.windows(2).all(|w| w[0] < w[1]));
+        let Some(compressor) = self.zstd.as_mut() else {
+            return Ok(Encoded { bytes: &self.text, unit_ends: &self.units });
+        };
         self.frame.clear();
-        self.frame.reserve(zstd::zstd_safe::compress_bound(self.text.len()));
-        compressor.compress_to_buffer(&self.text, &mut self.frame).expect("zstd compression into a bound-sized buffer");
-        &self.frame
+        let mut text_start = 0;
+        for end in &mut self.units {
+            let text = &self.text[text_start..*end];
+            text_start = *end;
+            let at = self.frame.len();
+            self.frame.resize(at + zstd::zstd_safe::compress_bound(text.len()), 0);
+            let written = compressor
+                .compress_to_buffer(text, &mut self.frame[at..])
+                .expect("zstd compression into a bound-sized buffer");
+            self.frame.truncate(at + written);
+            *end = self.frame.len();
+        }
+        Ok(Encoded { bytes: &self.frame, unit_ends: &self.units })
     }
 }
 

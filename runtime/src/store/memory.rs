@@ -56,6 +56,7 @@ impl MemoryStore {
             file_len: 0,
             recovered: Vec::new(),
             error: None,
+            dropped: Vec::new(),
         };
         Inspection::from_scan(scan, session.owner.clone(), &super::NoEvidence)
     }
@@ -92,7 +93,7 @@ impl Store for MemoryStore {
         let token = self.acquire(id, session, takeover)?;
         let closers = Self::inspection(session).closers;
         session.records.extend(closers.iter().cloned());
-        let repair = (!closers.is_empty()).then(|| Repair { truncated_bytes: 0, recovered: Vec::new(), closers });
+        let repair = (!closers.is_empty()).then(|| Repair { closers, ..Repair::default() });
         let loaded = Loaded { header: session.header.clone(), records: session.records.clone(), repair };
         let validator = Validator::validate_all(&loaded.records)?;
         let log = MemoryLog { store: self.clone(), id: id.clone(), token, validator };
@@ -156,6 +157,9 @@ impl SessionLog for MemoryLog {
 
     fn append(&mut self, batch: &[Record]) -> Result<()> {
         let next = check_batch(&self.validator, batch)?;
+        for record in batch {
+            crate::store::check_record_line(record.seq, record.encode().len())?;
+        }
         let mut sessions = self.store.lock();
         let session = sessions.get_mut(&self.id).ok_or_else(|| Error::SessionNotFound(self.id.to_string()))?;
         self.fenced(session)?;

@@ -8,6 +8,7 @@
 mod file;
 mod format;
 mod id;
+mod limits;
 mod memory;
 mod owner;
 pub mod repair;
@@ -20,11 +21,17 @@ use serde::Serialize;
 
 pub(crate) use file::{append_durably, check_batch, create_dir_all_durable, materialise, truncate_durably};
 pub use file::{inspect_file, inspect_file_with, repair_file, FileStore};
+pub(crate) use format::Encoded;
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
+pub(crate) use limits::check_record_line;
+pub use limits::{
+    json_escaped_bytes, torn_unit_bytes_max, ANSWER_BYTES_MAX, RECORD_ENVELOPE_BYTES_MAX, RECORD_LINE_BYTES_MAX,
+    WRITE_UNIT_BYTES_MAX,
+};
 pub use memory::MemoryStore;
 pub(crate) use owner::check_takeover;
-pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX, RECORD_LINE_BYTES_MAX};
+pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};
 pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
     PENDING_EVENTS_MAX_DEFAULT,
@@ -50,10 +57,32 @@ pub enum Takeover {
 pub struct Repair {
     /// Bytes of torn tail truncated.
     pub truncated_bytes: u64,
+    /// Complete records inside the truncated tail that were dropped (never acknowledged).
+    pub dropped_records: u64,
+    /// The first seq the truncated tail could have held, when bytes were truncated.
+    pub truncated_from_seq: Option<u64>,
     /// Records salvaged from a torn zstd frame and appended again.
     pub recovered: Vec<Record>,
     /// Synthetic closers appended.
     pub closers: Vec<Record>,
+}
+
+/// The sentence that tells a person what a torn-tail repair drops; `None` when it drops
+/// nothing. Shared by `repair`, `inspect`, `report` and `agent run --resume`.
+pub fn describe_drop(truncated_bytes: u64, dropped_records: u64, from_seq: Option<u64>) -> Option<String> {
+    (truncated_bytes > 0).then(|| {
+        let from = from_seq.map_or_else(String::new, |seq| format!(" from seq {seq}"));
+        format!(
+            "dropped {truncated_bytes} bytes{from} ({dropped_records} complete records among them), never acknowledged as durable"
+        )
+    })
+}
+
+impl Repair {
+    /// What this repair dropped, for a person; `None` when nothing was truncated.
+    pub fn dropped(&self) -> Option<String> {
+        describe_drop(self.truncated_bytes, self.dropped_records, self.truncated_from_seq)
+    }
 }
 
 /// A session loaded (and repaired) from a store.
@@ -87,6 +116,10 @@ pub struct Inspection {
     pub records: Vec<Record>,
     /// Bytes after the committed prefix.
     pub torn_bytes: u64,
+    /// Complete, decodable records inside the torn tail that a repair would drop.
+    pub dropped_records: u64,
+    /// The seq the torn tail starts at (the first seq a repair would drop), when torn.
+    pub torn_from_seq: Option<u64>,
     /// Records a repair would salvage from a torn zstd frame.
     pub recovered: Vec<Record>,
     /// Whether the last turn is open (after salvage).
@@ -100,16 +133,27 @@ pub struct Inspection {
 }
 
 impl Inspection {
+    /// What a repair would drop, for a person; `None` when nothing would be truncated.
+    pub fn would_drop(&self) -> Option<String> {
+        describe_drop(self.torn_bytes, self.dropped_records, self.torn_from_seq)
+    }
+
     /// Whether `load`/`repair` would change anything.
     pub fn needs_repair(&self) -> bool {
         self.status == ScanStatus::Torn || !self.closers.is_empty()
     }
 
     pub(crate) fn from_scan(
-        scan: Scan,
+        mut scan: Scan,
         owner: Option<OwnerIdentity>,
         evidence: &dyn repair::OutcomeEvidence,
     ) -> Inspection {
+        if scan.status == ScanStatus::Torn {
+            refuse_drop_of_known_effect(&mut scan, evidence);
+        }
+        let torn_from_seq = (scan.status == ScanStatus::Torn)
+            .then(|| scan.records.last().map_or(0, |r| r.seq + 1) + scan.recovered.len() as u64);
+        let dropped_records = scan.dropped.len() as u64;
         let usable = matches!(scan.status, ScanStatus::Clean | ScanStatus::Torn);
         let closers = if usable {
             // Repair looks only at the last turn: clone from its turn/start on, not the whole
@@ -137,7 +181,33 @@ impl Inspection {
             closers,
             error: scan.error,
             owner,
+            dropped_records,
+            torn_from_seq,
         }
+    }
+}
+
+/// A complete `tool/call` in a torn tail whose execution id the delivery queue knows was
+/// durable before its effect was queued: dropping it would forget a call that happened, so
+/// the tail is corruption, not a torn write (FAILURE-JSONL-PREFIX).
+fn refuse_drop_of_known_effect(scan: &mut Scan, evidence: &dyn repair::OutcomeEvidence) {
+    let session = scan.header.as_ref().map_or("", |h| h.id.as_str()).to_owned();
+    let known = scan.dropped.iter().find_map(|r| match &r.event {
+        crate::event::Event::ToolCall(call) => {
+            let id = repair::execution_id(&session, call.turn, call.step, &call.call_id);
+            evidence.lookup(&id).map(|_| (r.seq, id))
+        }
+        _ => None,
+    });
+    if let Some((seq, id)) = known {
+        scan.status = ScanStatus::Corrupt;
+        scan.error = Some(ScanError {
+            offset: scan.committed_len,
+            reason: format!(
+                "the damaged tail holds tool/call seq {seq} whose execution {id} is in the delivery queue, so its write unit was durable: not a torn write"
+            ),
+        });
+        scan.committed_len = 0;
     }
 }
 

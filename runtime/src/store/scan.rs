@@ -6,12 +6,9 @@ use std::io::Read;
 
 use serde::Serialize;
 
+use super::limits::{torn_unit_bytes_max, RECORD_LINE_BYTES_MAX};
 use super::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 use crate::event::{Event, HeaderError, Record, SessionHeader, Validator};
-
-/// Longest line a scanner accepts, in bytes. A record is a few KB at most (tool arguments and
-/// results are capped upstream); a "line" longer than this is garbage, not a record.
-pub const RECORD_LINE_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// What a scan concluded about the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -54,6 +51,9 @@ pub struct Scan {
     pub recovered: Vec<Record>,
     /// Why the scan refused the file (corrupt or unsupported).
     pub error: Option<ScanError>,
+    /// Complete, decodable records inside a torn tail that a repair drops (they were never
+    /// acknowledged: they belong to the write unit a crash or power loss interrupted).
+    pub dropped: Vec<Record>,
 }
 
 impl Scan {
@@ -66,6 +66,7 @@ impl Scan {
             file_len: file_len as u64,
             recovered: Vec::new(),
             error: Some(ScanError { offset: offset as u64, reason: reason.into() }),
+            dropped: Vec::new(),
         }
     }
 
@@ -137,6 +138,7 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
         file_len: bytes.len() as u64,
         recovered: Vec::new(),
         error: None,
+        dropped: Vec::new(),
     };
     while offset < bytes.len() {
         let Some(end) = memchr(bytes, offset) else {
@@ -155,13 +157,26 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
                 break;
             }
             Err(LineIssue::Suspect(reason)) => {
-                if let Some(turn_end_seq) = later_turn_end(&bytes[end + 1..]) {
+                // FAILURE-JSONL-PREFIX: a crash leaves at most an unterminated last line, a power
+                // loss a hole of zero bytes inside the last write unit. A damaged line followed
+                // by anything else cannot be explained by either.
+                let turn_end = later_turn_end(&bytes[end + 1..]);
+                let is_last_line = end + 1 == bytes.len();
+                if let Some(turn_end_seq) = turn_end {
                     scan.status = ScanStatus::Corrupt;
                     let reason =
                         format!("{reason}; a later committed turn/end (seq {turn_end_seq}) rules out a torn tail");
                     scan.error = Some(ScanError { offset: offset as u64, reason });
-                } else {
+                } else if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) {
                     scan.status = ScanStatus::Torn;
+                    scan.dropped = complete_records(&bytes[end + 1..]);
+                } else {
+                    scan.status = ScanStatus::Corrupt;
+                    let what = if is_last_line { "the last line" } else { "a line followed by complete records" };
+                    let reason = format!(
+                        "{reason}; {what} damaged without a hole of zero bytes inside the last write unit: not a torn write"
+                    );
+                    scan.error = Some(ScanError { offset: offset as u64, reason });
                 }
                 break;
             }
@@ -173,6 +188,34 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
         scan.committed_len = 0;
     }
     scan
+}
+
+/// Whether the damaged region `rest` (from the start of the first bad line, `line`, to the end
+/// of the file) is a power-loss hole: the line holds zero bytes and everything from it to the
+/// end fits one write unit (a unit of several records, or one oversize record of its own).
+fn is_power_loss_hole(rest: &[u8], line: &[u8]) -> bool {
+    if !line.contains(&0) {
+        return false;
+    }
+    if crate::bugs::planted("no-unit-bound-in-torn-rule") {
+        return true;
+    }
+    let single_record = memchr::memchr(b'\n', &rest[..rest.len().saturating_sub(1)]).is_none();
+    rest.len() <= torn_unit_bytes_max(single_record)
+}
+
+/// The complete lines of `rest` that decode as records (what a torn-tail repair drops).
+fn complete_records(mut rest: &[u8]) -> Vec<Record> {
+    let mut records = Vec::new();
+    while let Some(end) = memchr(rest, 0) {
+        if let Ok(record) =
+            std::str::from_utf8(&rest[..end]).map_err(|_| ()).and_then(|t| Record::decode(t).map_err(|_| ()))
+        {
+            records.push(record);
+        }
+        rest = &rest[end + 1..];
+    }
+    records
 }
 
 /// The seq of the first complete line after a suspect one that decodes as a `turn/end`.
@@ -225,9 +268,18 @@ fn decompress_prefix(frame: &[u8]) -> Vec<u8> {
 /// Scans a `session.jsonl.zst`: frame 1 holds exactly the header line, every later frame one
 /// durable batch of complete lines, each with a content checksum.
 pub fn scan_zstd(bytes: &[u8]) -> Scan {
-    let (frames, torn_at, corrupt) = match walk_frames(bytes) {
+    let (mut frames, mut torn_at, corrupt) = match walk_frames(bytes) {
         FrameWalk::Complete(frames) => (frames, None, None),
         FrameWalk::Torn { frames, torn_at } => (frames, Some(torn_at), None),
+        // Zero bytes after the last complete frame, within one write unit of the end: the
+        // signature of a power loss inside the last unit, so a torn tail (FAILURE-JSONL-PREFIX).
+        FrameWalk::Corrupt { frames, offset, .. }
+            if frames.len() > 1 && is_zstd_power_loss_hole(&bytes[frames.last().map_or(0, |f| f.end)..]) =>
+        {
+            let at = frames.last().map_or(0, |f| f.end);
+            debug_assert!(offset >= at);
+            (frames, Some(at), None)
+        }
         FrameWalk::Corrupt { frames, offset, reason } => (frames, None, Some((offset, reason))),
     };
     let Some(first) = frames.first() else {
@@ -246,9 +298,16 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
     };
     let mut validator = Validator::new();
     let mut records = Vec::new();
-    for frame in &frames[1..] {
+    let mut complete = frames.len();
+    for (i, frame) in frames.iter().enumerate().skip(1) {
         let text = match complete_frame_text(bytes, frame) {
             Ok(text) => text,
+            // A hole of zeros inside the last write unit fails that frame's checksum.
+            Err(_) if corrupt.is_none() && is_zstd_power_loss_hole(&bytes[frame.start..]) => {
+                complete = i;
+                torn_at = Some(frame.start);
+                break;
+            }
             Err(reason) => return Scan::refused(ScanStatus::Corrupt, frame.start, reason, bytes.len()),
         };
         let mut offset = 0;
@@ -265,6 +324,7 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
             offset = end + 1;
         }
     }
+    frames.truncate(complete);
     let committed_len = frames.last().map_or(0, |f| f.end);
     let mut scan = Scan {
         status: ScanStatus::Clean,
@@ -274,6 +334,7 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         file_len: bytes.len() as u64,
         recovered: Vec::new(),
         error: None,
+        dropped: Vec::new(),
     };
     if let Some((offset, reason)) = corrupt {
         scan.status = ScanStatus::Corrupt;
@@ -292,6 +353,23 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         }
     }
     scan
+}
+
+/// Shortest run of zero bytes inside a zstd tail taken for a power-loss hole. Holes are whole
+/// disk blocks (512 bytes and up); 64 zeros in a row do not occur in a frame zstd wrote.
+const ZSTD_HOLE_ZERO_BYTES_MIN: usize = 64;
+
+/// Whether `tail` (everything from the end of the last good frame) holds zero bytes and could
+/// be one write unit: at most one oversize record's frame.
+fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
+    // Compressed bytes hold stray zeros of their own; a hole is a run of them (or a tail of
+    // nothing else).
+    let zero_run = [0u8; ZSTD_HOLE_ZERO_BYTES_MIN];
+    if !(tail.iter().all(|&b| b == 0) || memchr::memmem::find(tail, &zero_run).is_some()) {
+        return false;
+    }
+    crate::bugs::planted("no-unit-bound-in-torn-rule")
+        || tail.len() <= zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true))
 }
 
 /// The decompressed content of a complete frame, which must carry a checksum and end in a

@@ -181,6 +181,9 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
         timeout_ms: Some(200),
         side_effects: true,
         via_outbox: false,
+        env_allow: None,
+        env_deny: Vec::new(),
+        env_hidden: Vec::new(),
     }));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let started = clock.now();
@@ -205,6 +208,9 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
             timeout_ms: None,
             side_effects: false,
             via_outbox: false,
+            env_allow: None,
+            env_deny: Vec::new(),
+            env_hidden: Vec::new(),
         }))
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

@@ -113,7 +113,7 @@ fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>) -> Too
     config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| match (outbox, tool.via_outbox) {
         (Some(queue), true) => {
             let schema = CommandTool::new(tool.clone()).schema();
-            let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()));
+            let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()).with_env(tool.env()));
             set.with(Arc::new(OutboxTool::new(schema, queue.clone(), deliverer)))
         }
         _ => set.with(Arc::new(CommandTool::new(tool))),
@@ -144,12 +144,20 @@ fn start_agent(
     }
     .map_err(|e| format!("--session: {e}"))?;
     std::fs::create_dir_all(session_dir).map_err(|e| format!("--session-dir {}: {e}", session_dir.display()))?;
+    // Every key the process could send is a secret from the start, so even a delivery row
+    // written before the first request is scrubbed of it.
+    for var in faultline_runtime::agent::provider_key_vars(&config.provider) {
+        if let Ok(value) = std::env::var(&var) {
+            seams.secrets.register(&value);
+        }
+    }
     let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
         None => None,
         Some(section) => {
             let db = section.db.clone().unwrap_or_else(|| session_dir.join("outbox.sqlite"));
             let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
-                .map_err(|e| format!("outbox {}: {e}", db.display()))?;
+                .map_err(|e| format!("outbox {}: {e}", db.display()))?
+                .with_scrubber(seams.secrets.clone());
             for abandoned in outbox.recover_abandoned().map_err(|e| format!("outbox {}: {e}", db.display()))? {
                 eprintln!("faultline: delivery {abandoned} was abandoned mid-delivery: outcome unknown, not resent");
             }
@@ -178,6 +186,16 @@ fn start_agent(
     )
     .map_err(|e| format!("session {id}: {e}"))?;
     eprintln!("faultline: session {id}");
+    if let Some(repair) = agent.startup_repair() {
+        eprintln!(
+            "faultline: crash repair: appended {} closers, salvaged {} records",
+            repair.closers.len(),
+            repair.recovered.len()
+        );
+        if let Some(drop) = repair.dropped() {
+            eprintln!("faultline: crash repair {drop}");
+        }
+    }
     Ok(Started { agent, live, outbox, id })
 }
 

@@ -102,7 +102,8 @@ fn stream(args: &StreamArgs) -> ExitCode {
     };
     runtime.block_on(async move {
         let seams = production::seams();
-        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials));
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials))
+            .with_scrubber(seams.secrets.clone());
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
         tokio::spawn(async move {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use faultline_runtime::agent::ToolEnv;
 use faultline_runtime::outbox::{drain, DeliveryStatus, Outbox, Resolution};
 use faultline_runtime::production::{self, CommandDeliverer, SqliteOutbox};
 
@@ -81,6 +82,16 @@ fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
     })
 }
 
+/// Opens an existing queue read-only: `list` inspects, so it never creates a database or a
+/// table, and a path that is not a faultline queue is an error.
+fn open_read_only(db: &Path) -> Result<SqliteOutbox, ExitCode> {
+    let seams = production::seams();
+    SqliteOutbox::open_read_only(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).map_err(|e| {
+        eprintln!("faultline outbox: {e}");
+        ExitCode::from(1)
+    })
+}
+
 fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("faultline outbox: {e}");
     ExitCode::from(1)
@@ -99,7 +110,7 @@ pub fn run(args: &OutboxArgs) -> ExitCode {
                     ))
                 }
             };
-            let outbox = match open(db) {
+            let outbox = match open_read_only(db) {
                 Ok(outbox) => outbox,
                 Err(code) => return code,
             };
@@ -146,7 +157,8 @@ pub fn run(args: &OutboxArgs) -> ExitCode {
                 Ok(outbox) => outbox,
                 Err(code) => return code,
             };
-            let deliverer = CommandDeliverer::new(command.clone());
+            let hidden = faultline_runtime::agent::PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+            let deliverer = CommandDeliverer::new(command.clone()).with_env(ToolEnv::hiding(hidden));
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(e),

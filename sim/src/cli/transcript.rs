@@ -126,10 +126,20 @@ pub fn open_store(
 /// A delivery queue and the same queue as crash-repair evidence.
 type QueueAndEvidence = (Arc<dyn Outbox>, Arc<dyn OutcomeEvidence>);
 
+/// Whether a command may write to what it opens. Inspecting commands never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadOnly,
+    Repair,
+}
+
 /// Opens the SQLite delivery queue at `db` as repair evidence.
-fn queue_evidence(db: &Path, seams: &Seams) -> Result<QueueAndEvidence, Error> {
-    let outbox: Arc<dyn Outbox> =
-        Arc::new(SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())?);
+fn queue_evidence(db: &Path, seams: &Seams, access: Access) -> Result<QueueAndEvidence, Error> {
+    let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
+    let outbox: Arc<dyn Outbox> = Arc::new(match access {
+        Access::ReadOnly => SqliteOutbox::open_read_only(db, process, clock, entropy)?,
+        Access::Repair => SqliteOutbox::open(db, process, clock, entropy)?,
+    });
     let evidence: Arc<dyn OutcomeEvidence> = Arc::new(QueueEvidence(outbox.clone()));
     Ok((outbox, evidence))
 }
@@ -152,16 +162,28 @@ enum Resolved {
     Sqlite(SqliteStore, SessionId),
 }
 
-fn resolve(target: &Target, seams: &Seams) -> Result<Resolved, String> {
+fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, String> {
     if let (Some(db), Some(session)) = (&target.sqlite, &target.session) {
         if !db.exists() {
             return Err(format!("{}: no such SQLite store", db.display()));
         }
         let id = SessionId::new(session.as_str()).map_err(|e| e.to_string())?;
-        let store = SqliteStore::open(db, seams.process.clone()).map_err(|e| e.to_string())?;
+        // Even repair opens read-only first: a foreign SQLite file is refused, never given
+        // faultline's tables.
+        let store = SqliteStore::open_read_only(db, seams.process.clone()).map_err(|e| e.to_string())?;
+        let store = match access {
+            Access::ReadOnly => store,
+            Access::Repair => {
+                drop(store);
+                SqliteStore::open(db, seams.process.clone()).map_err(|e| e.to_string())?
+            }
+        };
         return Ok(Resolved::Sqlite(store, id));
     }
     let path = target.path.as_ref().expect("clap requires a path without --sqlite");
+    // `session.jsonl` names a file in the current directory.
+    let path =
+        &if path.parent().is_some_and(|p| p.as_os_str().is_empty()) { Path::new(".").join(path) } else { path.clone() };
     if path.is_dir() {
         let candidates: Vec<PathBuf> =
             [Format::Jsonl, Format::Zstd].iter().map(|f| path.join(f.file_name())).filter(|p| p.exists()).collect();
@@ -189,14 +211,14 @@ fn inspect_with(resolved: &Resolved, seams: &Seams, evidence: Arc<dyn OutcomeEvi
 }
 
 fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) -> ExitCode {
-    let resolved = match resolve(target, seams) {
+    let resolved = match resolve(target, seams, Access::ReadOnly) {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
     let (deliveries, evidence) = match outbox {
         None => (Vec::new(), Arc::new(NoEvidence) as Arc<dyn OutcomeEvidence>),
         Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
-        Some(db) => match queue_evidence(db, seams) {
+        Some(db) => match queue_evidence(db, seams, Access::ReadOnly) {
             Ok((queue, evidence)) => match queue.list(None) {
                 Ok(rows) => (rows, evidence),
                 Err(e) => return fail(e),
@@ -226,6 +248,9 @@ fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) 
         print!("{}", report.narrate());
         if inspection.needs_repair() {
             println!("(The log still needs its crash repair: faultline transcript repair.)");
+        }
+        if let Some(drop) = inspection.would_drop() {
+            println!("Torn tail: the repair will have {drop}.");
         }
     }
     ExitCode::from(EXIT_OK)
@@ -260,7 +285,7 @@ fn status_exit(inspection: &Inspection) -> u8 {
 }
 
 fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
-    let resolved = match resolve(target, seams) {
+    let resolved = match resolve(target, seams, Access::ReadOnly) {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
@@ -275,6 +300,8 @@ fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
             "records": inspection.records.len(),
             "last_seq": inspection.records.last().map(|r| r.seq),
             "torn_bytes": inspection.torn_bytes,
+            "dropped_records": inspection.dropped_records,
+            "torn_from_seq": inspection.torn_from_seq,
             "open_turn": inspection.open_turn,
             "recovered": inspection.recovered,
             "closers": inspection.closers,
@@ -301,6 +328,9 @@ fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()
     let last = inspection.records.last().map_or("none".to_owned(), |r| r.seq.to_string());
     writeln!(out, "records:    {} (last seq {last})", inspection.records.len())?;
     writeln!(out, "torn bytes: {}", inspection.torn_bytes)?;
+    if let Some(drop) = inspection.would_drop() {
+        writeln!(out, "repair would have {drop}")?;
+    }
     if !inspection.recovered.is_empty() {
         writeln!(out, "salvaged:   {} records from the torn frame", inspection.recovered.len())?;
     }
@@ -318,14 +348,14 @@ fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()
 }
 
 fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
-    let resolved = match resolve(target, seams) {
+    let resolved = match resolve(target, seams, Access::Repair) {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
     let evidence: Arc<dyn OutcomeEvidence> = match outbox {
         None => Arc::new(NoEvidence),
         Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
-        Some(db) => match queue_evidence(db, seams) {
+        Some(db) => match queue_evidence(db, seams, Access::Repair) {
             Ok((_, evidence)) => evidence,
             Err(e) => return fail(e),
         },
@@ -359,6 +389,9 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
                 repair.recovered.len(),
                 repair.closers.len()
             );
+            if let Some(drop) = repair.dropped() {
+                println!("repair {drop}");
+            }
             ExitCode::from(EXIT_OK)
         }
         Err(e @ Error::Corrupt { .. }) => {
@@ -374,7 +407,7 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
 }
 
 fn cat(target: &Target, seams: &Seams) -> ExitCode {
-    let resolved = match resolve(target, seams) {
+    let resolved = match resolve(target, seams, Access::ReadOnly) {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };

@@ -171,6 +171,13 @@ fn full(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes, 
 async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
     let path = request.uri().path().to_owned();
     let had_authorization = request.headers().contains_key(hyper::header::AUTHORIZATION);
+    // Held only to echo it back where a hostile script asks for it; never recorded.
+    let authorization = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
     let body = match http_body_util::Limited::new(request.into_body(), REQUEST_BODY_BYTES_MAX).collect().await {
         Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
         Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or broken")),
@@ -201,7 +208,35 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         None if state.script.repeat_last && !responses.is_empty() => responses[responses.len() - 1].clone(),
         None => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}")),
     };
-    Ok(reply(state, recorded.n, response))
+    Ok(reply(state, recorded.n, echo_credential(response, &authorization)))
+}
+
+/// What a hostile provider does: `{{authorization}}` in a scripted body, text, raw SSE event
+/// or header value becomes the request's `Authorization` header (`Bearer <key>`), `{{key}}`
+/// the bare key. The echoed-secret scenarios use it; the client must never store either.
+pub fn echo_credential(mut response: Response, authorization: &str) -> Response {
+    const WHOLE: &str = "{{authorization}}";
+    const KEY: &str = "{{key}}";
+    let key = authorization.strip_prefix("Bearer ").unwrap_or(authorization);
+    let fill = |text: &mut String| {
+        if text.contains(WHOLE) || text.contains(KEY) {
+            *text = text.replace(WHOLE, authorization).replace(KEY, key);
+        }
+    };
+    if let Some(body) = response.body.as_mut() {
+        fill(body);
+    }
+    for value in response.headers.values_mut() {
+        fill(value);
+    }
+    for frame in &mut response.frames {
+        match frame {
+            Frame::Text(text) | Frame::Reasoning(text) | Frame::Raw(text) => fill(text),
+            Frame::ToolCall { arguments, .. } => fill(arguments),
+            Frame::KeepAlive | Frame::DelayMs(_) => {}
+        }
+    }
+    response
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Reply {

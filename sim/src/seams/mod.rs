@@ -33,5 +33,6 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         entropy: Arc::new(SimEntropy::new(seed, &format!("{host}#{incarnation}"))),
         process: Arc::new(SimProcess::new(host, incarnation)),
         probe: Arc::new(faultline_runtime::NoProbe),
+        secrets: Default::default(),
     }
 }

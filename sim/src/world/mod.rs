@@ -94,6 +94,8 @@ struct World {
     incarnation: u64,
     done: bool,
     transcript: Option<Vec<Record>>,
+    /// The raw bytes of the agent's session file and outbox journal at the end of the run.
+    disk: Vec<(String, Vec<u8>)>,
     restart_requested: bool,
     faults_fired: BTreeSet<String>,
     /// Records accepted by the current incarnation (by seq).
@@ -284,14 +286,19 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
     }
-    let model_requests =
-        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |s| s.requests().len());
+    let request_bodies: Vec<String> = model_slot
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
+    let model_requests = request_bodies.len();
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
     let transcript = world.transcript.clone().unwrap_or_default();
     let mut faults_fired = world.faults_fired.clone();
     faults_fired.extend(plan.families.iter().cloned());
-    let violations = oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms);
+    let mut violations = oracle::secret_leaks(&sim_secret(seed), &world, &request_bodies, sim_ms);
+    violations.extend(oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms));
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),
@@ -320,8 +327,17 @@ struct ProviderFile {
 /// The agent's provider file: the simulated model host plus the scenario's extra lines.
 fn provider_file(extra: &str) -> String {
     format!(
-        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\n{extra}"
+        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
     )
+}
+
+/// The variable the simulated agent reads its provider key from.
+const SIM_KEY_VAR: &str = "SIM_API_KEY";
+
+/// The provider key of a run: derived from the seed, and shaped like no known key format so
+/// that only scrubbing by value (never a pattern) can keep it out of what the agent writes.
+pub fn sim_secret(seed: u64) -> String {
+    format!("LEAKCANARY{seed:016x}plainKey")
 }
 
 /// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
@@ -432,7 +448,7 @@ impl AgentLife {
             &id,
             open,
             live,
-            Arc::new(StaticCredentials::default()),
+            Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(self.seed))].into_iter().collect())),
             tools,
             AgentConfig { tool_concurrency: self.plan.tool_concurrency, ..AgentConfig::default() },
         )
@@ -500,7 +516,13 @@ impl AgentLife {
         agent.when_idle().await;
         agent.dispose().await.map_err(|e| e.to_string())?;
         let final_log = store.inspect(&id).map_err(|e| e.to_string())?;
+        // Every byte the agent left on its disk, for the oracle's secret scan.
+        let disk: Vec<(String, Vec<u8>)> = [store.session_path(&id), Path::new(OUTBOX_PATH).to_path_buf()]
+            .into_iter()
+            .filter_map(|path| seams.fs.read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
+            .collect();
         let mut w = lock(&self.world);
+        w.disk = disk;
         w.transcript = Some(final_log.records);
         w.done = true;
         Ok(())

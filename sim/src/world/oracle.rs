@@ -95,6 +95,37 @@ pub const SOMETIMES: [&str; 6] = [
     "side-effect-confirmed",
 ];
 
+/// FAILURE-SECRETS: the run's provider key appears nowhere the agent wrote or sent — not in a
+/// byte of its session file or outbox journal (whatever survived the crashes), not in a
+/// record it accepted, not in the trace, not in a request body the model server received (a
+/// key in a tool's output would ride the next request). Checked whether or not the run
+/// converged: a leak is a safety violation, never excused as "no liveness".
+pub(super) fn secret_leaks(secret: &str, world: &World, request_bodies: &[String], sim_ms: u64) -> Vec<Violation> {
+    let leak = |place: String| Violation {
+        invariant: "secret-leak",
+        detail: format!("the provider key appears in {place}"),
+        at_ms: sim_ms,
+    };
+    let mut out = Vec::new();
+    let needle = secret.as_bytes();
+    for (path, bytes) in &world.disk {
+        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+            out.push(leak(format!("{path} at byte {at}")));
+        }
+    }
+    let records = world.transcript.iter().flatten().chain(world.accepted.values());
+    if let Some(record) = records.into_iter().find(|r| r.encode().contains(secret)) {
+        out.push(leak(format!("record seq {} ({})", record.seq, record.event.type_name())));
+    }
+    if let Some(line) = world.trace.iter().find(|line| line.contains(secret)) {
+        out.push(leak(format!("the trace line {line:?}")));
+    }
+    if let Some(n) = request_bodies.iter().position(|body| body.contains(secret)) {
+        out.push(leak(format!("the body of model request {n}")));
+    }
+    out
+}
+
 pub(super) fn check(
     plan: &Plan,
     world: &World,

@@ -1,0 +1,129 @@
+//! Secrets scrubbed by value (FAILURE-SECRETS).
+//!
+//! The runtime knows every secret it holds: each request's credential snapshot is registered
+//! here when it is resolved, and an embedder registers any other (proxy credentials, a
+//! receiver's token). Every text that reaches disk or leaves the process — failures, error
+//! bodies, request ids, stored records, delivery rows, stderr, `--json` — passes
+//! [`Scrubber::scrub`]: each registered value, raw and as JSON escapes it, becomes `***`
+//! (which covers its `Bearer …` form), and the pattern redaction of
+//! [`crate::outbox::redact`] runs after it as a second net for keys the runtime never held.
+
+use std::sync::{Arc, RwLock};
+
+use crate::event::{Event, Record};
+
+/// Shortest value registered, in bytes: scrubbing a two-letter "secret" would shred every
+/// text that contains those letters, so such a value is refused (and is no credential).
+pub const SECRET_BYTES_MIN: usize = 8;
+/// Most values held (a secret and its JSON-escaped form count apart); registering more is
+/// refused, so a process that rotates keys forever cannot grow the set without bound.
+pub const SECRETS_COUNT_MAX: usize = 64;
+/// Longest secret registered, in bytes.
+pub const SECRET_BYTES_MAX: usize = 8 * 1024;
+
+/// The set of secret values this process holds. Cheap to clone; clones share the set.
+#[derive(Clone, Default)]
+pub struct Scrubber {
+    values: Arc<RwLock<Vec<String>>>,
+}
+
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scrubber({} values)", self.read().len())
+    }
+}
+
+impl Scrubber {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<String>> {
+        self.values.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `value` (and its JSON-escaped form) to the scrubbed set. Returns whether it is
+    /// scrubbed from now on: values shorter than [`SECRET_BYTES_MIN`] or longer than
+    /// [`SECRET_BYTES_MAX`], and values beyond [`SECRETS_COUNT_MAX`], are not.
+    pub fn register(&self, value: &str) -> bool {
+        if !(SECRET_BYTES_MIN..=SECRET_BYTES_MAX).contains(&value.len()) {
+            return false;
+        }
+        let mut values = self.values.write().unwrap_or_else(|p| p.into_inner());
+        if values.iter().any(|v| v == value) {
+            return true;
+        }
+        if values.len() + 2 > SECRETS_COUNT_MAX {
+            return false;
+        }
+        values.push(value.to_owned());
+        let escaped = serde_json::to_string(value).expect("strings serialise");
+        let escaped = &escaped[1..escaped.len() - 1];
+        if escaped != value {
+            values.push(escaped.to_owned());
+        }
+        // Longest first, so a secret that contains another is replaced whole.
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        true
+    }
+
+    /// Whether `text` contains a registered value.
+    pub fn leaks(&self, text: &str) -> bool {
+        self.read().iter().any(|v| text.contains(v.as_str()))
+    }
+
+    /// `text` with every registered value replaced by `***`, then the pattern redaction.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        self.scrub_values(&mut text);
+        crate::outbox::redact(&text)
+    }
+
+    /// Replaces every registered value in `text`, without the pattern net: for stored records,
+    /// whose other words matter to the model and must not be mangled by a pattern.
+    fn scrub_values(&self, text: &mut String) {
+        if crate::bugs::planted("scrub-by-pattern-only") {
+            return;
+        }
+        for value in self.read().iter() {
+            if text.contains(value.as_str()) {
+                *text = text.replace(value.as_str(), "***");
+            }
+        }
+    }
+
+    /// `event` with every string inside it scrubbed (a record about to be stored). Cheap when
+    /// nothing leaks: one encoding and a substring search per secret.
+    pub fn scrub_event(&self, event: Event) -> Event {
+        if self.read().is_empty() {
+            return event;
+        }
+        let record = Record::new(0, 0, event);
+        let encoded = record.encode();
+        if !self.leaks(&encoded) {
+            return record.event;
+        }
+        let mut value: serde_json::Value = serde_json::from_str(&encoded).expect("records are JSON");
+        self.scrub_json(&mut value);
+        // Scrubbing only replaces text inside strings, so the record still decodes.
+        Record::decode(&value.to_string()).expect("a scrubbed record decodes").event
+    }
+
+    fn scrub_json(&self, value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(text) => self.scrub_values(text),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| self.scrub_json(v)),
+            _ => {}
+        }
+    }
+
+    /// Scrubs a failure's message and request id in place.
+    pub fn scrub_failure(&self, failure: &mut crate::event::Failure) {
+        failure.message = self.scrub(&failure.message);
+        if let Some(id) = failure.request_id.as_mut() {
+            *id = self.scrub(id);
+        }
+    }
+}
