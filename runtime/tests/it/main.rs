@@ -2,10 +2,12 @@
 
 mod event_model;
 mod fixtures;
+mod limits;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
 mod reconcile;
+mod secrets;
 mod store_contract;
 mod store_scan;
 mod support;

@@ -1,0 +1,93 @@
+//! FAILURE-LIMITS-AGREE: the writer never accepts a record its reader would refuse. Records at,
+//! just under and just over the record limit, with text that JSON escapes at every rate, on
+//! every backend: accepted ones read back byte-identically, refused ones leave nothing behind.
+
+use faultline_runtime::event::*;
+use faultline_runtime::store::{RECORD_LINE_BYTES_MAX, WRITE_UNIT_BYTES_MAX};
+use faultline_runtime::Error;
+use proptest::prelude::*;
+
+use crate::store_contract::{sid, Bench, ALL};
+use crate::support::T0;
+
+/// The records before the big one: a turn and a step to hold it.
+fn opening() -> Vec<Record> {
+    vec![
+        Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 })),
+        Record::new(1, T0, Event::StepStart(StepRef { turn: 1, step: 1 })),
+    ]
+}
+
+/// A user message whose encoded line is `line_bytes` long, give or take one escape of `fill`
+/// (the line never exceeds `line_bytes`).
+fn message_of_line(line_bytes: usize, fill: char) -> Record {
+    let record = |text: String| Record::new(2, T0, Event::UserMessage(UserMessage { message: Message::user_text(&text) }));
+    let envelope = record(String::new()).encode().len();
+    let per_char = record(fill.to_string()).encode().len() - envelope;
+    let record = record(std::iter::repeat_n(fill, (line_bytes - envelope) / per_char).collect());
+    assert!(record.encode().len() <= line_bytes && record.encode().len() + per_char > line_bytes);
+    record
+}
+
+fn check_round_trip(big: &Record) {
+    let line = big.encode().len();
+    for backend in ALL {
+        let bench = Bench::new(backend);
+        let store = bench.store(&bench.process("w"));
+        let mut log = store.create(&sid("s"), T0).unwrap();
+        log.append(&opening()).unwrap();
+        let appended = log.append(std::slice::from_ref(big));
+        log.close().unwrap();
+        let back = store.inspect(&sid("s")).unwrap();
+        if line <= RECORD_LINE_BYTES_MAX {
+            appended.unwrap_or_else(|e| panic!("{backend:?}: a {line}-byte line is within the limit: {e}"));
+            assert_eq!(back.records.len(), 3, "{backend:?}");
+            assert_eq!(back.records[2].encode(), big.encode(), "{backend:?}: byte-identical");
+        } else {
+            let refused = appended.expect_err("over the limit");
+            assert!(matches!(refused, Error::RecordTooLarge { seq: 2, .. }), "{backend:?}: {refused}");
+            assert_eq!(back.records, opening(), "{backend:?}: nothing of the refused batch was written");
+        }
+        assert!(back.error.is_none(), "{backend:?}: the reader accepts what the writer wrote: {:?}", back.error);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_record_the_writer_accepts_around_the_limit_reads_back_identically_on_every_store(
+        offset in -8i64..=8,
+        fill in prop::sample::select(vec!['a', '"', '\u{1}', '\n', 'é', '😀']),
+    ) {
+        let line = (RECORD_LINE_BYTES_MAX as i64 + offset) as usize;
+        check_round_trip(&message_of_line(line, fill));
+    }
+}
+
+#[test]
+fn a_line_of_exactly_the_limit_is_kept_and_one_byte_more_is_refused() {
+    let exact = message_of_line(RECORD_LINE_BYTES_MAX, 'a');
+    assert_eq!(exact.encode().len(), RECORD_LINE_BYTES_MAX);
+    check_round_trip(&exact);
+    let over = message_of_line(RECORD_LINE_BYTES_MAX + 1, 'a');
+    assert_eq!(over.encode().len(), RECORD_LINE_BYTES_MAX + 1);
+    check_round_trip(&over);
+}
+
+#[test]
+fn a_record_larger_than_a_write_unit_is_a_unit_of_its_own_and_reads_back() {
+    // Two records around one oversize one: three units, each complete on its own.
+    let big = message_of_line(WRITE_UNIT_BYTES_MAX * 3, 'b');
+    let mut batch = opening();
+    batch.push(big);
+    batch.push(Record::new(3, T0, Event::StepEnd(StepRef { turn: 1, step: 1 })));
+    for backend in ALL {
+        let bench = Bench::new(backend);
+        let store = bench.store(&bench.process("w"));
+        let mut log = store.create(&sid("s"), T0).unwrap();
+        log.append(&batch).unwrap();
+        log.close().unwrap();
+        assert_eq!(store.inspect(&sid("s")).unwrap().records, batch, "{backend:?}");
+    }
+}

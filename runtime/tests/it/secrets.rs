@@ -1,0 +1,46 @@
+//! FAILURE-SECRETS: the scrubber replaces secrets by value, whatever their shape.
+
+use faultline_runtime::event::*;
+use faultline_runtime::{Scrubber, SECRET_BYTES_MIN};
+
+#[test]
+fn a_registered_value_is_scrubbed_raw_in_its_bearer_form_and_json_escaped() {
+    let secrets = Scrubber::new();
+    assert!(secrets.register("LEAKCANARY2plainKey"));
+    assert!(secrets.register("we\"ird\\key-123"));
+    let text = "Your api key: LEAKCANARY2plainKey; Authorization: Bearer LEAKCANARY2plainKey";
+    assert_eq!(secrets.scrub(text), "Your api key: ***; Authorization: Bearer ***");
+    // A key with JSON-special characters, quoted inside a JSON error body.
+    let body = serde_json::json!({"error": {"message": "bad we\"ird\\key-123"}}).to_string();
+    assert!(!secrets.scrub(&body).contains("ird"), "{}", secrets.scrub(&body));
+}
+
+#[test]
+fn a_value_too_short_to_be_a_key_is_not_registered() {
+    let secrets = Scrubber::new();
+    assert!(!secrets.register(&"k".repeat(SECRET_BYTES_MIN - 1)));
+    assert_eq!(secrets.scrub("kkkkkkk"), "kkkkkkk");
+}
+
+#[test]
+fn the_pattern_net_still_catches_keys_the_process_never_held() {
+    let secrets = Scrubber::new();
+    assert_eq!(secrets.scrub("Authorization: Bearer abc.def-123"), "Authorization: Bearer ***");
+}
+
+#[test]
+fn every_string_inside_an_event_is_scrubbed_and_the_record_still_decodes() {
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY2plainKey");
+    let event = Event::ToolResult(ToolResult {
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        content: vec![ContentBlock::Text { text: "env: KEY=LEAKCANARY2plainKey".into() }],
+        is_error: false,
+        error: None,
+    });
+    let scrubbed = secrets.scrub_event(event);
+    let line = Record::new(0, 0, scrubbed).encode();
+    assert!(line.contains("env: KEY=***") && !line.contains("LEAKCANARY"), "{line}");
+}
