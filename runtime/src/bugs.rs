@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 10] = [
+pub const CATALOG: [(&str, &str); 14] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -18,6 +18,10 @@ pub const CATALOG: [(&str, &str); 10] = [
     ("ack-before-fsync", "the flush barrier acknowledges a batch before it is durable"),
     ("ignore-retry-after", "the provider's Retry-After is ignored (local backoff instead)"),
     ("drop-failed-batch", "write-behind drops a failed batch instead of re-queuing it"),
+    ("scrub-by-pattern-only", "secrets are redacted by pattern only, never by value"),
+    ("any-damage-is-torn", "the seed's torn rule: any damaged line without a later turn/end is a torn tail"),
+    ("holes-are-corrupt", "a hole of zero bytes in the last write unit is called corrupt, not torn"),
+    ("no-answer-limit", "an answer above the answer limit is stored instead of ending its attempt"),
 ];
 
 #[cfg(feature = "planted-bugs")]

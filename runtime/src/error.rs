@@ -68,6 +68,17 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The delivery queue's journal holds a line no crash or power loss explains; nothing was
+    /// changed.
+    #[error("delivery journal {path} is corrupt at byte {offset}: {reason}; nothing was changed")]
+    JournalCorrupt {
+        /// The journal file.
+        path: String,
+        /// Byte offset of the damaged line.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// The stored log has a format version this build does not read.
     #[error("session {id} is unsupported: {reason}")]
     Unsupported {

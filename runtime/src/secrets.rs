@@ -96,7 +96,7 @@ impl Scrubber {
     /// `event` with every string inside it scrubbed (a record about to be stored). Cheap when
     /// nothing leaks: one encoding and a substring search per secret.
     pub fn scrub_event(&self, event: Event) -> Event {
-        if self.read().is_empty() {
+        if self.read().is_empty() || !may_carry_outside_text(&event) {
             return event;
         }
         let record = Record::new(0, 0, event);
@@ -126,4 +126,18 @@ impl Scrubber {
             *id = self.scrub(id);
         }
     }
+}
+
+/// Whether `event` may hold text from outside the runtime. Structural records hold none, and
+/// `assistant/chunk` records hold only what the adapter already scrubbed chunk by chunk (the
+/// assembled `assistant/message` is scrubbed whole: a secret split across two chunks).
+fn may_carry_outside_text(event: &Event) -> bool {
+    !matches!(
+        event,
+        Event::TurnStart(_)
+            | Event::StepStart(_)
+            | Event::StepEnd(_)
+            | Event::LlmRetryStarted(_)
+            | Event::AssistantChunk(_)
+    )
 }

@@ -7,7 +7,11 @@
 //!   touching the disk, and the control reports `crashed()`; the driver then crashes the host
 //!   (`Sim::crash`), so the durable state is exactly "everything synced before op `k`", with
 //!   unsynced writes torn by turmoil at the configured block size;
-//! - **fail operation `k`** with an error kind (EIO on a write or fsync, ENOSPC), once.
+//! - **fail operation `k`** with an error kind (EIO on a write or fsync, ENOSPC), once;
+//! - **leave a power-loss hole**: when the crash lands on an fsync, the bytes written since
+//!   the file's last fsync reach the disk with a run of zero bytes inside them (from a point
+//!   in their first line up to its newline), as a power loss that persisted some blocks of a
+//!   write and not others would.
 //!
 //! Reads are not numbered: a crash before a read leaves the same disk as a crash after the
 //! previous mutation.
@@ -49,6 +53,11 @@ struct State {
     crashed: bool,
     failures: BTreeMap<u64, io::ErrorKind>,
     log: Vec<(FsOp, PathBuf)>,
+    /// Leave a hole in the unsynced write when the crash lands on its fsync; the value picks
+    /// where the hole starts.
+    hole: Option<u64>,
+    /// The file a hole was left in.
+    hole_left: Option<PathBuf>,
 }
 
 /// Shared control of one host's filesystem faults.
@@ -73,6 +82,17 @@ impl FsFaults {
     pub fn fail(&self, op: u64, kind: io::ErrorKind) -> &Self {
         self.lock().failures.insert(op, kind);
         self
+    }
+
+    /// Arms the power-loss hole; `draw` picks where in the first unsynced line it starts.
+    pub fn hole_on_crash(&self, draw: u64) -> &Self {
+        self.lock().hole = Some(draw);
+        self
+    }
+
+    /// The file a power-loss hole was left in, if one was.
+    pub fn hole_left(&self) -> Option<PathBuf> {
+        self.lock().hole_left.clone()
     }
 
     /// Disarms the faults not yet fired (the simulator's liveness phase). A crash that
@@ -162,12 +182,40 @@ struct FaultFile {
     inner: Box<dyn FsFile>,
     path: PathBuf,
     faults: FsFaults,
+    /// The length before the first write since the last fsync, and what was written since.
+    unsynced: Option<(u64, Vec<u8>)>,
+}
+
+impl FaultFile {
+    /// The power loss of a crash on this file's fsync: the unsynced bytes reach the disk with
+    /// a run of zeros from inside their first line up to its newline (which survives, so the
+    /// lines after it are complete). Done through the inner file and synced, so the crash
+    /// that follows keeps it.
+    fn leave_hole(&mut self, draw: u64) -> io::Result<bool> {
+        let Some((start, mut bytes)) = self.unsynced.take() else { return Ok(false) };
+        let Some(first_newline) = bytes.iter().position(|&b| b == b'\n').filter(|&nl| nl > 0) else {
+            return Ok(false);
+        };
+        let from = (draw % first_newline as u64) as usize;
+        bytes[from..first_newline].fill(0);
+        self.inner.set_len(start)?;
+        self.inner.write_all(&bytes)?;
+        self.inner.sync()?;
+        Ok(true)
+    }
 }
 
 impl FsFile for FaultFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         self.faults.admit(FsOp::Write, &self.path)?;
-        self.inner.write_all(buf)
+        if self.unsynced.is_none() {
+            self.unsynced = Some((self.inner.len()?, Vec::new()));
+        }
+        self.inner.write_all(buf)?;
+        if let Some((_, bytes)) = self.unsynced.as_mut() {
+            bytes.extend_from_slice(buf);
+        }
+        Ok(())
     }
 
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
@@ -176,13 +224,38 @@ impl FsFile for FaultFile {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.faults.admit(FsOp::Sync, &self.path)?;
-        self.inner.sync()
+        let was_crashed = self.faults.crashed();
+        if let Err(e) = self.faults.admit(FsOp::Sync, &self.path) {
+            // The crash landed on this fsync: with a hole armed, the power loss persists the
+            // unsynced write with a hole in it.
+            let crashed_here = !was_crashed && self.faults.crashed();
+            let hole = self.faults.lock().hole.filter(|_| crashed_here);
+            if let Some(draw) = hole {
+                if self.leave_hole(draw)? {
+                    let mut state = self.faults.lock();
+                    state.hole = None;
+                    state.hole_left = Some(self.path.clone());
+                }
+            }
+            return Err(e);
+        }
+        self.inner.sync()?;
+        self.unsynced = None;
+        Ok(())
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.faults.admit(FsOp::SetLen, &self.path)?;
-        self.inner.set_len(len)
+        self.inner.set_len(len)?;
+        // A truncate-back drops what was unsynced past `len` (or all of it).
+        if let Some((start, bytes)) = self.unsynced.as_mut() {
+            if len <= *start {
+                self.unsynced = None;
+            } else {
+                bytes.truncate((len - *start) as usize);
+            }
+        }
+        Ok(())
     }
 
     fn len(&self) -> io::Result<u64> {
@@ -199,7 +272,7 @@ impl Fs for FaultFs {
             self.faults.read_allowed()?;
         }
         let inner = self.inner.open(path, options)?;
-        Ok(Box::new(FaultFile { inner, path: path.to_path_buf(), faults: self.faults.clone() }))
+        Ok(Box::new(FaultFile { inner, path: path.to_path_buf(), faults: self.faults.clone(), unsynced: None }))
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

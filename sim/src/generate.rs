@@ -92,6 +92,7 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
             fail_op: error.map(|(op, _)| op),
             fail_kind: error.map(|(_, kind)| kind.to_owned()),
             crash_before_op,
+            power_loss_hole: false,
         });
     let partition =
         (prop::sample::select(vec!["model", "gateway"]), 0..PARTITION_FROM_MS_MAX, 100..100 + PARTITION_MS_MAX)
@@ -135,6 +136,7 @@ impl Workload {
                 timeout_ms: Some(self.slow_timeout_ms),
                 work_ms: self.slow_work_ms,
                 ignore_abort: self.slow_ignores_abort,
+                output_bytes: None,
             },
         ];
         scenario.tool_concurrency = Some(self.tool_concurrency);
@@ -172,5 +174,12 @@ impl Workload {
 }
 
 fn tool() -> ScenarioTool {
-    ScenarioTool { name: String::new(), kind: String::new(), timeout_ms: None, work_ms: 0, ignore_abort: false }
+    ScenarioTool {
+        name: String::new(),
+        kind: String::new(),
+        timeout_ms: None,
+        work_ms: 0,
+        ignore_abort: false,
+        output_bytes: None,
+    }
 }

@@ -156,7 +156,15 @@ pub struct ScenarioTool {
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]
     pub ignore_abort: bool,
+    /// For `echo`/`sleep`: the tool prints this many bytes (an oversize output is truncated
+    /// to `TOOL_OUTPUT_BYTES_MAX`). Range 0..=4 MiB.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<usize>,
 }
+
+/// Largest `output_bytes` a scenario tool may print, in bytes.
+pub const TOOL_OUTPUT_BYTES_SCENARIO_MAX: usize = 4 * 1024 * 1024;
 
 /// The fake model's behaviour.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -211,11 +219,36 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_update: Option<ConfigUpdate>,
+    /// Bit rot while the agent host is down after its first crash: bytes of a durable line
+    /// of this file overwritten with non-zero garbage. Recovery must refuse (corrupt) and
+    /// leave the file as it found it, or keep every durable record.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bit_rot: Option<RotTarget>,
+    /// The agent's answer limit, in bytes (default: the record limit's
+    /// `faultline_runtime::store::ANSWER_BYTES_MAX`): small here so that oversize answers cost
+    /// little simulated I/O. Range 1024..=ANSWER_BYTES_MAX.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_bytes_max: Option<usize>,
     /// Draw a crash point and fs faults from the seed (the `mixed` scenario).
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]
     pub from_seed: bool,
 }
+
+/// Which durable file bit rot damages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RotTarget {
+    /// The session transcript (`session.jsonl`).
+    Session,
+    /// The delivery queue's journal.
+    Journal,
+}
+
+/// Smallest `answer_bytes_max` a scenario may set, in bytes.
+pub const ANSWER_BYTES_MAX_MIN: usize = 1024;
 
 /// A live configuration update.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -270,6 +303,11 @@ pub struct FsFault {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash_before_op: Option<u64>,
+    /// When the crash lands on an fsync, the power loss leaves a hole: a run of zero bytes
+    /// inside the write that fsync would have made durable, with the rest of it on disk.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub power_loss_hole: bool,
 }
 
 /// A partition between two hosts during a window of simulated time.
@@ -372,6 +410,11 @@ scenarios![
     "gateway-partition-during-delivery",
     "model-partition-heals",
     "invalid-live-config-update",
+    "echoed-secret",
+    "power-loss-hole",
+    "bit-rot-session",
+    "bit-rot-journal",
+    "oversize-output",
     "mixed",
     "generated",
 ];
@@ -428,6 +471,22 @@ impl Scenario {
         }
         if self.messages.len() > MESSAGES_MAX {
             return Err(format!("scenario {name}: at most {MESSAGES_MAX} messages, got {}", self.messages.len()));
+        }
+        if let Some(max) = self.faults.answer_bytes_max {
+            if !(ANSWER_BYTES_MAX_MIN..=faultline_runtime::store::ANSWER_BYTES_MAX).contains(&max) {
+                return Err(format!(
+                    "scenario {name}: faults.answer_bytes_max must be {ANSWER_BYTES_MAX_MIN}..={}, got {max}",
+                    faultline_runtime::store::ANSWER_BYTES_MAX
+                ));
+            }
+        }
+        if let Some(tool) =
+            self.tools.iter().find(|t| t.output_bytes.is_some_and(|n| n > TOOL_OUTPUT_BYTES_SCENARIO_MAX))
+        {
+            return Err(format!(
+                "scenario {name}: tools.{}.output_bytes must be at most {TOOL_OUTPUT_BYTES_SCENARIO_MAX}",
+                tool.name
+            ));
         }
         if self.model.responses.len() > RESPONSES_MAX {
             return Err(format!(

@@ -57,6 +57,10 @@ pub struct AgentConfig {
     pub system: Option<String>,
     /// Write-behind knobs of the session.
     pub write_behind: WriteBehindConfig,
+    /// Largest answer one assistant message may carry, in bytes (JSON-escaped text); a larger
+    /// one ends its attempt `RESPONSE_TOO_LARGE`. Range 1..=`store::ANSWER_BYTES_MAX` (the
+    /// default): the record limit leaves no room above it.
+    pub answer_bytes_max: usize,
 }
 
 impl Default for AgentConfig {
@@ -66,6 +70,7 @@ impl Default for AgentConfig {
             tool_concurrency: TOOL_CONCURRENCY_DEFAULT,
             system: None,
             write_behind: WriteBehindConfig::default(),
+            answer_bytes_max: crate::store::ANSWER_BYTES_MAX,
         }
     }
 }
@@ -176,6 +181,10 @@ impl Agent {
     ) -> Result<Agent> {
         assert!((1..=1000).contains(&config.max_steps), "max_steps must be in 1..=1000");
         assert!((1..=64).contains(&config.tool_concurrency), "tool_concurrency must be in 1..=64");
+        assert!(
+            (1..=crate::store::ANSWER_BYTES_MAX).contains(&config.answer_bytes_max),
+            "answer_bytes_max must be in 1..=ANSWER_BYTES_MAX"
+        );
         let (log, records, repair) = match open {
             Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new(), None),
             Open::Resume => {

@@ -227,8 +227,9 @@ impl TurnCtx<'_> {
                 // FAILURE-LIMITS-AGREE: an answer that would not fit one record ends the attempt
                 // here, before the chunk that overflows is appended.
                 answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
-                if answer_bytes > crate::store::ANSWER_BYTES_MAX && !crate::bugs::planted("no-answer-limit") {
-                    chunk = Chunk::Finish { reason: response_too_large(answer_bytes) };
+                let limit = self.shared.config.answer_bytes_max;
+                if answer_bytes > limit && !crate::bugs::planted("no-answer-limit") {
+                    chunk = Chunk::Finish { reason: response_too_large(answer_bytes, limit) };
                 }
                 let done = assembler.push(&chunk);
                 let seq = self
@@ -480,12 +481,12 @@ fn answer_bytes_of(chunk: &Chunk) -> usize {
     }
 }
 
-fn response_too_large(answer_bytes: usize) -> FinishReason {
+fn response_too_large(answer_bytes: usize, limit: usize) -> FinishReason {
     FinishReason::Error {
         failure: Failure::new(
             ErrorCode::ResponseTooLarge,
             format!(
-                "the answer reached {answer_bytes} bytes, above the {}-byte limit of one session record; the attempt was ended before anything oversize was stored",
+                "the answer reached {answer_bytes} bytes, above the {limit}-byte answer limit (one session record holds at most {}); the attempt was ended before anything oversize was stored",
                 crate::store::ANSWER_BYTES_MAX
             ),
         ),

@@ -158,18 +158,21 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
             }
             Err(LineIssue::Suspect(reason)) => {
                 // FAILURE-JSONL-PREFIX: a crash leaves at most an unterminated last line, a power
-                // loss a hole of zero bytes inside the last write unit. A damaged line followed
-                // by anything else cannot be explained by either.
+                // loss a hole of zero bytes inside the last write unit. Damage followed by
+                // anything else cannot be explained by either. A turn/end after a hole lies in
+                // the same unacknowledged unit (the flush after it never returned), so it proves
+                // nothing; after any other damage it is one more reason to refuse.
                 let turn_end = later_turn_end(&bytes[end + 1..]);
                 let is_last_line = end + 1 == bytes.len();
-                if let Some(turn_end_seq) = turn_end {
+                let old_rule = crate::bugs::planted("any-damage-is-torn") && turn_end.is_none();
+                if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) || old_rule {
+                    scan.status = ScanStatus::Torn;
+                    scan.dropped = complete_records(&bytes[end + 1..]);
+                } else if let Some(turn_end_seq) = turn_end {
                     scan.status = ScanStatus::Corrupt;
                     let reason =
                         format!("{reason}; a later committed turn/end (seq {turn_end_seq}) rules out a torn tail");
                     scan.error = Some(ScanError { offset: offset as u64, reason });
-                } else if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) {
-                    scan.status = ScanStatus::Torn;
-                    scan.dropped = complete_records(&bytes[end + 1..]);
                 } else {
                     scan.status = ScanStatus::Corrupt;
                     let what = if is_last_line { "the last line" } else { "a line followed by complete records" };
@@ -194,11 +197,8 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
 /// of the file) is a power-loss hole: the line holds zero bytes and everything from it to the
 /// end fits one write unit (a unit of several records, or one oversize record of its own).
 fn is_power_loss_hole(rest: &[u8], line: &[u8]) -> bool {
-    if !line.contains(&0) {
+    if !line.contains(&0) || crate::bugs::planted("holes-are-corrupt") {
         return false;
-    }
-    if crate::bugs::planted("no-unit-bound-in-torn-rule") {
-        return true;
     }
     let single_record = memchr::memchr(b'\n', &rest[..rest.len().saturating_sub(1)]).is_none();
     rest.len() <= torn_unit_bytes_max(single_record)
@@ -368,8 +368,8 @@ fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
     if !(tail.iter().all(|&b| b == 0) || memchr::memmem::find(tail, &zero_run).is_some()) {
         return false;
     }
-    crate::bugs::planted("no-unit-bound-in-torn-rule")
-        || tail.len() <= zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true))
+    !crate::bugs::planted("holes-are-corrupt")
+        && tail.len() <= zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true))
 }
 
 /// The decompressed content of a complete frame, which must carry a checksum and end in a

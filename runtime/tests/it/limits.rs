@@ -21,7 +21,8 @@ fn opening() -> Vec<Record> {
 /// A user message whose encoded line is `line_bytes` long, give or take one escape of `fill`
 /// (the line never exceeds `line_bytes`).
 fn message_of_line(line_bytes: usize, fill: char) -> Record {
-    let record = |text: String| Record::new(2, T0, Event::UserMessage(UserMessage { message: Message::user_text(&text) }));
+    let record =
+        |text: String| Record::new(2, T0, Event::UserMessage(UserMessage { message: Message::user_text(&text) }));
     let envelope = record(String::new()).encode().len();
     let per_char = record(fill.to_string()).encode().len() - envelope;
     let record = record(std::iter::repeat_n(fill, (line_bytes - envelope) / per_char).collect());

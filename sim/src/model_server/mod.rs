@@ -3,5 +3,7 @@
 mod script;
 mod server;
 
-pub use script::{Frame, Response, Script};
-pub use server::{sse_body, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};
+pub use script::{Frame, Response, Script, FILLER_BYTES_MAX};
+pub use server::{
+    echo_credential, echoes_credential, sse_body, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX,
+};

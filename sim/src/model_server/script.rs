@@ -78,6 +78,9 @@ fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
+/// Largest `filler` frame, in bytes: under the adapter's SSE line limit with the JSON around it.
+pub const FILLER_BYTES_MAX: usize = 1_000_000;
+
 /// One frame of a scripted stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -100,6 +103,9 @@ pub enum Frame {
         #[serde(default)]
         arguments: String,
     },
+    /// A `content` delta of this many `x` characters: an oversize answer without an oversize
+    /// scenario file. At most [`FILLER_BYTES_MAX`].
+    Filler(usize),
     /// A `: keep-alive` comment.
     KeepAlive,
     /// A raw `data:` payload, sent verbatim (malformed JSON, say).

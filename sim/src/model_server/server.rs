@@ -233,10 +233,22 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
         match frame {
             Frame::Text(text) | Frame::Reasoning(text) | Frame::Raw(text) => fill(text),
             Frame::ToolCall { arguments, .. } => fill(arguments),
-            Frame::KeepAlive | Frame::DelayMs(_) => {}
+            Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => {}
         }
     }
     response
+}
+
+/// Whether `response` quotes the request's credential back anywhere (see [`echo_credential`]).
+pub fn echoes_credential(response: &Response) -> bool {
+    let echoes = |text: &str| text.contains("{{authorization}}") || text.contains("{{key}}");
+    response.body.as_deref().is_some_and(echoes)
+        || response.headers.values().any(|v| echoes(v))
+        || response.frames.iter().any(|f| match f {
+            Frame::Text(text) | Frame::Reasoning(text) | Frame::Raw(text) => echoes(text),
+            Frame::ToolCall { arguments, .. } => echoes(arguments),
+            Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => false,
+        })
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Reply {
@@ -288,6 +300,10 @@ fn event(data: &str) -> String {
 fn frame_event(n: usize, frame: &Frame) -> (Option<String>, u64) {
     match frame {
         Frame::Text(text) => (Some(event(&chunk_json(n, json!({"content": text}), None))), 0),
+        Frame::Filler(bytes) => {
+            let text = "x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX));
+            (Some(event(&chunk_json(n, json!({"content": text}), None))), 0)
+        }
         Frame::Reasoning(text) => (Some(event(&chunk_json(n, json!({"reasoning_content": text}), None))), 0),
         Frame::ToolCall { index, id, name, arguments } => {
             let mut call = json!({"index": index, "function": {"arguments": arguments}});

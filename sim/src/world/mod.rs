@@ -9,6 +9,7 @@
 pub mod gateway;
 mod oracle;
 mod probe;
+mod rot;
 pub mod seeded;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +22,7 @@ use faultline_runtime::event::{Event, Record, ToolSchema};
 use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
 use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
 use faultline_runtime::store::{FileStore, Format, SessionId, Store};
-use faultline_runtime::{BoxFuture, Clock, Fs};
+use faultline_runtime::{BoxFuture, Clock, Entropy, Fs};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -30,8 +31,8 @@ pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
-use crate::scenario::Scenario;
-use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
+use crate::scenario::{RotTarget, Scenario};
+use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimEntropy, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
 const SESSIONS_DIR: &str = "/data/sessions";
@@ -60,6 +61,9 @@ pub struct RunResult {
     /// The recovered transcript at the end of the run.
     #[serde(skip)]
     pub transcript: Vec<Record>,
+    /// Why recovery refused the agent's files as corrupt (then there is no transcript).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// Effects the gateway received.
     #[serde(skip)]
     pub receipts: Vec<Receipt>,
@@ -106,6 +110,11 @@ struct World {
     fs_ops: u64,
     /// The current incarnation's disk faults (its op count).
     live_fs: Option<FsFaults>,
+    /// The bit rot applied while the host was down, if one was.
+    rotted: Option<rot::Rotted>,
+    /// Why an incarnation refused to start on a log it found corrupt (it is not restarted:
+    /// an operator must look at the file).
+    refused: Option<String>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -161,6 +170,9 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         }
         if let Some(op) = fs.crash_before_op {
             first_life_fs.crash_before(op);
+        }
+        if fs.power_loss_hole {
+            first_life_fs.hole_on_crash(SimEntropy::new(seed, "faults/hole").next_u64());
         }
     }
 
@@ -281,6 +293,10 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     let sim_ms = sim.elapsed().as_millis() as u64;
     let mut world = std::mem::take(&mut *lock(&world));
+    if let Some(path) = first_life_fs.hole_left() {
+        world.faults_fired.insert("power-loss-hole".into());
+        world.trace.push(format!("{sim_ms:>7} the crash left a power-loss hole in {}", path.display()));
+    }
     let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for receipt in &receipts {
@@ -307,6 +323,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         trace_hash: fnv1a(&world.trace),
         trace: world.trace,
         transcript,
+        refused: world.refused.clone(),
         gateway_requests: receipts.len(),
         receipts,
         model_requests,
@@ -374,11 +391,24 @@ impl AgentLife {
             w.fs_ops += ended;
         }
         let mut seams = sim_seams(self.seed, "agent", life);
+        if life > 1 {
+            self.rot_while_down();
+        }
         let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(Arc::new(SimFs), faults.clone()));
         seams.fs = fs;
         seams.probe = Arc::new(SimProbe { control: self.control.clone(), fs: faults.clone() });
         match self.start(&seams, life).await {
             Ok(()) => {}
+            Err(e) if e.contains("corrupt") && !faults.crashed() => {
+                // A corrupt log is refused, never repaired: the supervisor does not restart
+                // into the same refusal. What is on disk now is the oracle's evidence.
+                trace(&self.world, format!("agent#{life} refused: {e}"));
+                let disk = self.disk_now(&seams);
+                let mut w = lock(&self.world);
+                w.refused = Some(e);
+                w.disk = disk;
+                w.done = true;
+            }
             Err(e) => {
                 trace(&self.world, format!("agent#{life} stopped: {e}"));
                 if !faults.crashed() {
@@ -388,6 +418,40 @@ impl AgentLife {
             }
         }
         std::future::pending::<()>().await;
+    }
+
+    /// The planned bit rot, once, on the disk of a host that is down (before anything of the
+    /// new incarnation runs).
+    fn rot_while_down(&self) {
+        let Some(target) = self.plan.faults.bit_rot else { return };
+        if lock(&self.world).rotted.is_some() {
+            return;
+        }
+        let acked: Vec<Record> = lock(&self.world).acked.values().cloned().collect();
+        let path = match target {
+            RotTarget::Session => Path::new(SESSIONS_DIR).join(SESSION).join(Format::Jsonl.file_name()),
+            RotTarget::Journal => Path::new(OUTBOX_PATH).to_path_buf(),
+        };
+        let entropy = SimEntropy::new(self.seed, "faults/rot/where");
+        match rot::rot(&SimFs, &path, target, &acked, &entropy) {
+            Ok(Some(rotted)) => {
+                trace(&self.world, format!("bit rot at byte {} of {}", rotted.offset, rotted.path));
+                let mut w = lock(&self.world);
+                w.faults_fired.insert("bit-rot".into());
+                w.rotted = Some(rotted);
+            }
+            Ok(None) => trace(&self.world, format!("bit rot found no durable line in {}", path.display())),
+            Err(e) => trace(&self.world, format!("bit rot could not write {}: {e}", path.display())),
+        }
+    }
+
+    /// The raw bytes of the session file and the journal, as they are now.
+    fn disk_now(&self, seams: &faultline_runtime::Seams) -> Vec<(String, Vec<u8>)> {
+        let session = Path::new(SESSIONS_DIR).join(SESSION).join(Format::Jsonl.file_name());
+        [session, Path::new(OUTBOX_PATH).to_path_buf()]
+            .into_iter()
+            .filter_map(|path| seams.fs.read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
+            .collect()
     }
 
     async fn start(&self, seams: &faultline_runtime::Seams, life: u64) -> Result<(), String> {
@@ -422,6 +486,7 @@ impl AgentLife {
                     timeout_ms: tool.timeout_ms,
                     work_ms: tool.work_ms,
                     ignore_abort: tool.ignore_abort,
+                    output_bytes: tool.output_bytes,
                     clock: seams.clock.clone(),
                 })),
             };
@@ -450,7 +515,15 @@ impl AgentLife {
             live,
             Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(self.seed))].into_iter().collect())),
             tools,
-            AgentConfig { tool_concurrency: self.plan.tool_concurrency, ..AgentConfig::default() },
+            AgentConfig {
+                tool_concurrency: self.plan.tool_concurrency,
+                answer_bytes_max: self
+                    .plan
+                    .faults
+                    .answer_bytes_max
+                    .unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX),
+                ..AgentConfig::default()
+            },
         )
         .map_err(|e| e.to_string())?;
         {
@@ -517,10 +590,7 @@ impl AgentLife {
         agent.dispose().await.map_err(|e| e.to_string())?;
         let final_log = store.inspect(&id).map_err(|e| e.to_string())?;
         // Every byte the agent left on its disk, for the oracle's secret scan.
-        let disk: Vec<(String, Vec<u8>)> = [store.session_path(&id), Path::new(OUTBOX_PATH).to_path_buf()]
-            .into_iter()
-            .filter_map(|path| seams.fs.read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
-            .collect();
+        let disk = self.disk_now(seams);
         let mut w = lock(&self.world);
         w.disk = disk;
         w.transcript = Some(final_log.records);
@@ -550,6 +620,7 @@ struct LocalTool {
     timeout_ms: Option<u64>,
     work_ms: u64,
     ignore_abort: bool,
+    output_bytes: Option<usize>,
     clock: Arc<dyn Clock>,
 }
 
@@ -564,7 +635,12 @@ impl Tool for LocalTool {
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
+        let output_bytes = self.output_bytes;
         Box::pin(async move {
+            if let Some(bytes) = output_bytes {
+                // A tool that prints more than a record should hold (the runtime truncates it).
+                return ToolOutput::Ok("y".repeat(bytes));
+            }
             if work.is_zero() {
                 return ToolOutput::Ok(format!("echo {}", invocation.arguments));
             }

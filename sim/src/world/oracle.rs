@@ -95,6 +95,18 @@ pub const SOMETIMES: [&str; 6] = [
     "side-effect-confirmed",
 ];
 
+/// Room for the marker a truncated tool output ends with, in bytes.
+const TRUNCATION_MARKER_BYTES: usize = 64;
+
+/// The text a content block carries (a tool call's arguments included).
+fn block_text(block: &faultline_runtime::event::ContentBlock) -> &str {
+    use faultline_runtime::event::ContentBlock;
+    match block {
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text } => text,
+        ContentBlock::ToolCall { arguments, .. } => arguments,
+    }
+}
+
 /// FAILURE-SECRETS: the run's provider key appears nowhere the agent wrote or sent — not in a
 /// byte of its session file or outbox journal (whatever survived the crashes), not in a
 /// record it accepted, not in the trace, not in a request body the model server received (a
@@ -107,20 +119,18 @@ pub(super) fn secret_leaks(secret: &str, world: &World, request_bodies: &[String
         at_ms: sim_ms,
     };
     let mut out = Vec::new();
-    let needle = secret.as_bytes();
+    let finder = memchr::memmem::Finder::new(secret.as_bytes());
+    // The disk holds every record that survived; the records accepted by the last
+    // incarnation but lost in a crash never left the process.
     for (path, bytes) in &world.disk {
-        if let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) {
+        if let Some(at) = finder.find(bytes) {
             out.push(leak(format!("{path} at byte {at}")));
         }
     }
-    let records = world.transcript.iter().flatten().chain(world.accepted.values());
-    if let Some(record) = records.into_iter().find(|r| r.encode().contains(secret)) {
-        out.push(leak(format!("record seq {} ({})", record.seq, record.event.type_name())));
-    }
-    if let Some(line) = world.trace.iter().find(|line| line.contains(secret)) {
+    if let Some(line) = world.trace.iter().find(|line| finder.find(line.as_bytes()).is_some()) {
         out.push(leak(format!("the trace line {line:?}")));
     }
-    if let Some(n) = request_bodies.iter().position(|body| body.contains(secret)) {
+    if let Some(n) = request_bodies.iter().position(|body| finder.find(body.as_bytes()).is_some()) {
         out.push(leak(format!("the body of model request {n}")));
     }
     out
@@ -138,6 +148,38 @@ pub(super) fn check(
     let mut fail =
         |invariant: &'static str, detail: String, at_ms: u64| out.push(Violation { invariant, detail, at_ms });
 
+    // A refusal is the right answer to bit rot, and only to bit rot: crashes, torn writes and
+    // power-loss holes are always recoverable. A refused file is left exactly as it was found.
+    if let Some(reason) = &world.refused {
+        match &world.rotted {
+            Some(rotted) => {
+                let now = world.disk.iter().find(|(path, _)| *path == rotted.path).map(|(_, bytes)| bytes);
+                if now != Some(&rotted.bytes) {
+                    fail(
+                        "refusal-left-file-untouched",
+                        format!("{} changed after the recovery refused it as corrupt", rotted.path),
+                        sim_ms,
+                    );
+                }
+            }
+            None => fail(
+                "false-corrupt",
+                format!("recovery refused a log that only crashes, torn writes or power loss touched: {reason}"),
+                sim_ms,
+            ),
+        }
+        return out;
+    }
+    if let Some(rotted) = &world.rotted {
+        fail(
+            "rot-refused",
+            format!(
+                "bit rot at byte {} of {} (inside the durable prefix) was not refused: recovery went on with a log it cannot vouch for",
+                rotted.offset, rotted.path
+            ),
+            sim_ms,
+        );
+    }
     // Liveness: after the faults heal, every message ends in a closed turn within budget.
     if world.transcript.is_none() {
         let last = world.trace.last().cloned().unwrap_or_default();
@@ -181,6 +223,24 @@ pub(super) fn check(
                 format!("seq {seq} was acknowledged durable but is missing after recovery"),
                 sim_ms,
             ),
+        }
+    }
+    // FAILURE-LIMITS-AGREE: no stored answer is above the agent's answer limit, no tool
+    // output above the tool-output limit (plus its truncation marker).
+    let answer_max = plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
+    for r in transcript {
+        let texts: Vec<&str> = match &r.event {
+            Event::AssistantMessage(m) => m.message.content.iter().map(block_text).collect(),
+            Event::ToolResult(t) => t.content.iter().map(block_text).collect(),
+            _ => continue,
+        };
+        let bytes: usize = texts.iter().map(|t| faultline_runtime::store::json_escaped_bytes(t)).sum();
+        let (invariant, max) = match &r.event {
+            Event::AssistantMessage(_) => ("answer-limit", answer_max),
+            _ => ("tool-output-limit", faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX + TRUNCATION_MARKER_BYTES),
+        };
+        if bytes > max {
+            fail(invariant, format!("seq {} holds {bytes} bytes of text, above the {max}-byte limit", r.seq), sim_ms);
         }
     }
     // Intent before effect: every receipt has a durable tool/call.

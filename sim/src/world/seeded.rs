@@ -8,8 +8,8 @@ use faultline_runtime::{CrashPoint, Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
 use crate::scenario::{
-    CrashFault, Expectations, FaultPlan, FsFault, Partition, Scenario, ScenarioTool, FS_CRASH_OP_MIN, FS_OP_MAX,
-    PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    CrashFault, Expectations, FaultPlan, FsFault, Partition, RotTarget, Scenario, ScenarioTool, FS_CRASH_OP_MIN,
+    FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 use crate::SimEntropy;
 
@@ -87,6 +87,27 @@ pub struct Swarm {
     pub fs_crash_before_op: Option<u64>,
     /// Partitions between the agent and the model or gateway.
     pub partitions: Vec<Partition>,
+    /// Failing HTTP responses echo the request's credential in their body and request id.
+    pub echo: bool,
+    /// A crash before a disk operation that lands on an fsync leaves a power-loss hole.
+    pub power_loss_hole: bool,
+    /// Bit rot in a durable file while the host is down after its crash.
+    pub bit_rot: Option<RotTarget>,
+}
+
+/// Probability that a seed with a crash also rots a durable file while the host is down. Low:
+/// a rotted run ends in a refusal, which covers nothing else.
+const BIT_ROT_PROBABILITY: f64 = 0.2;
+
+/// A failing response that quotes the request's credential back, as hostile or careless
+/// providers do: in its error body and its request id.
+fn echoing(mut response: Response) -> Response {
+    if response.status.is_some() {
+        let body = response.body.take().unwrap_or_default();
+        response.body = Some(format!("{body} (api key {{{{key}}}}; Authorization: {{{{authorization}}}})"));
+        response.headers.insert("x-request-id".into(), "req-{{key}}".into());
+    }
+    response
 }
 
 impl Swarm {
@@ -131,7 +152,21 @@ impl Swarm {
                 partitions.push(Partition { a: "agent".into(), b: other.into(), from_ms, to_ms });
             }
         }
-        Swarm { model_failures, refused: on("refused"), crash, torn_block, fs_error, fs_crash_before_op, partitions }
+        let power_loss_hole = fs_crash_before_op.is_some() && on("hole");
+        let bit_rot = (crash.is_some() && stream(seed, "rot").unit_f64() < BIT_ROT_PROBABILITY)
+            .then(|| *pick(&stream(seed, "rot/target"), &[RotTarget::Session, RotTarget::Journal]));
+        Swarm {
+            model_failures,
+            refused: on("refused"),
+            crash,
+            torn_block,
+            fs_error,
+            fs_crash_before_op,
+            partitions,
+            echo: on("echo"),
+            power_loss_hole,
+            bit_rot,
+        }
     }
 
     /// Interleaves failing attempts before the good responses of `responses`.
@@ -142,7 +177,8 @@ impl Swarm {
         for good in responses {
             let mut failures = 0;
             while failures < FAILURES_PER_RESPONSE_MAX && model.unit_f64() < *p {
-                out.push(failing_response(*pick(&model, kinds)));
+                let failing = failing_response(*pick(&model, kinds));
+                out.push(if self.echo { echoing(failing) } else { failing });
                 failures += 1;
             }
             out.push(good);
@@ -173,6 +209,15 @@ impl Swarm {
         }
         for p in &self.partitions {
             on.push(format!("partition {}<->{} {}..{} ms", p.a, p.b, p.from_ms, p.to_ms));
+        }
+        if self.echo {
+            on.push("echoed-secret".into());
+        }
+        if self.power_loss_hole {
+            on.push("power-loss-hole".into());
+        }
+        if let Some(target) = self.bit_rot {
+            on.push(format!("bit-rot {target:?}"));
         }
         if on.is_empty() {
             "swarm: no faults".into()
@@ -225,8 +270,10 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
                 fail_op: swarm.fs_error.map(|(op, _)| op),
                 fail_kind: swarm.fs_error.map(|(_, kind)| kind.to_owned()),
                 crash_before_op: swarm.fs_crash_before_op,
+                power_loss_hole: swarm.power_loss_hole,
             });
         }
+        faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);
         faults.from_seed = false;
     }
     let mut families = BTreeSet::new();
@@ -258,6 +305,13 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
             families.insert("empty-completion".to_owned());
         }
+        if crate::model_server::echoes_credential(r) {
+            families.insert("echoed-secret".to_owned());
+        }
+    }
+    let filler = script.responses.iter().flat_map(|r| &r.frames).any(|f| matches!(f, Frame::Filler(_)));
+    if faults.answer_bytes_max.is_some() || filler || scenario.tools.iter().any(|t| t.output_bytes.is_some()) {
+        families.insert("oversize-output".to_owned());
     }
     if let Some(fs) = &faults.fs {
         if fs.block_size.is_some() {

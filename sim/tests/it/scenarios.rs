@@ -74,6 +74,10 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
         "cancel",
         "config-rejected",
         "supervisor-restart",
+        "echoed-secret",
+        "power-loss-hole",
+        "bit-rot",
+        "oversize-output",
     ] {
         assert!(families.contains(family), "fault family {family} never fired (fired: {families:?})");
     }
@@ -85,9 +89,35 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
 fn recovered_transcripts_match_their_snapshots() {
     for scenario in scenarios() {
         let result = run(&scenario, 1);
-        let text: String = result.transcript.iter().map(|r| r.encode() + "\n").collect();
+        let text = match &result.refused {
+            // No transcript was recovered: the refusal itself is what a person would read.
+            Some(refused) => format!("refused: {refused}\n"),
+            None => elide_runs(&result.transcript.iter().map(|r| r.encode() + "\n").collect::<String>()),
+        };
         insta::with_settings!({ snapshot_path => "../../../snapshots", prepend_module_to_snapshot => false, omit_expression => true, description => scenario.description.clone() }, {
             insta::assert_snapshot!(scenario.name.clone(), text);
         });
     }
+}
+
+/// Runs of one repeated character longer than [`RUN_BYTES_SHOWN_MAX`] (the oversize answers
+/// and tool outputs) shown as `<N × 'c'>`, so a snapshot stays readable; the count is exact.
+fn elide_runs(text: &str) -> String {
+    const RUN_BYTES_SHOWN_MAX: usize = 64;
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let run = bytes[i..].iter().take_while(|&&b| b == c).count();
+        if c.is_ascii_alphanumeric() && run > RUN_BYTES_SHOWN_MAX {
+            out.push_str(&format!("<{run} × '{}'>", c as char));
+            i += run;
+        } else {
+            let ch = text[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
 }
