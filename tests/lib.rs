@@ -26,6 +26,21 @@ pub fn faultline(args: &[&str]) -> Output {
     Command::new(faultline_bin()).args(args).output().expect("spawn faultline")
 }
 
+/// `agent run --config CONFIG --session-dir SESSIONS` followed by `extra`: the arguments every
+/// agent test starts from.
+pub fn agent_run_args<'a>(config: &'a Path, sessions: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "agent",
+        "run",
+        "--config",
+        config.to_str().expect("UTF-8 path"),
+        "--session-dir",
+        sessions.to_str().expect("UTF-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// Standard output as text.
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faultline_e2e::{faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
+use faultline_e2e::{agent_run_args, faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
 use serde_json::{json, Value};
 
 fn config(dir: &Path, base_url: &str, extra: &str) -> std::path::PathBuf {
@@ -44,23 +44,7 @@ side_effects = true
 }
 
 fn agent_run(config: &Path, sessions: &Path, store: &str, extra: &[&str]) -> (i32, Value, String) {
-    let output = faultline(
-        &[
-            &[
-                "agent",
-                "run",
-                "--config",
-                config.to_str().unwrap(),
-                "--session-dir",
-                sessions.to_str().unwrap(),
-                "--store",
-                store,
-                "--json",
-            ],
-            extra,
-        ]
-        .concat(),
-    );
+    let output = faultline(&agent_run_args(config, sessions, &[&["--store", store, "--json"], extra].concat()));
     let summary = serde_json::from_str(stdout(&output).trim()).unwrap_or(Value::Null);
     (output.status.code().unwrap(), summary, stderr(&output))
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use faultline_e2e::{faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
+use faultline_e2e::{agent_run_args, faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
 use faultline_runtime::event::*;
 use serde_json::{json, Value};
 
@@ -53,25 +53,9 @@ fn run_with_key(args: &[&str], cwd: Option<&Path>) -> Output {
 }
 
 fn agent_run(config: &Path, sessions: &Path, store: &str, resume: Option<&str>) -> Output {
-    let mut args = vec![
-        "agent",
-        "run",
-        "--config",
-        config.to_str().unwrap(),
-        "--session-dir",
-        sessions.to_str().unwrap(),
-        "--store",
-        store,
-        "--session",
-        "s1",
-        "--json",
-        "--prompt",
-        "go",
-    ];
-    if let Some(flag) = resume {
-        args.push(flag);
-    }
-    run_with_key(&args, None)
+    let mut extra = vec!["--store", store, "--session", "s1", "--json", "--prompt", "go"];
+    extra.extend(resume);
+    run_with_key(&agent_run_args(config, sessions, &extra), None)
 }
 
 /// Every file under `dir`, with its bytes.
@@ -188,20 +172,7 @@ env_deny = ["OTHER_VAR"]
     let config = write_config(dir.path(), &server.base_url(), &tools);
     let sessions = dir.path().join("sessions");
     // The key reaches the process only through the environment, never its config.
-    let output = run_with_key(
-        &[
-            "agent",
-            "run",
-            "--config",
-            config.to_str().unwrap(),
-            "--session-dir",
-            sessions.to_str().unwrap(),
-            "--json",
-            "--prompt",
-            "go",
-        ],
-        None,
-    );
+    let output = run_with_key(&agent_run_args(&config, &sessions, &["--json", "--prompt", "go"]), None);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let log: String = files_under(&sessions)
         .into_iter()

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use faultline_e2e::{faultline, faultline_bin, stderr, stdout};
+use faultline_e2e::{agent_run_args, faultline, faultline_bin, stderr, stdout};
 use serde_json::Value;
 
 /// `faultline outbox enqueue` with `payload` on stdin.
@@ -173,19 +173,7 @@ fn agent_run_routes_a_side_effect_through_the_queue_exactly_once() {
     )
     .unwrap();
     let sessions = dir.path().join("sessions");
-    let output = faultline(&[
-        "agent",
-        "run",
-        "--config",
-        config.to_str().unwrap(),
-        "--session-dir",
-        sessions.to_str().unwrap(),
-        "--session",
-        "s1",
-        "--prompt",
-        "post hi",
-        "--json",
-    ]);
+    let output = faultline(&agent_run_args(&config, &sessions, &["--session", "s1", "--prompt", "post hi", "--json"]));
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(summary["assistant_text"], "Posted.");

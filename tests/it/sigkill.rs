@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faultline_e2e::{faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
+use faultline_e2e::{agent_run_args, faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
 use serde_json::{json, Value};
 
 const STORES: [&str; 3] = ["jsonl", "zstd", "sqlite"];
@@ -96,22 +96,11 @@ fn cat(sessions: &Path, store: &str, id: &str) -> Vec<Value> {
 }
 
 fn resume(config: &Path, sessions: &Path, store: &str, id: &str) -> Value {
-    let output = faultline(&[
-        "agent",
-        "run",
-        "--config",
-        config.to_str().unwrap(),
-        "--session-dir",
-        sessions.to_str().unwrap(),
-        "--store",
-        store,
-        "--session",
-        id,
-        "--resume",
-        "--prompt",
-        "what happened?",
-        "--json",
-    ]);
+    let output = faultline(&agent_run_args(
+        config,
+        sessions,
+        &["--store", store, "--session", id, "--resume", "--prompt", "what happened?", "--json"],
+    ));
     assert_eq!(output.status.code(), Some(0), "resume failed: {}", stderr(&output));
     serde_json::from_str(stdout(&output).trim()).unwrap()
 }

@@ -81,9 +81,20 @@ impl SqliteOutbox {
         let path = path.as_ref().to_path_buf();
         let conn = super::sqlite_store::open_durable(&path)?;
         conn.execute_batch(SCHEMA)?;
+        Ok(Self::on(conn, path, process, clock, entropy))
+    }
+
+    /// A queue on an open connection; this process's identity gets a fresh instance suffix.
+    fn on(
+        conn: Connection,
+        path: PathBuf,
+        process: Arc<dyn Process>,
+        clock: Arc<dyn Clock>,
+        entropy: &dyn crate::Entropy,
+    ) -> Self {
         let mut me = process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
-        Ok(Self {
+        Self {
             conn: Arc::new(Mutex::new(conn)),
             process,
             clock,
@@ -91,7 +102,7 @@ impl SqliteOutbox {
             in_flight: Arc::default(),
             path,
             secrets: crate::Scrubber::new(),
-        })
+        }
     }
 
     /// Scrubs the secrets in `secrets` (by value) from every error and answer it stores, before
@@ -111,17 +122,7 @@ impl SqliteOutbox {
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let conn = super::sqlite_store::open_read_only(&path, &["deliveries", "tombstones"])?;
-        let mut me = process.identity();
-        me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
-        Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
-            process,
-            clock,
-            me,
-            in_flight: Arc::default(),
-            path,
-            secrets: crate::Scrubber::new(),
-        })
+        Ok(Self::on(conn, path, process, clock, entropy))
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

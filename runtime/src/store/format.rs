@@ -56,13 +56,7 @@ impl Format {
         text.push(b'\n');
         match self {
             Format::Jsonl => text,
-            Format::Zstd => {
-                let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
-                compressor
-                    .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-                    .expect("zstd accepts the checksum flag");
-                compressor.compress(&text).expect("zstd compresses a header line")
-            }
+            Format::Zstd => checksummed_compressor().compress(&text).expect("zstd compresses a header line"),
         }
     }
 }
@@ -104,13 +98,7 @@ impl BatchEncoder {
     pub(crate) fn new(format: Format) -> Self {
         let zstd = match format {
             Format::Jsonl => None,
-            Format::Zstd => {
-                let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
-                compressor
-                    .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-                    .expect("zstd accepts the checksum flag");
-                Some(Box::new(compressor))
-            }
+            Format::Zstd => Some(Box::new(checksummed_compressor())),
         };
         BatchEncoder { zstd, text: Vec::new(), frame: Vec::new(), units: Vec::new() }
     }
@@ -162,6 +150,14 @@ impl BatchEncoder {
         }
         Ok(Encoded { bytes: &self.frame, unit_ends: &self.units })
     }
+}
+
+/// A zstd context at [`ZSTD_LEVEL`] whose frames carry a content checksum (the scanner
+/// refuses frames without one).
+fn checksummed_compressor() -> zstd::bulk::Compressor<'static> {
+    let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
+    compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true)).expect("zstd accepts the checksum flag");
+    compressor
 }
 
 fn release_if_oversized(buffer: &mut Vec<u8>) {
