@@ -143,6 +143,7 @@ pub struct ScenarioTool {
     pub name: String,
     /// `gateway`: a side effect delivered through the outbox to the gateway host.
     /// `echo`: a local tool without side effects. `sleep`: waits `work_ms` (cooperatively).
+    /// `leaky`: prints a secret its process holds (the gateway token), as a careless tool would.
     pub kind: String,
     /// The tool's own deadline.
     #[serde(default)]
@@ -231,6 +232,11 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_bytes_max: Option<usize>,
+    /// The gateway quotes the delivery's credential back: in every receipt, and in the 403 it
+    /// answers a payload containing `refuse` with (before any effect).
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub gateway_echo: bool,
     /// Draw a crash point and fs faults from the seed (the `mixed` scenario).
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]

@@ -32,7 +32,13 @@ pub struct Receipt {
 pub type Receipts = Arc<Mutex<Vec<Receipt>>>;
 
 /// Serves the gateway on `addr`, recording into `receipts`.
-pub async fn serve(net: Arc<dyn Net>, clock: Arc<dyn Clock>, addr: &str, receipts: Receipts) -> std::io::Result<()> {
+pub async fn serve(
+    net: Arc<dyn Net>,
+    clock: Arc<dyn Clock>,
+    addr: &str,
+    receipts: Receipts,
+    echo: bool,
+) -> std::io::Result<()> {
     let listener = net.bind(addr).await?;
     loop {
         let (stream, _) = listener.accept().await?;
@@ -41,6 +47,13 @@ pub async fn serve(net: Arc<dyn Net>, clock: Arc<dyn Clock>, addr: &str, receipt
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                 let (clock, receipts) = (clock.clone(), receipts.clone());
                 async move {
+                    // Held only to echo it back in echo mode (a careless receiver); never recorded.
+                    let authorization = request
+                        .headers()
+                        .get(hyper::header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
                     let execution_id = request
                         .headers()
                         .get(EXECUTION_ID_HEADER)
@@ -54,13 +67,24 @@ pub async fn serve(net: Arc<dyn Net>, clock: Arc<dyn Clock>, addr: &str, receipt
                         Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
                         Err(_) => return Ok::<_, Infallible>(reply(StatusCode::BAD_REQUEST, "bad body")),
                     };
+                    if echo && body.contains(REFUSE_WORD) {
+                        // Refused before the effect: no receipt, and the credential quoted back.
+                        let token = authorization.strip_prefix("Bearer ").unwrap_or(&authorization);
+                        let text = format!("refused: token {token} may not send this");
+                        return Ok(reply(StatusCode::FORBIDDEN, &text));
+                    }
                     let at_ms = clock.now().as_millis() as u64;
                     receipts.lock().unwrap_or_else(|p| p.into_inner()).push(Receipt {
                         execution_id: execution_id.clone(),
                         body,
                         at_ms,
                     });
-                    Ok(reply(StatusCode::OK, &format!("received {execution_id}")))
+                    let receipt = if echo {
+                        format!("received {execution_id} (authorized by {authorization})")
+                    } else {
+                        format!("received {execution_id}")
+                    };
+                    Ok(reply(StatusCode::OK, &receipt))
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
@@ -83,6 +107,8 @@ impl std::fmt::Debug for GatewayDeliverer {
 /// Delivers effects to the gateway over HTTP. A connection or send failure before any
 /// response is "unknown" (the request may have arrived); a 4xx is a refusal.
 pub struct GatewayDeliverer {
+    /// The receiver's credential, sent as `Authorization: Bearer`: a secret of the agent's.
+    pub token: String,
     /// Network seam of the agent host.
     pub net: Arc<dyn Net>,
     /// Clock seam of the agent host (the delivery deadline).
@@ -98,8 +124,9 @@ impl Deliverer for GatewayDeliverer {
         let (net, authority, probe, clock) =
             (self.net.clone(), self.authority.clone(), self.probe.clone(), self.clock.clone());
         let (execution_id, payload) = (execution_id.to_owned(), payload.to_owned());
+        let token = self.token.clone();
         Box::pin(async move {
-            let exchange = exchange(net, authority, execution_id, payload);
+            let exchange = exchange(net, authority, token, execution_id, payload);
             let outcome = tokio::select! {
                 outcome = exchange => outcome,
                 () = clock.sleep(std::time::Duration::from_millis(DELIVERY_DEADLINE_MS)) => {
@@ -118,9 +145,16 @@ impl Deliverer for GatewayDeliverer {
 /// How long a delivery may take before its outcome is unknown.
 pub const DELIVERY_DEADLINE_MS: u64 = 2_000;
 
+/// In echo mode the gateway refuses a payload containing this word.
+pub const REFUSE_WORD: &str = "refuse";
+
+/// Characters of a refusal body kept in the delivery error.
+const REFUSAL_CHARS_KEPT_MAX: usize = 256;
+
 async fn exchange(
     net: Arc<dyn Net>,
     authority: String,
+    token: String,
     execution_id: String,
     payload: String,
 ) -> Result<String, DeliveryError> {
@@ -139,6 +173,7 @@ async fn exchange(
             let request = Request::post("/effects")
                 .header(hyper::header::HOST, authority.as_str())
                 .header(EXECUTION_ID_HEADER, execution_id.as_str())
+                .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
                 .body(Full::new(Bytes::from(payload)))
                 .map_err(|e| DeliveryError::Rejected(e.to_string()))?;
             let response =
@@ -155,8 +190,10 @@ async fn exchange(
                     match (status.is_success(), body) {
                         (true, Ok(text)) => Ok(text),
                         (true, Err(e)) => Err(DeliveryError::Unknown(format!("reading the receipt: {e}"))),
-                        (false, _) if status.is_client_error() => {
-                            Err(DeliveryError::Rejected(format!("gateway refused: {status}")))
+                        (false, body) if status.is_client_error() => {
+                            // The receiver's own words: what an operator needs to act on.
+                            let said: String = body.unwrap_or_default().chars().take(REFUSAL_CHARS_KEPT_MAX).collect();
+                            Err(DeliveryError::Rejected(format!("gateway refused: {status}: {said}")))
                         }
                         (false, _) => Err(DeliveryError::Unknown(format!("gateway answered {status}"))),
                     }

@@ -193,11 +193,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     }
     let receipts: Receipts = Arc::default();
     {
-        let receipts = receipts.clone();
+        let (receipts, echo) = (receipts.clone(), plan.faults.gateway_echo);
         sim.host("gateway", move || {
             let receipts = receipts.clone();
             async move {
-                gateway::serve(Arc::new(crate::SimNet), Arc::new(crate::SimClock), "0.0.0.0:80", receipts).await?;
+                gateway::serve(Arc::new(crate::SimNet), Arc::new(crate::SimClock), "0.0.0.0:80", receipts, echo)
+                    .await?;
                 Ok(())
             }
         });
@@ -313,7 +314,8 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let transcript = world.transcript.clone().unwrap_or_default();
     let mut faults_fired = world.faults_fired.clone();
     faults_fired.extend(plan.families.iter().cloned());
-    let mut violations = oracle::secret_leaks(&sim_secret(seed), &world, &request_bodies, sim_ms);
+    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, sim_ms);
+    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, sim_ms));
     violations.extend(oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms));
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
@@ -346,6 +348,11 @@ fn provider_file(extra: &str) -> String {
     format!(
         "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
     )
+}
+
+/// The gateway token of a run (what the delivery queue's receiver authenticates with).
+pub fn gateway_token(seed: u64) -> String {
+    format!("GATEWAYCANARY{seed:016x}token")
 }
 
 /// The variable the simulated agent reads its provider key from.
@@ -457,7 +464,11 @@ impl AgentLife {
     async fn start(&self, seams: &faultline_runtime::Seams, life: u64) -> Result<(), String> {
         let outbox: Arc<dyn Outbox> =
             Arc::new(JournalOutbox::open(seams.clone(), OUTBOX_PATH).map_err(|e| e.to_string())?);
+        // The receiver's token is a secret the agent holds, like the provider key.
+        let token = gateway_token(self.seed);
+        seams.secrets.register(&token);
         let deliverer = Arc::new(gateway::GatewayDeliverer {
+            token,
             net: seams.net.clone(),
             clock: seams.clock.clone(),
             authority: "gateway:80".into(),
@@ -487,6 +498,8 @@ impl AgentLife {
                     work_ms: tool.work_ms,
                     ignore_abort: tool.ignore_abort,
                     output_bytes: tool.output_bytes,
+                    // A careless tool prints a secret its process holds (the gateway token).
+                    leaks: (tool.kind == "leaky").then(|| gateway_token(self.seed)),
                     clock: seams.clock.clone(),
                 })),
             };
@@ -621,6 +634,8 @@ struct LocalTool {
     work_ms: u64,
     ignore_abort: bool,
     output_bytes: Option<usize>,
+    /// For `leaky`: the secret the tool prints.
+    leaks: Option<String>,
     clock: Arc<dyn Clock>,
 }
 
@@ -635,8 +650,11 @@ impl Tool for LocalTool {
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
-        let output_bytes = self.output_bytes;
+        let (output_bytes, leaks) = (self.output_bytes, self.leaks.clone());
         Box::pin(async move {
+            if let Some(secret) = leaks {
+                return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
+            }
             if let Some(bytes) = output_bytes {
                 // A tool that prints more than a record should hold (the runtime truncates it).
                 return ToolOutput::Ok("y".repeat(bytes));

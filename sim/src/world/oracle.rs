@@ -107,15 +107,21 @@ fn block_text(block: &faultline_runtime::event::ContentBlock) -> &str {
     }
 }
 
-/// FAILURE-SECRETS: the run's provider key appears nowhere the agent wrote or sent — not in a
+/// FAILURE-SECRETS: a secret of the run (the provider key, the gateway token) appears nowhere the agent wrote or sent — not in a
 /// byte of its session file or outbox journal (whatever survived the crashes), not in a
 /// record it accepted, not in the trace, not in a request body the model server received (a
 /// key in a tool's output would ride the next request). Checked whether or not the run
 /// converged: a leak is a safety violation, never excused as "no liveness".
-pub(super) fn secret_leaks(secret: &str, world: &World, request_bodies: &[String], sim_ms: u64) -> Vec<Violation> {
+pub(super) fn secret_leaks(
+    what: &str,
+    secret: &str,
+    world: &World,
+    request_bodies: &[String],
+    sim_ms: u64,
+) -> Vec<Violation> {
     let leak = |place: String| Violation {
         invariant: "secret-leak",
-        detail: format!("the provider key appears in {place}"),
+        detail: format!("{what} appears in {place}"),
         at_ms: sim_ms,
     };
     let mut out = Vec::new();

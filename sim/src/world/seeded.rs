@@ -274,6 +274,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             });
         }
         faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);
+        faults.gateway_echo |= swarm.echo;
         faults.from_seed = false;
     }
     let mut families = BTreeSet::new();
@@ -308,6 +309,9 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         if crate::model_server::echoes_credential(r) {
             families.insert("echoed-secret".to_owned());
         }
+    }
+    if faults.gateway_echo {
+        families.insert("echoed-secret".to_owned());
     }
     let filler = script.responses.iter().flat_map(|r| &r.frames).any(|f| matches!(f, Frame::Filler(_)));
     if faults.answer_bytes_max.is_some() || filler || scenario.tools.iter().any(|t| t.output_bytes.is_some()) {
