@@ -93,7 +93,13 @@ pub struct Swarm {
     pub power_loss_hole: bool,
     /// Bit rot in a durable file while the host is down after its crash.
     pub bit_rot: Option<RotTarget>,
+    /// A small answer limit, and the first plain text answer made larger than it.
+    pub oversize: bool,
 }
+
+/// The answer limit of a seed whose swarm turns oversize answers on, in bytes: small, so the
+/// oversize answer costs little simulated I/O.
+const SWARM_ANSWER_BYTES_MAX: usize = 4096;
 
 /// Probability that a seed with a crash also rots a durable file while the host is down. Low:
 /// a rotted run ends in a refusal, which covers nothing else.
@@ -166,6 +172,7 @@ impl Swarm {
             echo: on("echo"),
             power_loss_hole,
             bit_rot,
+            oversize: on("oversize"),
         }
     }
 
@@ -218,6 +225,9 @@ impl Swarm {
         }
         if let Some(target) = self.bit_rot {
             on.push(format!("bit-rot {target:?}"));
+        }
+        if self.oversize {
+            on.push("oversize-output".into());
         }
         if on.is_empty() {
             "swarm: no faults".into()
@@ -275,6 +285,15 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         }
         faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);
         faults.gateway_echo |= swarm.echo;
+        if swarm.oversize {
+            // The first plain text answer grows past the limit: its turn must end
+            // RESPONSE_TOO_LARGE with nothing oversize stored, and the run still converge.
+            faults.answer_bytes_max = Some(SWARM_ANSWER_BYTES_MAX);
+            let plain = |r: &&mut Response| !r.fails() && r.frames.iter().all(|f| matches!(f, Frame::Text(_)));
+            if let Some(answer) = script.responses.iter_mut().find(plain) {
+                answer.frames = vec![Frame::Filler(SWARM_ANSWER_BYTES_MAX), Frame::Filler(SWARM_ANSWER_BYTES_MAX / 2)];
+            }
+        }
         faults.from_seed = false;
     }
     let mut families = BTreeSet::new();
