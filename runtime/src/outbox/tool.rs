@@ -47,29 +47,38 @@ impl Tool for OutboxTool {
         Box::pin(async move {
             let id = invocation.execution_id.clone();
             let payload = invocation.arguments.to_string();
-            match outbox.enqueue(&id, &payload) {
+            // A failed enqueue wrote nothing: the effect cannot happen, now or later.
+            let drained = match outbox.enqueue(&id, &payload) {
                 Ok(Enqueued::New | Enqueued::Existing(DeliveryStatus::Pending)) => {
-                    if let Err(e) = drain(outbox.as_ref(), deliverer.as_ref()).await {
-                        return ToolOutput::Failed(format!("delivery queue: {e}"));
-                    }
+                    drain(outbox.as_ref(), deliverer.as_ref()).await.map(|_| ())
                 }
-                Ok(Enqueued::Existing(_) | Enqueued::Tombstoned(_)) => {}
-                Err(e) => return ToolOutput::Failed(format!("delivery queue: {e}")),
-            }
+                Ok(Enqueued::Existing(_) | Enqueued::Tombstoned(_)) => Ok(()),
+                Err(e) => return ToolOutput::Failed(format!("not delivered: the delivery queue refused it ({e})")),
+            };
+            // Only the row says what happened. A drain that failed (a receipt that could not be
+            // recorded, say) may have delivered: anything short of a settled row is unknown to
+            // the model, never a failure it would retry.
+            let unsettled = |state: &str| {
+                let why = drained.as_ref().err().map(|e| format!("; the queue reported: {e}")).unwrap_or_default();
+                ToolOutput::Unknown(format!(
+                    "delivery {id} is {state}{why}. It may still happen or may have happened; it will not be sent again from here. Verify the receiver before trying again."
+                ))
+            };
             match outbox.get(&id) {
                 Ok(Some(row)) => match row.status {
                     DeliveryStatus::Delivered => ToolOutput::Ok(row.result.unwrap_or_default()),
-                    DeliveryStatus::Failed => ToolOutput::Failed(format!("delivery {id} failed: {}", row.error.unwrap_or_default())),
+                    DeliveryStatus::Failed => {
+                        ToolOutput::Failed(format!("delivery {id} failed: {}", row.error.unwrap_or_default()))
+                    }
                     DeliveryStatus::Unknown => ToolOutput::Unknown(format!(
                         "delivery {id} outcome unknown ({}); it was not resent. Verify the receiver before trying again.",
                         row.error.unwrap_or_default()
                     )),
-                    DeliveryStatus::Pending | DeliveryStatus::Delivering => {
-                        ToolOutput::Failed(format!("delivery {id} is still {}; it will complete through the queue", row.status))
-                    }
+                    DeliveryStatus::Pending => unsettled("still queued (it will be delivered through the queue)"),
+                    DeliveryStatus::Delivering => unsettled("in flight"),
                 },
-                Ok(None) => ToolOutput::Failed(format!("delivery {id} was pruned; its outcome is in the tombstones")),
-                Err(e) => ToolOutput::Failed(format!("delivery queue: {e}")),
+                Ok(None) => unsettled("pruned (its outcome is in the tombstones)"),
+                Err(e) => unsettled(&format!("unreadable ({e})")),
             }
         })
     }

@@ -326,6 +326,44 @@ fn the_outbox_tool_never_sends_one_execution_twice() {
 }
 
 #[test]
+fn a_delivery_whose_receipt_cannot_be_recorded_is_unknown_to_the_model_never_failed() {
+    // Found by the simulator's result-matches-receipt invariant (mixed, seed 251): the
+    // receiver took the effect, the journal could not record the receipt (ENOSPC), and the
+    // tool answered TOOL_FAILED, which invites the model to send it again.
+    use crate::fixtures::FailOp;
+    use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FaultyFs::default();
+        let process: Arc<dyn Process> = TestProcess::new("a", &TestProcess::world());
+        let journal = dir.path().join("journal.jsonl");
+        let queue: Arc<dyn Outbox> =
+            Arc::new(JournalOutbox::open(seams_with(process, Arc::new(fs.clone())), &journal).unwrap());
+        // Writes from here: the enqueue (0), the claim (1), the receipt (2) fails.
+        fs.fail(FailOp::Write, 2);
+        let receiver = Arc::new(Receiver::default());
+        let schema = faultline_runtime::event::ToolSchema {
+            name: "send".into(),
+            description: String::new(),
+            parameters: serde_json::json!({}),
+        };
+        let tool = OutboxTool::new(schema, queue.clone(), Arc::new(Shared(receiver.clone())));
+        let invocation = ToolInvocation {
+            session: "s".into(),
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            arguments: serde_json::json!({"text": "hi"}),
+            execution_id: "s:1:1:c1".into(),
+        };
+        let outcome = tool.call(invocation, Default::default()).await;
+        assert_eq!(receiver.sends().len(), 1, "the effect happened once");
+        assert!(matches!(&outcome, ToolOutput::Unknown(text) if text.contains("in flight")), "{outcome:?}");
+    });
+}
+
+#[test]
 fn redaction_covers_tokens_keys_and_url_credentials() {
     let text = redact("Authorization: Bearer abc.def-123; url https://u:p@x.io/a?api_key=K1&x=2; \"token\": \"T2\"; sk-proj-ABCDEF123");
     for secret in ["abc.def-123", ":p@", "K1", "T2", "sk-proj-ABCDEF123"] {

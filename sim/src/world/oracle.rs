@@ -1,9 +1,9 @@
 //! The oracle (SPEC §10): invariants checked after every run. A violation names the
 //! invariant, where (seq or execution id) and when (simulated ms).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use faultline_runtime::event::{Event, Record, TurnEndReason, Validator};
+use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason, Validator};
 use serde::Serialize;
 
 use super::seeded::Plan;
@@ -94,6 +94,100 @@ pub const SOMETIMES: [&str; 6] = [
     "tool-timeout-awaited",
     "side-effect-confirmed",
 ];
+
+/// The side effects against evidence the runtime cannot touch: the gateway's receipts (what
+/// arrived, when, with which body). `records` is the recovered transcript, or for a run that
+/// never converged the records acknowledged durable.
+fn effect_evidence(plan: &Plan, records: &[Record], receipts: &[Receipt], sim_ms: u64) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut fail =
+        |invariant: &'static str, detail: String, at_ms: u64| out.push(Violation { invariant, detail, at_ms });
+    let id = |turn, step, call_id: &str| faultline_runtime::store::repair::execution_id("sim", turn, step, call_id);
+    // Intent before effect: every receipt has a durable tool/call.
+    let calls: BTreeMap<String, &faultline_runtime::event::ToolCall> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolCall(call) => Some((id(call.turn, call.step, &call.call_id), call)),
+            _ => None,
+        })
+        .collect();
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for receipt in receipts {
+        match calls.get(&receipt.execution_id) {
+            None => fail(
+                "intent-before-effect",
+                format!("execution {} reached the gateway without a durable tool/call", receipt.execution_id),
+                receipt.at_ms,
+            ),
+            // The gateway received what the call asked for, not something else.
+            Some(call) => {
+                let asked: Option<serde_json::Value> = serde_json::from_str(&call.arguments).ok();
+                let got: Option<serde_json::Value> = serde_json::from_str(&receipt.body).ok();
+                if asked.is_none() || asked != got {
+                    fail(
+                        "receipt-matches-call",
+                        format!(
+                            "execution {} delivered {:?}, but its tool/call asked for {:?}",
+                            receipt.execution_id, receipt.body, call.arguments
+                        ),
+                        receipt.at_ms,
+                    );
+                }
+            }
+        }
+        *seen.entry(receipt.execution_id.as_str()).or_default() += 1;
+    }
+    // At most once per execution id, across restarts (an unknown outcome is never re-run).
+    for (id, count) in &seen {
+        if *count > 1 {
+            fail("at-most-once", format!("execution {id} reached the gateway {count} times"), sim_ms);
+        }
+    }
+    // What the transcript says of each side effect agrees with the gateway: an ok result was
+    // received; a call that never started, was never dispatched or was refused was not.
+    let gateway_tools: BTreeSet<&str> =
+        plan.tools.iter().filter(|t| t.kind == "gateway").map(|t| t.name.as_str()).collect();
+    let mut names: BTreeMap<String, &str> = BTreeMap::new();
+    for r in records {
+        match &r.event {
+            Event::AssistantMessage(m) => {
+                for (call_id, name, _) in m.message.tool_calls() {
+                    names.insert(id(m.turn, m.step, call_id), name);
+                }
+            }
+            Event::ToolCall(call) => {
+                names.insert(id(call.turn, call.step, &call.call_id), call.name.as_str());
+            }
+            Event::ToolResult(result) => {
+                let execution = id(result.turn, result.step, &result.call_id);
+                if !names.get(&execution).is_some_and(|name| gateway_tools.contains(name)) {
+                    continue;
+                }
+                let received = seen.contains_key(execution.as_str());
+                let code = result.error.as_ref().map(|e| e.code);
+                let contradiction = match code {
+                    None => (!received).then_some("succeeded, but the gateway never received it"),
+                    Some(ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch | ErrorCode::ToolFailed)
+                        if received =>
+                    {
+                        Some("did not happen, but the gateway received it")
+                    }
+                    _ => None,
+                };
+                if let Some(what) = contradiction {
+                    let code = code.map_or_else(|| "ok".to_owned(), |c| c.to_string());
+                    fail(
+                        "result-matches-receipt",
+                        format!("seq {}: the transcript says execution {execution} ({code}) {what}", r.seq),
+                        sim_ms,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
 
 /// Room for the marker a truncated tool output ends with, in bytes.
 const TRUNCATION_MARKER_BYTES: usize = 64;
@@ -199,6 +293,10 @@ pub(super) fn check(
             ),
             sim_ms,
         );
+        // No liveness excuses no safety: what was acknowledged durable is evidence enough to
+        // hold the gateway's receipts against.
+        let acked: Vec<Record> = world.acked.values().cloned().collect();
+        out.extend(effect_evidence(plan, &acked, receipts, sim_ms));
         return out;
     }
     // Log invariants of the recovered transcript (which also rules out citing a failed
@@ -249,33 +347,8 @@ pub(super) fn check(
             fail(invariant, format!("seq {} holds {bytes} bytes of text, above the {max}-byte limit", r.seq), sim_ms);
         }
     }
-    // Intent before effect: every receipt has a durable tool/call.
-    let calls: BTreeMap<String, u64> = transcript
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::ToolCall(call) => Some((
-                faultline_runtime::store::repair::execution_id("sim", call.turn, call.step, &call.call_id),
-                r.seq,
-            )),
-            _ => None,
-        })
-        .collect();
-    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
-    for receipt in receipts {
-        if !calls.contains_key(&receipt.execution_id) {
-            fail(
-                "intent-before-effect",
-                format!("execution {} reached the gateway without a durable tool/call", receipt.execution_id),
-                receipt.at_ms,
-            );
-        }
-        *seen.entry(receipt.execution_id.as_str()).or_default() += 1;
-    }
-    // At most once per execution id, across restarts (an unknown outcome is never re-run).
-    for (id, count) in seen {
-        if count > 1 {
-            fail("at-most-once", format!("execution {id} reached the gateway {count} times"), sim_ms);
-        }
+    for v in effect_evidence(plan, transcript, receipts, sim_ms) {
+        fail(v.invariant, v.detail, v.at_ms);
     }
     // Retry accounting within policy.
     let mut retries: BTreeMap<(u32, u32), (u32, Option<u32>)> = BTreeMap::new();
