@@ -351,6 +351,10 @@ pub struct Expectations {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_update_rejected: Option<bool>,
+    /// How many planned crashes (crash points and crashes before a disk operation) fire.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crashes_fired: Option<usize>,
     /// Codes of tool results, in order.
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -365,6 +369,7 @@ impl Expectations {
             && self.model_requests.is_none()
             && self.config_update_rejected.is_none()
             && self.tool_result_codes.is_none()
+            && self.crashes_fired.is_none()
     }
 }
 

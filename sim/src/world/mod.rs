@@ -106,6 +106,11 @@ struct World {
     accepted: BTreeMap<u64, Record>,
     /// Records acknowledged durable by any incarnation: they must survive byte-identical.
     acked: BTreeMap<u64, Record>,
+    /// When each seq was first seen acknowledged durable (simulated ms), observed outside the
+    /// host: intent before effect compares it with the gateway's receipt times.
+    durable_at: BTreeMap<u64, u64>,
+    /// Planned crashes (crash points, a crash before a disk operation) that fired.
+    crashes_fired: usize,
     /// Mutating filesystem operations of the incarnations that ended.
     fs_ops: u64,
     /// The current incarnation's disk faults (its op count).
@@ -225,6 +230,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     let mut partitioned: BTreeSet<usize> = BTreeSet::new();
     let mut fs_crash_done = false;
+    let mut disk_op_crashes = 0;
     let budget = Duration::from_millis(plan.budget_ms);
     let heal_at = Duration::from_millis(plan.heal_at_ms);
     let mut healed = false;
@@ -265,6 +271,8 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         let fs_crash = first_life_fs.crashed() && lock(&world).incarnation == 1 && !fs_crash_done;
         if crash.is_some() || restart || fs_crash {
             fs_crash_done |= fs_crash;
+            // A crash point freezes the disk too: only a crash without one was "before op k".
+            disk_op_crashes += usize::from(fs_crash && crash.is_none());
             let at = sim.elapsed().as_millis();
             let what = match (crash, fs_crash) {
                 (Some(p), _) => format!("crash at {p}"),
@@ -311,6 +319,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let model_requests = request_bodies.len();
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+    world.crashes_fired = control.fired + disk_op_crashes;
     let transcript = world.transcript.clone().unwrap_or_default();
     let mut faults_fired = world.faults_fired.clone();
     faults_fired.extend(plan.families.iter().cloned());
@@ -557,7 +566,9 @@ impl AgentLife {
                     let through = *watermark.borrow_and_update();
                     let mut w = lock(&world);
                     let durable: Vec<Record> = w.accepted.range(..through).map(|(_, r)| r.clone()).collect();
+                    let now_ms = turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64);
                     for record in durable {
+                        w.durable_at.entry(record.seq).or_insert(now_ms);
                         w.acked.insert(record.seq, record);
                     }
                 }

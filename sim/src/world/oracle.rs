@@ -98,16 +98,22 @@ pub const SOMETIMES: [&str; 6] = [
 /// The side effects against evidence the runtime cannot touch: the gateway's receipts (what
 /// arrived, when, with which body). `records` is the recovered transcript, or for a run that
 /// never converged the records acknowledged durable.
-fn effect_evidence(plan: &Plan, records: &[Record], receipts: &[Receipt], sim_ms: u64) -> Vec<Violation> {
+fn effect_evidence(
+    plan: &Plan,
+    world: &World,
+    records: &[Record],
+    receipts: &[Receipt],
+    sim_ms: u64,
+) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut fail =
         |invariant: &'static str, detail: String, at_ms: u64| out.push(Violation { invariant, detail, at_ms });
     let id = |turn, step, call_id: &str| faultline_runtime::store::repair::execution_id("sim", turn, step, call_id);
     // Intent before effect: every receipt has a durable tool/call.
-    let calls: BTreeMap<String, &faultline_runtime::event::ToolCall> = records
+    let calls: BTreeMap<String, (u64, &faultline_runtime::event::ToolCall)> = records
         .iter()
         .filter_map(|r| match &r.event {
-            Event::ToolCall(call) => Some((id(call.turn, call.step, &call.call_id), call)),
+            Event::ToolCall(call) => Some((id(call.turn, call.step, &call.call_id), (r.seq, call))),
             _ => None,
         })
         .collect();
@@ -119,8 +125,25 @@ fn effect_evidence(plan: &Plan, records: &[Record], receipts: &[Receipt], sim_ms
                 format!("execution {} reached the gateway without a durable tool/call", receipt.execution_id),
                 receipt.at_ms,
             ),
-            // The gateway received what the call asked for, not something else.
-            Some(call) => {
+            Some((seq, call)) => {
+                // Durable before the effect, by the watermark observed outside the host: not
+                // merely present at the end.
+                match world.durable_at.get(seq) {
+                    Some(&durable_ms) if durable_ms <= receipt.at_ms => {}
+                    found => fail(
+                        "intent-before-effect",
+                        format!(
+                            "execution {} reached the gateway at {} ms, but its tool/call (seq {seq}) was {}",
+                            receipt.execution_id,
+                            receipt.at_ms,
+                            found.map_or("never acknowledged durable".to_owned(), |ms| format!(
+                                "acknowledged durable only at {ms} ms"
+                            ))
+                        ),
+                        receipt.at_ms,
+                    ),
+                }
+                // The gateway received what the call asked for, not something else.
                 let asked: Option<serde_json::Value> = serde_json::from_str(&call.arguments).ok();
                 let got: Option<serde_json::Value> = serde_json::from_str(&receipt.body).ok();
                 if asked.is_none() || asked != got {
@@ -296,7 +319,7 @@ pub(super) fn check(
         // No liveness excuses no safety: what was acknowledged durable is evidence enough to
         // hold the gateway's receipts against.
         let acked: Vec<Record> = world.acked.values().cloned().collect();
-        out.extend(effect_evidence(plan, &acked, receipts, sim_ms));
+        out.extend(effect_evidence(plan, world, &acked, receipts, sim_ms));
         return out;
     }
     // Log invariants of the recovered transcript (which also rules out citing a failed
@@ -304,12 +327,25 @@ pub(super) fn check(
     if let Err(v) = Validator::validate_all(transcript) {
         fail("log-invariants", v.to_string(), sim_ms);
     }
-    let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
-    // The cancel's extra message counts only if the cancel fired before the workload ended.
-    let extra = plan.faults.cancel_then_submit && world.faults_fired.contains("cancel");
-    let expected_users = plan.messages.len() + usize::from(extra);
-    if users != expected_users {
-        fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);
+    // A valid log may still end inside a turn: a converged run may not.
+    let open_turn = transcript.iter().fold(None, |open, r| match &r.event {
+        Event::TurnStart(start) => Some(start.turn),
+        Event::TurnEnd(_) => None,
+        _ => open,
+    });
+    if let Some(turn) = open_turn {
+        fail("turn-closed", format!("turn {turn} is still open at the end of a converged run"), sim_ms);
+    }
+    // A scenario that says how many of its planned crashes fire holds to it: one that
+    // silently stopped crashing would prove nothing.
+    if let Some(expected) = plan.expect.crashes_fired {
+        if world.crashes_fired != expected {
+            fail(
+                "planned-crash-fired",
+                format!("{} planned crashes fired, the scenario expects {expected}", world.crashes_fired),
+                sim_ms,
+            );
+        }
     }
     // Everything acknowledged durable before a crash survives byte-identical.
     for (seq, acked) in &world.acked {
@@ -347,7 +383,7 @@ pub(super) fn check(
             fail(invariant, format!("seq {} holds {bytes} bytes of text, above the {max}-byte limit", r.seq), sim_ms);
         }
     }
-    for v in effect_evidence(plan, transcript, receipts, sim_ms) {
+    for v in effect_evidence(plan, world, transcript, receipts, sim_ms) {
         fail(v.invariant, v.detail, v.at_ms);
     }
     // Retry accounting within policy.

@@ -18,6 +18,8 @@ pub struct CrashControl {
     pub hits: BTreeMap<CrashPoint, u32>,
     /// Set when the probe fired; the driver crashes the host and clears it.
     pub requested: Option<CrashPoint>,
+    /// How many planned crashes fired.
+    pub fired: usize,
 }
 
 /// The probe of one incarnation.
@@ -42,6 +44,7 @@ impl Probe for SimProbe {
         if control.plan.front() == Some(&(point, count)) {
             control.plan.pop_front();
             control.requested = Some(point);
+            control.fired += 1;
             self.fs.crash_now();
             return true;
         }
