@@ -15,8 +15,8 @@ use faultline_runtime::CRASH_POINTS;
 
 use crate::model_server::{Frame, Response};
 use crate::scenario::{
-    CrashFault, FaultPlan, FsFault, Partition, Scenario, ScenarioTool, FS_CRASH_OP_MIN, FS_OP_MAX,
-    PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    CrashFault, FaultPlan, FsErrorKind, FsFault, Partition, Scenario, ScenarioTool, ToolKind, FS_CRASH_OP_MIN,
+    FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 
 /// Most turns (user messages) of one generated conversation.
@@ -84,13 +84,13 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
         .prop_map(|(point, hit, restart_after_ms)| CrashFault { point, hit, restart_after_ms });
     let fs = (
         prop::option::of(prop::sample::select(vec![512u64, 4096])),
-        prop::option::of((0..FS_OP_MAX, prop::sample::select(vec!["eio", "enospc"]))),
+        prop::option::of((0..FS_OP_MAX, prop::sample::select(vec![FsErrorKind::Eio, FsErrorKind::Enospc]))),
         prop::option::of(FS_CRASH_OP_MIN..FS_OP_MAX),
     )
         .prop_map(|(block_size, error, crash_before_op)| FsFault {
             block_size,
             fail_op: error.map(|(op, _)| op),
-            fail_kind: error.map(|(_, kind)| kind.to_owned()),
+            fail_kind: error.map(|(_, kind)| kind),
             crash_before_op,
             power_loss_hole: false,
         });
@@ -128,11 +128,11 @@ impl Workload {
         scenario.generated = false;
         scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
         scenario.tools = vec![
-            ScenarioTool { name: SEND.into(), kind: "gateway".into(), ..tool() },
-            ScenarioTool { name: ECHO.into(), kind: "echo".into(), ..tool() },
+            ScenarioTool { name: SEND.into(), kind: ToolKind::Gateway, ..tool() },
+            ScenarioTool { name: ECHO.into(), kind: ToolKind::Echo, ..tool() },
             ScenarioTool {
                 name: SLOW.into(),
-                kind: "sleep".into(),
+                kind: ToolKind::Sleep,
                 timeout_ms: Some(self.slow_timeout_ms),
                 work_ms: self.slow_work_ms,
                 ignore_abort: self.slow_ignores_abort,
@@ -176,7 +176,7 @@ impl Workload {
 fn tool() -> ScenarioTool {
     ScenarioTool {
         name: String::new(),
-        kind: String::new(),
+        kind: ToolKind::Echo,
         timeout_ms: None,
         work_ms: 0,
         ignore_abort: false,

@@ -14,5 +14,8 @@ pub mod shrink;
 pub mod world;
 
 pub use fault_fs::{FaultFs, FsFaults, FsOp};
-pub use scenario::{Regression, Scenario, ScenarioInfo, ScenarioTool, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS};
+pub use scenario::{
+    FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, ToolKind, BUILT_IN_SCENARIOS,
+    REGRESSION_SCENARIOS,
+};
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};

@@ -141,10 +141,8 @@ fn default_budget_ms() -> u64 {
 pub struct ScenarioTool {
     /// Tool name.
     pub name: String,
-    /// `gateway`: a side effect delivered through the outbox to the gateway host.
-    /// `echo`: a local tool without side effects. `sleep`: waits `work_ms` (cooperatively).
-    /// `leaky`: prints a secret its process holds (the gateway token), as a careless tool would.
-    pub kind: String,
+    /// What the tool does (a closed set: a typo fails to parse).
+    pub kind: ToolKind,
     /// The tool's own deadline.
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -162,6 +160,53 @@ pub struct ScenarioTool {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_bytes: Option<usize>,
+}
+
+/// The kinds of simulated tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolKind {
+    /// A side effect delivered through the outbox to the gateway host.
+    Gateway,
+    /// A local tool without side effects: echoes its arguments.
+    #[default]
+    Echo,
+    /// Waits `work_ms` (cooperatively, unless `ignore_abort`).
+    Sleep,
+    /// Prints a secret its process holds (the gateway token), as a careless tool would.
+    Leaky,
+}
+
+impl ToolKind {
+    /// The name scenario files use (also the tool's description to the model).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::Gateway => "gateway",
+            ToolKind::Echo => "echo",
+            ToolKind::Sleep => "sleep",
+            ToolKind::Leaky => "leaky",
+        }
+    }
+}
+
+/// The disk errors a scenario may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FsErrorKind {
+    /// An I/O error (EIO) on the write or fsync.
+    Eio,
+    /// No space left on device (ENOSPC).
+    Enospc,
+}
+
+impl FsErrorKind {
+    /// The family name in coverage reports.
+    pub fn family(self) -> &'static str {
+        match self {
+            FsErrorKind::Eio => "eio",
+            FsErrorKind::Enospc => "enospc",
+        }
+    }
 }
 
 /// Largest `output_bytes` a scenario tool may print, in bytes.
@@ -304,7 +349,7 @@ pub struct FsFault {
     /// ...with `eio` or `enospc`.
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fail_kind: Option<String>,
+    pub fail_kind: Option<FsErrorKind>,
     /// Crash the host before this mutating operation of the first incarnation.
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -31,7 +31,7 @@ pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
-use crate::scenario::{RotTarget, Scenario};
+use crate::scenario::{FsErrorKind, RotTarget, Scenario, ToolKind};
 use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimEntropy, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
@@ -169,8 +169,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect();
     let first_life_fs = FsFaults::new();
     if let Some(fs) = &plan.faults.fs {
-        if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind.as_deref()) {
-            let kind = if kind == "enospc" { std::io::ErrorKind::StorageFull } else { std::io::ErrorKind::Other };
+        if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
+            let kind = match kind {
+                FsErrorKind::Enospc => std::io::ErrorKind::StorageFull,
+                FsErrorKind::Eio => std::io::ErrorKind::Other,
+            };
             first_life_fs.fail(op, kind);
         }
         if let Some(op) = fs.crash_before_op {
@@ -496,11 +499,11 @@ impl AgentLife {
         for tool in &self.plan.tools {
             let schema = ToolSchema {
                 name: tool.name.clone(),
-                description: tool.kind.clone(),
+                description: tool.kind.as_str().to_owned(),
                 parameters: serde_json::json!({"type": "object"}),
             };
-            tools = match tool.kind.as_str() {
-                "gateway" => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
+            tools = match tool.kind {
+                ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
                 _ => tools.with(Arc::new(LocalTool {
                     schema,
                     timeout_ms: tool.timeout_ms,
@@ -508,7 +511,7 @@ impl AgentLife {
                     ignore_abort: tool.ignore_abort,
                     output_bytes: tool.output_bytes,
                     // A careless tool prints a secret its process holds (the gateway token).
-                    leaks: (tool.kind == "leaky").then(|| gateway_token(self.seed)),
+                    leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(self.seed)),
                     clock: seams.clock.clone(),
                 })),
             };

@@ -169,7 +169,7 @@ fn effect_evidence(
     // What the transcript says of each side effect agrees with the gateway: an ok result was
     // received; a call that never started, was never dispatched or was refused was not.
     let gateway_tools: BTreeSet<&str> =
-        plan.tools.iter().filter(|t| t.kind == "gateway").map(|t| t.name.as_str()).collect();
+        plan.tools.iter().filter(|t| t.kind == crate::scenario::ToolKind::Gateway).map(|t| t.name.as_str()).collect();
     let mut names: BTreeMap<String, &str> = BTreeMap::new();
     for r in records {
         match &r.event {

@@ -8,8 +8,8 @@ use faultline_runtime::{CrashPoint, Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
 use crate::scenario::{
-    CrashFault, Expectations, FaultPlan, FsFault, Partition, RotTarget, Scenario, ScenarioTool, FS_CRASH_OP_MIN,
-    FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    CrashFault, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotTarget, Scenario, ScenarioTool,
+    FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 use crate::SimEntropy;
 
@@ -82,7 +82,7 @@ pub struct Swarm {
     /// Unsynced writes are torn at this block size when the host crashes.
     pub torn_block: Option<u64>,
     /// A disk operation fails (EIO or ENOSPC) once.
-    pub fs_error: Option<(u64, &'static str)>,
+    pub fs_error: Option<(u64, FsErrorKind)>,
     /// A crash before a numbered disk operation.
     pub fs_crash_before_op: Option<u64>,
     /// Partitions between the agent and the model or gateway.
@@ -145,7 +145,7 @@ impl Swarm {
         let torn_block = on("torn").then(|| *pick(&stream(seed, "torn"), &[512, 4096]));
         let fs_error = on("fs-error").then(|| {
             let fs = stream(seed, "fs-error");
-            (fs.next_u64() % FS_OP_MAX, *pick(&fs, &["eio", "enospc"]))
+            (fs.next_u64() % FS_OP_MAX, *pick(&fs, &[FsErrorKind::Eio, FsErrorKind::Enospc]))
         });
         let fs_crash_before_op = on("fs-crash")
             .then(|| FS_CRASH_OP_MIN + stream(seed, "fs-crash").next_u64() % (FS_OP_MAX - FS_CRASH_OP_MIN));
@@ -209,7 +209,7 @@ impl Swarm {
             on.push(format!("torn-write {block}"));
         }
         if let Some((op, kind)) = self.fs_error {
-            on.push(format!("{kind} at op {op}"));
+            on.push(format!("{} at op {op}", kind.family()));
         }
         if let Some(op) = self.fs_crash_before_op {
             on.push(format!("crash before op {op}"));
@@ -278,7 +278,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             faults.fs = Some(FsFault {
                 block_size: swarm.torn_block,
                 fail_op: swarm.fs_error.map(|(op, _)| op),
-                fail_kind: swarm.fs_error.map(|(_, kind)| kind.to_owned()),
+                fail_kind: swarm.fs_error.map(|(_, kind)| kind),
                 crash_before_op: swarm.fs_crash_before_op,
                 power_loss_hole: swarm.power_loss_hole,
             });
@@ -340,11 +340,9 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         if fs.block_size.is_some() {
             families.insert("torn-write".to_owned());
         }
-        match fs.fail_kind.as_deref() {
-            Some("enospc") => families.insert("enospc".to_owned()),
-            Some(_) => families.insert("eio".to_owned()),
-            None => false,
-        };
+        if let Some(kind) = fs.fail_kind {
+            families.insert(kind.family().to_owned());
+        }
     }
     Plan {
         tick_ms: scenario.tick_ms,

@@ -177,7 +177,7 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
     // A tool that never returns and has no deadline: healing the faults cannot help.
     scenario.tools = vec![faultline_sim::ScenarioTool {
         name: "hang".into(),
-        kind: "sleep".into(),
+        kind: faultline_sim::ToolKind::Sleep,
         timeout_ms: None,
         work_ms: 10_000_000,
         ignore_abort: true,

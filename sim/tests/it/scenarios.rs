@@ -121,3 +121,17 @@ fn elide_runs(text: &str) -> String {
     }
     out
 }
+
+/// Closed sets in scenario files are enums: a typo is a parse error naming the field, not a
+/// silently different run (a `gatway` tool used to become a local echo tool).
+#[test]
+fn a_typo_in_a_tool_kind_or_a_disk_error_fails_to_parse() {
+    let base = faultline_sim::Scenario::built_in("torn-write-mid-append").unwrap().to_toml();
+    let typo_tool = base.replace("kind = \"gateway\"", "kind = \"gatway\"");
+    assert_ne!(typo_tool, base);
+    let error = faultline_sim::Scenario::parse(&typo_tool).unwrap_err().to_string();
+    assert!(error.contains("gatway") && error.contains("tools"), "{error}");
+    let typo_disk = base.replace("[faults.fs]", "[faults.fs]\nfail_op = 3\nfail_kind = \"eoi\"");
+    let error = faultline_sim::Scenario::parse(&typo_disk).unwrap_err().to_string();
+    assert!(error.contains("eoi") && error.contains("fail_kind"), "{error}");
+}
