@@ -21,4 +21,4 @@ pub use seams::{
     crash_point, BoxFuture, ByteStream, Clock, CrashPoint, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener,
     Liveness, Monotonic, Net, NoProbe, OpenOptions, OwnerIdentity, Probe, Process, Seams, CRASH_POINTS,
 };
-pub use secrets::{Scrubber, SECRETS_COUNT_MAX, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
+pub use secrets::{Scrubber, StreamKey, StreamScrubber, SECRETS_COUNT_MAX, SECRET_BYTES_MAX, SECRET_BYTES_MIN};

@@ -8,6 +8,7 @@
 //! (which covers its `Bearer …` form), and the pattern redaction of
 //! [`crate::outbox::redact`] runs after it as a second net for keys the runtime never held.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use crate::event::{Event, Record};
@@ -17,7 +18,7 @@ use crate::event::{Event, Record};
 pub const SECRET_BYTES_MIN: usize = 8;
 /// Most values held (a secret and its JSON-escaped form count apart); registering more is
 /// refused, so a process that rotates keys forever cannot grow the set without bound.
-pub const SECRETS_COUNT_MAX: usize = 64;
+pub const SECRETS_COUNT_MAX: usize = 1024;
 /// Longest secret registered, in bytes.
 pub const SECRET_BYTES_MAX: usize = 8 * 1024;
 
@@ -54,12 +55,13 @@ impl Scrubber {
         if values.iter().any(|v| v == value) {
             return true;
         }
-        if values.len() + 2 > SECRETS_COUNT_MAX {
+        let escaped = serde_json::to_string(value).expect("strings serialise");
+        let escaped = &escaped[1..escaped.len() - 1];
+        let needed = if escaped == value { 1 } else { 2 };
+        if values.len() + needed > SECRETS_COUNT_MAX {
             return false;
         }
         values.push(value.to_owned());
-        let escaped = serde_json::to_string(value).expect("strings serialise");
-        let escaped = &escaped[1..escaped.len() - 1];
         if escaped != value {
             values.push(escaped.to_owned());
         }
@@ -93,6 +95,21 @@ impl Scrubber {
         }
     }
 
+    /// The length of the longest tail of `text` that is a proper prefix of a registered value:
+    /// what a stream must hold back, since the next delta may complete the secret.
+    fn partial_tail_bytes(&self, text: &str) -> usize {
+        let mut longest = 0;
+        for value in self.read().iter() {
+            let most = (value.len() - 1).min(text.len());
+            if let Some(k) = (longest + 1..=most).rev().find(|&k| {
+                value.is_char_boundary(k) && text.is_char_boundary(text.len() - k) && text.ends_with(&value[..k])
+            }) {
+                longest = k;
+            }
+        }
+        longest
+    }
+
     /// `event` with every string inside it scrubbed (a record about to be stored). Cheap when
     /// nothing leaks: one encoding and a substring search per secret.
     pub fn scrub_event(&self, event: Event) -> Event {
@@ -105,12 +122,24 @@ impl Scrubber {
             return record.event;
         }
         let mut value: serde_json::Value = serde_json::from_str(&encoded).expect("records are JSON");
-        self.scrub_json(&mut value);
-        // Scrubbing only replaces text inside strings, so the record still decodes.
-        Record::decode(&value.to_string()).expect("a scrubbed record decodes").event
+        // Only the payload: the envelope's `type` is the runtime's own word, never a secret,
+        // and scrubbing it would leave a record that no longer decodes.
+        if let Some(data) = value.get_mut("data") {
+            self.scrub_json(data);
+        }
+        match Record::decode(&value.to_string()) {
+            Ok(record) => record.event,
+            // A secret that happened to equal a closed-set word (a role, a block type): the
+            // payload no longer decodes. Keep nothing of it rather than the secret.
+            Err(_) => panic!(
+                "a scrubbed payload no longer decodes: a registered secret equals one of the runtime's own words"
+            ),
+        }
     }
 
-    fn scrub_json(&self, value: &mut serde_json::Value) {
+    /// Every string inside `value` scrubbed by value (tool arguments once parsed: `\u004c…`
+    /// escapes hide a key from a search of the raw text, not from this).
+    pub fn scrub_json(&self, value: &mut serde_json::Value) {
         match value {
             serde_json::Value::String(text) => self.scrub_values(text),
             serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
@@ -140,4 +169,46 @@ fn may_carry_outside_text(event: &Event) -> bool {
             | Event::LlmRetryStarted(_)
             | Event::AssistantChunk(_)
     )
+}
+
+/// Which stream of a message a delta belongs to: its kind and block index.
+pub type StreamKey = (u8, u32);
+
+/// Scrubs text that arrives in deltas, where a secret may be split across two of them (a
+/// model streams an echoed key token by token). Per stream it holds back the longest tail that
+/// could begin a secret and releases it with the next delta, or at the end of the block; so no
+/// emitted delta ever holds a secret or a piece of one that a later delta completes.
+#[derive(Debug, Default)]
+pub struct StreamScrubber {
+    held: BTreeMap<StreamKey, String>,
+}
+
+impl StreamScrubber {
+    /// The part of `held + text` that can be released now, scrubbed (values, then patterns).
+    pub fn push(&mut self, secrets: &Scrubber, key: StreamKey, text: &str) -> String {
+        let mut joined = self.held.remove(&key).unwrap_or_default();
+        joined.push_str(text);
+        // Whole secrets first: a secret inside the text must not be cut by the hold-back.
+        secrets.scrub_values(&mut joined);
+        let keep = if crate::bugs::planted("scrub-by-pattern-only") { 0 } else { secrets.partial_tail_bytes(&joined) };
+        let rest = joined.split_off(joined.len() - keep);
+        if !rest.is_empty() {
+            self.held.insert(key, rest);
+        }
+        if joined.is_empty() {
+            joined
+        } else {
+            crate::outbox::redact(&joined)
+        }
+    }
+
+    /// What is still held for `key`: the stream ended, so it can complete no secret.
+    pub fn flush(&mut self, key: StreamKey) -> Option<String> {
+        self.held.remove(&key).filter(|t| !t.is_empty())
+    }
+
+    /// Every stream that still holds text, in key order.
+    pub fn keys(&self) -> Vec<StreamKey> {
+        self.held.keys().copied().collect()
+    }
 }

@@ -340,6 +340,39 @@ fn inspecting_commands_never_create_or_change_a_database() {
         assert_eq!(listed.status.code(), Some(1), "{}", stderr(&listed));
         assert_eq!(std::fs::read(db).unwrap(), before, "{} untouched", db.display());
     }
+    // A real faultline database: inspecting it leaves the directory as it was (no -wal/-shm).
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let mut append = Command::new(faultline_bin())
+        .args(["transcript", "append", "--dir", store_dir.to_str().unwrap(), "--session", "s1", "--store", "sqlite"])
+        .arg("--create")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    append
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"type\":\"turn/start\",\"seq\":0,\"time\":1,\"data\":{\"turn\":1}}\n")
+        .unwrap();
+    assert!(append.wait().unwrap().success());
+    let db = store_dir.join("sessions.sqlite");
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let (before_files, before_bytes) = (listing(&store_dir), std::fs::read(&db).unwrap());
+    for command in ["inspect", "cat", "report"] {
+        let output = faultline(&["transcript", command, "--sqlite", db.to_str().unwrap(), "--session", "s1"]);
+        assert!(matches!(output.status.code(), Some(0 | 3)), "{command}: {}", stderr(&output));
+    }
+    assert_eq!(listing(&store_dir), before_files, "no -wal or -shm left behind");
+    assert_eq!(std::fs::read(&db).unwrap(), before_bytes);
+
     let typo = dir.path().join("typo.sqlite");
     let listed = faultline(&["outbox", "list", "--db", typo.to_str().unwrap()]);
     assert_eq!(listed.status.code(), Some(1), "{}", stderr(&listed));

@@ -121,7 +121,9 @@ impl ToolEnv {
 
     /// Whether variable `name` is passed on to the command.
     pub fn passes(&self, name: &str) -> bool {
-        if self.hidden.iter().any(|h| h == name) {
+        // The presets' key variables are hidden even from a policy built by hand (an embedder's
+        // `CommandTool`), not only from one `AgentFile::parse` filled in.
+        if self.hidden.iter().any(|h| h == name) || PROVIDER_KEY_VARS.contains(&name) {
             return false;
         }
         if self.env_deny.iter().any(|d| d == name) {

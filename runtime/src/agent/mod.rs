@@ -271,6 +271,16 @@ impl Agent {
         if driver.inbox.len() >= INBOX_MESSAGES_MAX {
             return Err(Error::BadBatch(format!("the inbox holds {INBOX_MESSAGES_MAX} messages already")));
         }
+        let text = text.into();
+        // A message its record could not hold is refused here: accepted, it would sit at the
+        // front of the write-behind queue, refused by the store on every flush, forever.
+        let bytes = crate::store::json_escaped_bytes(&text);
+        if bytes > crate::store::ANSWER_BYTES_MAX {
+            return Err(Error::BadBatch(format!(
+                "the message is {bytes} bytes as JSON, above the {}-byte limit of one record",
+                crate::store::ANSWER_BYTES_MAX
+            )));
+        }
         driver.inbox.push_back(Message::user_text(text));
         if !driver.running {
             driver.running = true;

@@ -427,7 +427,7 @@ impl TurnCtx<'_> {
                 format!("there is no tool named {:?}", call.name),
             ));
         };
-        let arguments: serde_json::Value =
+        let mut arguments: serde_json::Value =
             serde_json::from_str(if call.arguments.trim().is_empty() { "{}" } else { &call.arguments }).map_err(
                 |e| {
                     CallOutcome::error(
@@ -437,6 +437,8 @@ impl TurnCtx<'_> {
                     )
                 },
             )?;
+        // What the tool (and a receiver, through the queue) gets is scrubbed after parsing.
+        self.shared.seams.secrets.scrub_json(&mut arguments);
         let Some(object) = arguments.as_object() else {
             return Err(CallOutcome::error(
                 ErrorCode::ToolFailed,

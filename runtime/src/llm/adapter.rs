@@ -24,7 +24,7 @@ use super::normalise::Normaliser;
 use super::sse::{SseDecoder, SseItem};
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
 use crate::seams::{Clock, Net};
-use crate::Scrubber;
+use crate::{Scrubber, StreamScrubber};
 
 /// Largest error-response body read for classification, in bytes.
 pub const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -68,6 +68,8 @@ impl Adapter {
             cancel,
             phase: Phase::Start,
             queue: VecDeque::new(),
+            ready: VecDeque::new(),
+            stream_scrubber: StreamScrubber::default(),
             connection: None,
             finished: false,
         }
@@ -88,6 +90,9 @@ pub struct ModelStream {
     cancel: CancellationToken,
     phase: Phase,
     queue: VecDeque<Chunk>,
+    /// Chunks scrubbed and ready for the caller.
+    ready: VecDeque<Chunk>,
+    stream_scrubber: StreamScrubber,
     connection: Option<tokio::task::JoinHandle<()>>,
     finished: bool,
 }
@@ -104,34 +109,73 @@ impl Drop for ModelStream {
     }
 }
 
-/// `chunk` with every registered secret scrubbed from its text.
-fn scrub_chunk(secrets: &Scrubber, chunk: Chunk) -> Chunk {
+const TEXT_STREAM: u8 = 0;
+const REASONING_STREAM: u8 = 1;
+const ARGUMENTS_STREAM: u8 = 2;
+
+/// The chunks `chunk` becomes once scrubbed (FAILURE-SECRETS): deltas pass through the
+/// [`StreamScrubber`] (a secret split across deltas is caught, a held-back tail is released
+/// before its block ends), failures and ids are scrubbed whole.
+fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, out: &mut VecDeque<Chunk>) {
+    let flush = |stream: &mut StreamScrubber, out: &mut VecDeque<Chunk>, key: (u8, u32)| {
+        if let Some(text) = stream.flush(key) {
+            let (kind, index) = key;
+            out.push_back(match kind {
+                TEXT_STREAM => Chunk::TextDelta { index, text },
+                REASONING_STREAM => Chunk::ReasoningDelta { index, text },
+                _ => Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: text },
+            });
+        }
+    };
+    let whole = |text: String| if secrets.leaks(&text) { secrets.scrub(&text) } else { text };
     match chunk {
-        Chunk::TextDelta { index, text } if secrets.leaks(&text) => {
-            Chunk::TextDelta { index, text: secrets.scrub(&text) }
+        Chunk::TextDelta { index, text } => {
+            let text = stream.push(secrets, (TEXT_STREAM, index), &text);
+            if !text.is_empty() {
+                out.push_back(Chunk::TextDelta { index, text });
+            }
         }
-        Chunk::ReasoningDelta { index, text } if secrets.leaks(&text) => {
-            Chunk::ReasoningDelta { index, text: secrets.scrub(&text) }
+        Chunk::ReasoningDelta { index, text } => {
+            let text = stream.push(secrets, (REASONING_STREAM, index), &text);
+            if !text.is_empty() {
+                out.push_back(Chunk::ReasoningDelta { index, text });
+            }
         }
-        Chunk::ToolCallDelta { index, id, name, arguments_delta } => Chunk::ToolCallDelta {
-            index,
-            id: id.map(|id| if secrets.leaks(&id) { secrets.scrub(&id) } else { id }),
-            name: name.map(|name| if secrets.leaks(&name) { secrets.scrub(&name) } else { name }),
-            arguments_delta: if secrets.leaks(&arguments_delta) {
-                secrets.scrub(&arguments_delta)
-            } else {
-                arguments_delta
-            },
-        },
-        Chunk::Finish { reason: FinishReason::Error { mut failure } } => {
-            secrets.scrub_failure(&mut failure);
-            Chunk::Finish { reason: FinishReason::Error { failure } }
+        Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
+            let arguments_delta = stream.push(secrets, (ARGUMENTS_STREAM, index), &arguments_delta);
+            if id.is_some() || name.is_some() || !arguments_delta.is_empty() {
+                out.push_back(Chunk::ToolCallDelta {
+                    index,
+                    id: id.map(whole),
+                    name: name.map(whole),
+                    arguments_delta,
+                });
+            }
         }
-        Chunk::Finish { reason: FinishReason::Aborted { mut failure } } => {
-            secrets.scrub_failure(&mut failure);
-            Chunk::Finish { reason: FinishReason::Aborted { failure } }
+        Chunk::BlockEnd { index } => {
+            for kind in [TEXT_STREAM, REASONING_STREAM, ARGUMENTS_STREAM] {
+                flush(stream, out, (kind, index));
+            }
+            out.push_back(Chunk::BlockEnd { index });
         }
-        other => other,
+        Chunk::Finish { reason } => {
+            for key in stream.keys() {
+                flush(stream, out, key);
+            }
+            let reason = match reason {
+                FinishReason::Error { mut failure } => {
+                    secrets.scrub_failure(&mut failure);
+                    FinishReason::Error { failure }
+                }
+                FinishReason::Aborted { mut failure } => {
+                    secrets.scrub_failure(&mut failure);
+                    FinishReason::Aborted { failure }
+                }
+                other => other,
+            };
+            out.push_back(Chunk::Finish { reason });
+        }
+        other => out.push_back(other),
     }
 }
 
@@ -156,15 +200,18 @@ impl ModelStream {
     /// The next chunk; `None` after the terminal `finish`.
     pub async fn next(&mut self) -> Option<Chunk> {
         loop {
-            if let Some(chunk) = self.queue.pop_front() {
-                // Whatever the server sent back — an echoed key in an error body, an SSE error
-                // event or the text itself — leaves the adapter scrubbed.
-                let chunk = scrub_chunk(&self.adapter.secrets, chunk);
+            if let Some(chunk) = self.ready.pop_front() {
                 if matches!(chunk, Chunk::Finish { .. }) {
                     self.finished = true;
                     self.shutdown();
                 }
                 return Some(chunk);
+            }
+            if let Some(chunk) = self.queue.pop_front() {
+                // Whatever the server sent back — an echoed key in an error body, an SSE error
+                // event or the text itself, whole or split across deltas — leaves scrubbed.
+                scrub_chunk(&self.adapter.secrets, &mut self.stream_scrubber, chunk, &mut self.ready);
+                continue;
             }
             if self.finished {
                 return None;
@@ -261,8 +308,18 @@ impl ModelStream {
         if (200..300).contains(&status) {
             return Ok(response.into_body());
         }
-        let (parts, body) = response.into_parts();
-        let text = self.read_error_body(body).await?;
+        let (mut parts, body) = response.into_parts();
+        // Scrubbed whole, before classification cuts them short: a cut through the middle of
+        // a key would leave its first bytes behind, unrecognisable.
+        let text = self.adapter.secrets.scrub(&self.read_error_body(body).await?);
+        for name in ["x-request-id", "x-deepseek-request-id"] {
+            if let Some(value) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
+                let scrubbed = self.adapter.secrets.scrub(value);
+                if let Ok(scrubbed) = hyper::header::HeaderValue::from_str(&scrubbed) {
+                    parts.headers.insert(name, scrubbed);
+                }
+            }
+        }
         Err(FinishReason::Error {
             failure: classify_status(status, &parts.headers, &text, self.adapter.clock.now_ms()),
         })

@@ -47,13 +47,18 @@ impl Tool for OutboxTool {
         Box::pin(async move {
             let id = invocation.execution_id.clone();
             let payload = invocation.arguments.to_string();
-            // A failed enqueue wrote nothing: the effect cannot happen, now or later.
             let drained = match outbox.enqueue(&id, &payload) {
                 Ok(Enqueued::New | Enqueued::Existing(DeliveryStatus::Pending)) => {
                     drain(outbox.as_ref(), deliverer.as_ref()).await.map(|_| ())
                 }
                 Ok(Enqueued::Existing(_) | Enqueued::Tombstoned(_)) => Ok(()),
-                Err(e) => return ToolOutput::Failed(format!("not delivered: the delivery queue refused it ({e})")),
+                // An append rolled back wrote nothing: the effect cannot happen, now or later.
+                Err(e @ crate::Error::AppendFailed { rollback: None, .. }) => {
+                    return ToolOutput::Failed(format!("not delivered: the delivery queue refused it ({e})"))
+                }
+                // Any other failure may have left the row behind, to be delivered by a later
+                // drain: the model must not send it again.
+                Err(e) => Err(e),
             };
             // Only the row says what happened. A drain that failed (a receipt that could not be
             // recorded, say) may have delivered: anything short of a settled row is unknown to

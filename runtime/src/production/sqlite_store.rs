@@ -65,7 +65,20 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection>
         Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
     }
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| not_ours(e.to_string()))?;
+    // A read-only connection to a WAL database creates `-wal` and `-shm` beside it when they
+    // are missing, and cannot remove them. Missing means no writer is live and nothing waits in
+    // a WAL: the file alone is the whole database, so open it immutable and create nothing.
+    let side = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name).exists()
+    };
+    let conn = if side("-wal") || side("-shm") {
+        Connection::open_with_flags(path, flags)
+    } else {
+        Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI)
+    }
+    .map_err(|e| not_ours(e.to_string()))?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
     for table in tables {
         let found: i64 = conn
@@ -76,6 +89,19 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection>
         }
     }
     Ok(conn)
+}
+
+/// `file:PATH?immutable=1`, with the characters a URI path cannot hold escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'?' | b'#' | b'%' | b' ' | 0x80.. => uri.push_str(&format!("%{byte:02X}")),
+            _ => uri.push(char::from(*byte)),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
 }
 
 /// Sessions in one SQLite database file.

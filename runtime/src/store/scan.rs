@@ -274,7 +274,7 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         // Zero bytes after the last complete frame, within one write unit of the end: the
         // signature of a power loss inside the last unit, so a torn tail (FAILURE-JSONL-PREFIX).
         FrameWalk::Corrupt { frames, offset, .. }
-            if frames.len() > 1 && is_zstd_power_loss_hole(&bytes[frames.last().map_or(0, |f| f.end)..]) =>
+            if !frames.is_empty() && is_zstd_power_loss_hole(&bytes[frames.last().map_or(0, |f| f.end)..]) =>
         {
             let at = frames.last().map_or(0, |f| f.end);
             debug_assert!(offset >= at);
@@ -299,6 +299,7 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
     let mut validator = Validator::new();
     let mut records = Vec::new();
     let mut complete = frames.len();
+    let mut salvage = true;
     for (i, frame) in frames.iter().enumerate().skip(1) {
         let text = match complete_frame_text(bytes, frame) {
             Ok(text) => text,
@@ -306,6 +307,8 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
             Err(_) if corrupt.is_none() && is_zstd_power_loss_hole(&bytes[frame.start..]) => {
                 complete = i;
                 torn_at = Some(frame.start);
+                // Its checksum failed: nothing decoded from it can be vouched for.
+                salvage = false;
                 break;
             }
             Err(reason) => return Scan::refused(ScanStatus::Corrupt, frame.start, reason, bytes.len()),
@@ -342,7 +345,7 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         scan.error = Some(ScanError { offset: offset as u64, reason });
     } else if let Some(torn_at) = torn_at {
         scan.status = ScanStatus::Torn;
-        let text = decompress_prefix(&bytes[torn_at..]);
+        let text = if salvage { decompress_prefix(&bytes[torn_at..]) } else { Vec::new() };
         let mut offset = 0;
         while let Some(end) = memchr(&text, offset) {
             match decode_next(&text[offset..end], &mut validator) {

@@ -44,3 +44,23 @@ fn every_string_inside_an_event_is_scrubbed_and_the_record_still_decodes() {
     let line = Record::new(0, 0, scrubbed).encode();
     assert!(line.contains("env: KEY=***") && !line.contains("LEAKCANARY"), "{line}");
 }
+
+#[test]
+fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
+    use faultline_runtime::StreamScrubber;
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY2plainKey");
+    let mut stream = StreamScrubber::default();
+    let key = (0, 0);
+    let mut out = String::new();
+    for delta in ["Your key: LEAK", "CANARY2pla", "inKey. And L", "ater: LEAKCANARY2plainKey!"] {
+        let released = stream.push(&secrets, key, delta);
+        assert!(!released.contains("LEAK") || released.contains("LEAKY"), "released {released:?}");
+        out.push_str(&released);
+    }
+    out.push_str(&stream.flush(key).unwrap_or_default());
+    assert_eq!(out, "Your key: ***. And Later: ***!");
+    // A tail that only looked like the start of a secret is released when the block ends.
+    assert_eq!(stream.push(&secrets, (0, 1), "ends with LEA"), "ends with ");
+    assert_eq!(stream.flush((0, 1)).as_deref(), Some("LEA"));
+}

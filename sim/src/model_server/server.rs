@@ -213,14 +213,23 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
 
 /// What a hostile provider does: `{{authorization}}` in a scripted body, text, raw SSE event
 /// or header value becomes the request's `Authorization` header (`Bearer <key>`), `{{key}}`
-/// the bare key. The echoed-secret scenarios use it; the client must never store either.
+/// the bare key, `{{key-head}}` / `{{key-tail}}` its first and second half (a key split
+/// across two deltas, as a model streams it token by token). The echoed-secret scenarios use it; the client must never store either.
 pub fn echo_credential(mut response: Response, authorization: &str) -> Response {
     const WHOLE: &str = "{{authorization}}";
     const KEY: &str = "{{key}}";
+    const HEAD: &str = "{{key-head}}";
+    const TAIL: &str = "{{key-tail}}";
     let key = authorization.strip_prefix("Bearer ").unwrap_or(authorization);
+    // The two halves of the key, for a secret split across two deltas.
+    let mut middle = key.len() / 2;
+    while !key.is_char_boundary(middle) {
+        middle -= 1;
+    }
+    let (head, tail) = key.split_at(middle);
     let fill = |text: &mut String| {
-        if text.contains(WHOLE) || text.contains(KEY) {
-            *text = text.replace(WHOLE, authorization).replace(KEY, key);
+        if [WHOLE, KEY, HEAD, TAIL].iter().any(|p| text.contains(p)) {
+            *text = text.replace(WHOLE, authorization).replace(KEY, key).replace(HEAD, head).replace(TAIL, tail);
         }
     };
     if let Some(body) = response.body.as_mut() {
@@ -241,7 +250,8 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
 
 /// Whether `response` quotes the request's credential back anywhere (see [`echo_credential`]).
 pub fn echoes_credential(response: &Response) -> bool {
-    let echoes = |text: &str| text.contains("{{authorization}}") || text.contains("{{key}}");
+    let echoes =
+        |text: &str| ["{{authorization}}", "{{key}}", "{{key-head}}", "{{key-tail}}"].iter().any(|p| text.contains(p));
     response.body.as_deref().is_some_and(echoes)
         || response.headers.values().any(|v| echoes(v))
         || response.frames.iter().any(|f| match f {

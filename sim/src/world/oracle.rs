@@ -236,6 +236,20 @@ pub(super) fn secret_leaks(
     request_bodies: &[String],
     sim_ms: u64,
 ) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // Each half too: a secret split across two streamed deltas leaks in two records, neither
+    // of which holds it whole.
+    let (head, tail) = secret.split_at(secret.len() / 2);
+    for (part, needle) in [("", secret), (" (its first half)", head), (" (its second half)", tail)] {
+        out.extend(leaks_of(&format!("{what}{part}"), needle, world, request_bodies, sim_ms));
+        if !out.is_empty() {
+            break;
+        }
+    }
+    out
+}
+
+fn leaks_of(what: &str, secret: &str, world: &World, request_bodies: &[String], sim_ms: u64) -> Vec<Violation> {
     let leak = |place: String| Violation {
         invariant: "secret-leak",
         detail: format!("{what} appears in {place}"),
@@ -346,6 +360,13 @@ pub(super) fn check(
                 sim_ms,
             );
         }
+    }
+    let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
+    // The cancel's extra message counts only if the cancel fired before the workload ended.
+    let extra = plan.faults.cancel_then_submit && world.faults_fired.contains("cancel");
+    let expected_users = plan.messages.len() + usize::from(extra);
+    if users != expected_users {
+        fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);
     }
     // Everything acknowledged durable before a crash survives byte-identical.
     for (seq, acked) in &world.acked {
