@@ -232,3 +232,37 @@ fn zstd_frame_walk_is_structural() {
     reserved[4] |= 0b1000;
     assert!(matches!(walk_frames(&reserved), FrameWalk::Corrupt { offset: 4, .. }));
 }
+
+/// Evidence that knows one execution id (as the delivery queue would).
+struct Knows(String);
+
+impl OutcomeEvidence for Knows {
+    fn lookup(&self, execution_id: &str) -> Option<Evidence> {
+        (execution_id == self.0).then(|| Evidence::Uncertain { status: "unknown".into(), detail: String::new() })
+    }
+
+    fn cancel_never_claimed(&self, _: &str) {}
+}
+
+#[test]
+fn a_hole_before_a_tool_call_the_queue_knows_is_corrupt_not_torn() {
+    // Turn 3 opens, a line is zeroed by a "power loss", and a complete tool/call follows. On its
+    // own that is a torn tail; but the queue knows the call's execution id, so its unit was
+    // durable and dropping it would forget a call that happened.
+    let (bench, path, log) = two_turns(Backend::Jsonl);
+    let next = log.records.len() as u64;
+    let mut bytes = read(&path);
+    bytes.extend_from_slice(&line(&Record::new(next, T0, Event::TurnStart(TurnStart { turn: 3 }))));
+    bytes.extend_from_slice(&line(&Record::new(next + 1, T0, Event::StepStart(StepRef { turn: 3, step: 1 }))));
+    bytes.extend_from_slice(b"\0\0\0\0\0\0\0\0\n");
+    bytes.extend_from_slice(&line(&Record::new(next + 3, T0, Event::ToolCall(tool_call(3, 1, "c9")))));
+    write(&path, &bytes);
+    let seams = faultline_runtime::production::seams();
+    let unknown = inspect_file_with(&seams, &path, &NoEvidence).unwrap();
+    assert_eq!((unknown.status, unknown.dropped_records, unknown.torn_from_seq), (ScanStatus::Torn, 1, Some(next + 2)));
+    let known = Knows(repair::execution_id("s", 3, 1, "c9"));
+    let inspection = inspect_file_with(&seams, &path, &known).unwrap();
+    assert_eq!(inspection.status, ScanStatus::Corrupt, "{:?}", inspection.error);
+    assert!(inspection.error.unwrap().reason.contains("delivery queue"));
+    drop(bench);
+}
