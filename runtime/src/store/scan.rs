@@ -339,6 +339,14 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         error: None,
         dropped: Vec::new(),
     };
+    // A frame is one write unit: a complete, checksummed frame after the damage is a later
+    // unit that was written whole, so the damage is not the last unit's (a flipped bit that
+    // makes a frame swallow the next one looks torn to the walk, not to this).
+    let corrupt = corrupt.or_else(|| {
+        let at = torn_at?;
+        let later = complete_frame_after(bytes, at)?;
+        Some((at, format!("a complete frame at byte {later} follows the damaged one: not a torn write")))
+    });
     if let Some((offset, reason)) = corrupt {
         scan.status = ScanStatus::Corrupt;
         scan.committed_len = 0;
@@ -356,6 +364,23 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
         }
     }
     scan
+}
+
+/// The offset of the first complete, checksummed frame that starts after `from`, if any.
+fn complete_frame_after(bytes: &[u8], from: usize) -> Option<usize> {
+    const MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+    let search = from + 1;
+    memchr::memmem::find_iter(bytes.get(search..)?, &MAGIC).map(|i| search + i).find(|&start| {
+        let first = match walk_frames(&bytes[start..]) {
+            FrameWalk::Complete(frames) | FrameWalk::Torn { frames, .. } | FrameWalk::Corrupt { frames, .. } => {
+                frames.into_iter().next()
+            }
+        };
+        first.is_some_and(|frame| {
+            let frame = FrameSpan { start: start + frame.start, end: start + frame.end, ..frame };
+            complete_frame_text(bytes, &frame).is_ok()
+        })
+    })
 }
 
 /// Shortest run of zero bytes inside a zstd tail taken for a power-loss hole. Holes are whole

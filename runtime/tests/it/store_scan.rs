@@ -266,3 +266,24 @@ fn a_hole_before_a_tool_call_the_queue_knows_is_corrupt_not_torn() {
     assert!(inspection.error.unwrap().reason.contains("delivery queue"));
     drop(bench);
 }
+
+#[test]
+fn zstd_damage_that_swallows_a_later_complete_frame_is_corrupt_not_torn() {
+    // A frame whose (damaged) block header claims more bytes than the file has left looks torn
+    // to the structural walk; but a complete, checksummed frame after it was written whole, as
+    // a later write unit, so the damage is not the last unit's.
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    let swallowing: [u8; 9] = [0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10, 0x41, 0x1F, 0x00];
+    let mut torn_only = clean.clone();
+    torn_only.extend_from_slice(&swallowing);
+    write(&path, &torn_only);
+    assert_eq!(inspect(&bench).status, ScanStatus::Torn, "alone at the end it is a torn tail");
+    let mut damaged = torn_only.clone();
+    let next = log.records.len() as u64;
+    damaged.extend_from_slice(&frame(&line(&Record::new(next, T0, Event::TurnStart(TurnStart { turn: 3 }))), true));
+    write(&path, &damaged);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt, "{:?}", inspection.error);
+    assert_eq!(inspection.error.unwrap().offset, clean.len() as u64);
+}
