@@ -126,6 +126,9 @@ struct Started {
     live: Arc<LiveProvider>,
     outbox: Option<Arc<dyn Outbox>>,
     id: SessionId,
+    /// Every provider key variable this process has used: a reload that switches
+    /// `api_key_env` must not hand tools the key the old route sent.
+    key_vars: std::sync::Mutex<Vec<String>>,
 }
 
 /// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
@@ -196,7 +199,8 @@ fn start_agent(
             eprintln!("faultline: crash repair {drop}");
         }
     }
-    Ok(Started { agent, live, outbox, id })
+    let key_vars = std::sync::Mutex::new(faultline_runtime::agent::provider_key_vars(&config.provider));
+    Ok(Started { agent, live, outbox, id, key_vars })
 }
 
 /// The validated config and the runtime both agent commands run on.
@@ -277,9 +281,21 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
                 format!("[config] reload FAILED (parse error, last good config kept): {}: {e}", path.display())
             }
             Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {}: {e}", path.display()),
-            Ok(config) => match started.live.update(&config.provider_config, "provider") {
+            Ok(mut config) => match started.live.update(&config.provider_config, "provider") {
                 Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {e}"),
                 Ok(()) => {
+                    let hidden = {
+                        let mut vars = started.key_vars.lock().unwrap_or_else(|p| p.into_inner());
+                        for var in faultline_runtime::agent::provider_key_vars(&config.provider) {
+                            if !vars.contains(&var) {
+                                vars.push(var);
+                            }
+                        }
+                        vars.clone()
+                    };
+                    for tool in &mut config.tools {
+                        tool.env_hidden = hidden.clone();
+                    }
                     started.agent.set_tools(tools_of(&config, &started.outbox));
                     format!(
                         "[config] reloaded: model {}, {} tool(s); applies to the next request",
