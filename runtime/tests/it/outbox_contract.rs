@@ -293,29 +293,39 @@ async fn a_pending_row_cancelled_by_repair_never_sends() {
     }
 }
 
+/// The `send` tool through `queue` to `receiver`.
+fn send_tool(queue: Arc<dyn Outbox>, receiver: &Arc<Receiver>) -> OutboxTool {
+    let schema = faultline_runtime::event::ToolSchema {
+        name: "send".into(),
+        description: String::new(),
+        parameters: serde_json::json!({}),
+    };
+    OutboxTool::new(schema, queue, Arc::new(Shared(receiver.clone())))
+}
+
+/// Call c1 of turn 1, step 1 of session `s`.
+fn send_invocation() -> faultline_runtime::agent::ToolInvocation {
+    faultline_runtime::agent::ToolInvocation {
+        session: "s".into(),
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        arguments: serde_json::json!({"text": "hi"}),
+        execution_id: "s:1:1:c1".into(),
+    }
+}
+
 #[test]
 fn the_outbox_tool_never_sends_one_execution_twice() {
-    use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
+    use faultline_runtime::agent::{Tool, ToolOutput};
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         for kind in KINDS {
             let bench = Bench::new(kind);
             let q = bench.open(&bench.process("a"));
             let receiver = Arc::new(Receiver::default());
-            let schema = faultline_runtime::event::ToolSchema {
-                name: "send".into(),
-                description: String::new(),
-                parameters: serde_json::json!({}),
-            };
-            let tool = OutboxTool::new(schema, q.clone(), Arc::new(Shared(receiver.clone())));
-            let invocation = ToolInvocation {
-                session: "s".into(),
-                turn: 1,
-                step: 1,
-                call_id: "c1".into(),
-                arguments: serde_json::json!({"text": "hi"}),
-                execution_id: "s:1:1:c1".into(),
-            };
+            let tool = send_tool(q.clone(), &receiver);
+            let invocation = send_invocation();
             let first = tool.call(invocation.clone(), Default::default()).await;
             let again = tool.call(invocation, Default::default()).await;
             assert_eq!(first, ToolOutput::Ok("ack".into()), "{kind:?}");
@@ -331,7 +341,7 @@ fn a_delivery_whose_receipt_cannot_be_recorded_is_unknown_to_the_model_never_fai
     // receiver took the effect, the journal could not record the receipt (ENOSPC), and the
     // tool answered TOOL_FAILED, which invites the model to send it again.
     use crate::fixtures::FailOp;
-    use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
+    use faultline_runtime::agent::{Tool, ToolOutput};
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
@@ -343,20 +353,8 @@ fn a_delivery_whose_receipt_cannot_be_recorded_is_unknown_to_the_model_never_fai
         // Writes from here: the enqueue (0), the claim (1), the receipt (2) fails.
         fs.fail(FailOp::Write, 2);
         let receiver = Arc::new(Receiver::default());
-        let schema = faultline_runtime::event::ToolSchema {
-            name: "send".into(),
-            description: String::new(),
-            parameters: serde_json::json!({}),
-        };
-        let tool = OutboxTool::new(schema, queue.clone(), Arc::new(Shared(receiver.clone())));
-        let invocation = ToolInvocation {
-            session: "s".into(),
-            turn: 1,
-            step: 1,
-            call_id: "c1".into(),
-            arguments: serde_json::json!({"text": "hi"}),
-            execution_id: "s:1:1:c1".into(),
-        };
+        let tool = send_tool(queue.clone(), &receiver);
+        let invocation = send_invocation();
         let outcome = tool.call(invocation, Default::default()).await;
         assert_eq!(receiver.sends().len(), 1, "the effect happened once");
         assert!(matches!(&outcome, ToolOutput::Unknown(text) if text.contains("in flight")), "{outcome:?}");

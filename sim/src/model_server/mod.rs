@@ -5,5 +5,6 @@ mod server;
 
 pub use script::{Frame, Response, Script, FILLER_BYTES_MAX};
 pub use server::{
-    echo_credential, echoes_credential, sse_body, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX,
+    echo_credential, echoes_credential, header_text, sse_body, ModelServer, RecordedRequest, RequestObserver,
+    REQUEST_BODY_BYTES_MAX,
 };

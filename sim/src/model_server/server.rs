@@ -172,12 +172,7 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     let path = request.uri().path().to_owned();
     let had_authorization = request.headers().contains_key(hyper::header::AUTHORIZATION);
     // Held only to echo it back where a hostile script asks for it; never recorded.
-    let authorization = request
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let authorization = header_text(request.headers(), hyper::header::AUTHORIZATION.as_str());
     let body = match http_body_util::Limited::new(request.into_body(), REQUEST_BODY_BYTES_MAX).collect().await {
         Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
         Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or broken")),
@@ -209,6 +204,11 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         None => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}")),
     };
     Ok(reply(state, recorded.n, echo_credential(response, &authorization)))
+}
+
+/// A request header as text (empty when absent or not text).
+pub fn header_text(headers: &hyper::HeaderMap, name: &str) -> String {
+    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
 }
 
 /// What a hostile provider does: `{{authorization}}` in a scripted body, text, raw SSE event

@@ -48,12 +48,8 @@ pub async fn serve(
                 let (clock, receipts) = (clock.clone(), receipts.clone());
                 async move {
                     // Held only to echo it back in echo mode (a careless receiver); never recorded.
-                    let authorization = request
-                        .headers()
-                        .get(hyper::header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_owned();
+                    let authorization =
+                        crate::model_server::header_text(request.headers(), hyper::header::AUTHORIZATION.as_str());
                     let execution_id = request
                         .headers()
                         .get(EXECUTION_ID_HEADER)
