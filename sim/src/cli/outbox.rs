@@ -76,10 +76,19 @@ enum OutboxCommand {
 
 fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
     let seams = production::seams();
-    SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).map_err(|e| {
-        eprintln!("faultline outbox: {}: {e}", db.display());
-        ExitCode::from(1)
-    })
+    // The presets' provider keys this process could hold are secrets: a receiver that quotes
+    // one back has it scrubbed by value from the stored error, not only by pattern.
+    for var in faultline_runtime::agent::PROVIDER_KEY_VARS {
+        if let Ok(value) = std::env::var(var) {
+            seams.secrets.register(&value);
+        }
+    }
+    SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
+        .map(|outbox| outbox.with_scrubber(seams.secrets.clone()))
+        .map_err(|e| {
+            eprintln!("faultline outbox: {}: {e}", db.display());
+            ExitCode::from(1)
+        })
 }
 
 /// Opens an existing queue read-only: `list` inspects, so it never creates a database or a
