@@ -117,6 +117,8 @@ struct World {
     live_fs: Option<FsFaults>,
     /// The bit rot applied while the host was down, if one was.
     rotted: Option<rot::Rotted>,
+    /// The message sent with a late cancel was refused (the agent was already disposed).
+    extra_refused: bool,
     /// Why an incarnation refused to start on a log it found corrupt (it is not restarted:
     /// an operator must look at the file).
     refused: Option<String>,
@@ -601,7 +603,11 @@ impl AgentLife {
                     lock(&world).faults_fired.insert("cancel".into());
                     if then_submit {
                         agent.cancel_keep_inbox();
-                        let _ = agent.submit(MESSAGE_DURING_ABORT);
+                        // A cancel that lands after the workload ended finds the agent disposed:
+                        // its message was refused, never accepted, and is not owed a turn.
+                        if agent.submit(MESSAGE_DURING_ABORT).is_err() {
+                            lock(&world).extra_refused = true;
+                        }
                     } else {
                         agent.cancel();
                     }

@@ -363,7 +363,7 @@ pub(super) fn check(
     }
     let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
     // The cancel's extra message counts only if the cancel fired before the workload ended.
-    let extra = plan.faults.cancel_then_submit && world.faults_fired.contains("cancel");
+    let extra = plan.faults.cancel_then_submit && world.faults_fired.contains("cancel") && !world.extra_refused;
     let expected_users = plan.messages.len() + usize::from(extra);
     if users != expected_users {
         fail("liveness", format!("{users} user messages recorded, {expected_users} submitted"), sim_ms);

@@ -101,6 +101,27 @@ fn a_seed_stands_for_one_generated_conversation() {
     assert!(distinct.len() >= 12, "only {} distinct conversations in 16 seeds", distinct.len());
 }
 
+/// Found by the proptest below: a cancel that lands 1 ms after the last turn ended finds the
+/// agent disposed, so the message sent with it is refused, not lost, and owes no turn.
+#[test]
+fn a_cancel_after_the_workload_ended_owes_no_turn_for_its_refused_message() {
+    let workload = faultline_sim::generate::Workload {
+        turns: vec![vec![], vec![vec!["slow"]], vec![vec!["send"]]],
+        slow_work_ms: 2800,
+        slow_timeout_ms: 200,
+        slow_ignores_abort: true,
+        tool_concurrency: 1,
+        cancel: Some((2981, true)),
+    };
+    let mut scenario = workload.apply(&Scenario::built_in("generated").unwrap());
+    let cancel = (scenario.faults.cancel_at_ms, scenario.faults.cancel_then_submit);
+    scenario.faults = Default::default();
+    (scenario.faults.cancel_at_ms, scenario.faults.cancel_then_submit) = cancel;
+    let result = run(&scenario, 0);
+    assert!(result.trace.iter().any(|l| l.ends_with(" cancel")), "the cancel fired");
+    assert!(result.passed(), "{:?}", result.violations);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
