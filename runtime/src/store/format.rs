@@ -117,10 +117,7 @@ impl BatchEncoder {
             let line_start = self.text.len();
             serde_json::to_writer(&mut self.text, record).expect("records always serialise");
             let line_bytes = self.text.len() - line_start;
-            if let Err(e) = check_record_line(record.seq, line_bytes) {
-                self.text.truncate(line_start);
-                return Err(e);
-            }
+            check_record_line(record.seq, line_bytes)?;
             self.text.push(b'\n');
             if self.text.len() - unit_start > WRITE_UNIT_BYTES_MAX && line_start > unit_start {
                 // This record would overflow the unit: close the unit before it.

@@ -162,12 +162,14 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
                 // anything else cannot be explained by either. A turn/end after a hole lies in
                 // the same unacknowledged unit (the flush after it never returned), so it proves
                 // nothing; after any other damage it is one more reason to refuse.
-                let turn_end = later_turn_end(&bytes[end + 1..]);
+                // Decoded once: the turn/end check and, for a torn tail, the report of what drops.
+                let after = complete_records(&bytes[end + 1..]);
+                let turn_end = after.iter().find(|r| matches!(r.event, Event::TurnEnd(_))).map(|r| r.seq);
                 let is_last_line = end + 1 == bytes.len();
                 let old_rule = crate::bugs::planted("any-damage-is-torn") && turn_end.is_none();
                 if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) || old_rule {
                     scan.status = ScanStatus::Torn;
-                    scan.dropped = complete_records(&bytes[end + 1..]);
+                    scan.dropped = after;
                 } else if let Some(turn_end_seq) = turn_end {
                     scan.status = ScanStatus::Corrupt;
                     let reason =
@@ -204,7 +206,8 @@ fn is_power_loss_hole(rest: &[u8], line: &[u8]) -> bool {
     rest.len() <= torn_unit_bytes_max(single_record)
 }
 
-/// The complete lines of `rest` that decode as records (what a torn-tail repair drops).
+/// The complete lines of `rest` that decode as records (the damaged line's successors: what a
+/// torn-tail repair drops, and where a later `turn/end` would prove corruption).
 fn complete_records(mut rest: &[u8]) -> Vec<Record> {
     let mut records = Vec::new();
     while let Some(end) = memchr(rest, 0) {
@@ -216,20 +219,6 @@ fn complete_records(mut rest: &[u8]) -> Vec<Record> {
         rest = &rest[end + 1..];
     }
     records
-}
-
-/// The seq of the first complete line after a suspect one that decodes as a `turn/end`.
-fn later_turn_end(mut rest: &[u8]) -> Option<u64> {
-    while let Some(end) = memchr(rest, 0) {
-        let line = &rest[..end];
-        if let Ok(record) = std::str::from_utf8(line).map_err(|_| ()).and_then(|t| Record::decode(t).map_err(|_| ())) {
-            if matches!(record.event, Event::TurnEnd(_)) {
-                return Some(record.seq);
-            }
-        }
-        rest = &rest[end + 1..];
-    }
-    None
 }
 
 fn memchr(bytes: &[u8], from: usize) -> Option<usize> {
