@@ -92,3 +92,23 @@ fn a_record_larger_than_a_write_unit_is_a_unit_of_its_own_and_reads_back() {
         assert_eq!(store.inspect(&sid("s")).unwrap().records, batch, "{backend:?}");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The answer limit counts text as serde_json writes it: every escape at its real width.
+    #[test]
+    fn json_escaped_bytes_is_the_width_serde_json_writes(text in "(?s).{0,64}") {
+        let written = serde_json::to_string(&text).unwrap().len() - 2;
+        prop_assert_eq!(faultline_runtime::store::json_escaped_bytes(&text), written);
+    }
+}
+
+#[test]
+fn json_escaped_bytes_counts_every_kind_of_escape() {
+    use faultline_runtime::store::json_escaped_bytes;
+    assert_eq!(json_escaped_bytes("ab"), 2);
+    assert_eq!(json_escaped_bytes("\"\\\n\r\t\u{8}\u{c}"), 14);
+    assert_eq!(json_escaped_bytes("\u{1}\u{1f}"), 12);
+    assert_eq!(json_escaped_bytes("é"), 2);
+}

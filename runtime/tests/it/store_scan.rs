@@ -287,3 +287,55 @@ fn zstd_damage_that_swallows_a_later_complete_frame_is_corrupt_not_torn() {
     assert_eq!(inspection.status, ScanStatus::Corrupt, "{:?}", inspection.error);
     assert_eq!(inspection.error.unwrap().offset, clean.len() as u64);
 }
+
+#[test]
+fn zstd_zero_bytes_after_the_last_complete_frame_are_a_torn_tail_but_garbage_is_corrupt() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    // A power loss that extended the file without writing the unit: zeros after the last frame.
+    let mut zeros = clean.clone();
+    zeros.extend_from_slice(&[0u8; 512]);
+    write(&path, &zeros);
+    let inspection = inspect(&bench);
+    assert_eq!((inspection.status, inspection.torn_bytes), (ScanStatus::Torn, 512));
+    assert_eq!(inspection.records, log.records);
+    // The same length of non-zero garbage is no power loss.
+    let mut garbage = clean.clone();
+    garbage.extend_from_slice(&[0x5Au8; 512]);
+    write(&path, &garbage);
+    assert_eq!(inspect(&bench).status, ScanStatus::Corrupt);
+}
+
+#[test]
+fn zstd_a_hole_inside_the_last_frame_is_torn_and_nothing_is_salvaged_from_it() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    let next = log.records.len() as u64;
+    let text: Vec<u8> = (0..40)
+        .flat_map(|i| line(&Record::new(next + i, T0, Event::TurnStart(TurnStart { turn: 3 + i as u32 }))))
+        .collect();
+    let mut last = frame(&text, true);
+    // Zero a run in the middle of the frame: its structure may survive, its checksum cannot.
+    let middle = last.len() / 2;
+    last[middle - 40..middle + 40].fill(0);
+    let mut bytes = clean.clone();
+    bytes.extend_from_slice(&last);
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn, "{:?}", inspection.error);
+    assert_eq!(inspection.torn_bytes, last.len() as u64);
+    assert!(inspection.recovered.is_empty(), "nothing is salvaged from a frame whose checksum failed");
+}
+
+#[test]
+fn zstd_a_lost_first_append_after_the_header_is_torn() {
+    let bench = Bench::new(Backend::Zstd);
+    let mut writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
+    writer.close().unwrap();
+    let path = bench.session_file(&sid("s")).unwrap();
+    let mut bytes = read(&path);
+    bytes.extend_from_slice(&[0u8; 100]);
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!((inspection.status, inspection.torn_bytes), (ScanStatus::Torn, 100));
+}
