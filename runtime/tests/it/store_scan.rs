@@ -330,7 +330,7 @@ fn zstd_a_hole_inside_the_last_frame_is_torn_and_nothing_is_salvaged_from_it() {
 #[test]
 fn zstd_a_lost_first_append_after_the_header_is_torn() {
     let bench = Bench::new(Backend::Zstd);
-    let mut writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
+    let writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
     writer.close().unwrap();
     let path = bench.session_file(&sid("s")).unwrap();
     let mut bytes = read(&path);
