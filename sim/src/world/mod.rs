@@ -590,7 +590,13 @@ impl AgentLife {
             .collect();
         let extra_logged = logged.contains(&extra);
         let done = logged.len() - usize::from(extra_logged);
-        if lock(&self.world).faults_fired.contains("cancel") && self.plan.faults.cancel_then_submit && !extra_logged {
+        // A message the dead agent refused was never accepted: the user saw the refusal, and
+        // resending it would be a second submission the oracle does not owe a turn.
+        let extra_owed = {
+            let w = lock(&self.world);
+            w.faults_fired.contains("cancel") && !w.extra_refused
+        };
+        if extra_owed && self.plan.faults.cancel_then_submit && !extra_logged {
             agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
             agent.when_idle().await;
         }

@@ -210,3 +210,22 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
     assert_eq!(invariants, ["liveness"], "{:?}", result.violations);
     assert!(result.violations[0].detail.starts_with("no liveness"), "{}", result.violations[0].detail);
 }
+
+/// Found by the proptest (seed 5720): the first life dies before the cancel, so the cancel's
+/// message is refused; the next life must not resend it (the user saw the refusal).
+#[test]
+fn a_message_refused_by_a_dead_agent_is_not_resent_after_the_restart() {
+    let workload = faultline_sim::generate::Workload {
+        turns: vec![vec![]],
+        slow_work_ms: 10,
+        slow_timeout_ms: 200,
+        slow_ignores_abort: false,
+        tool_concurrency: 1,
+        cancel: Some((1, true)),
+    };
+    let scenario = workload.apply(&Scenario::built_in("generated").unwrap());
+    let result = run(&scenario, 5720);
+    assert!(result.trace.iter().any(|l| l.contains("agent#1 stopped")), "the first life died first");
+    assert!(result.trace.iter().any(|l| l.ends_with(" cancel")), "the cancel fired");
+    assert!(result.passed(), "{:?}", result.violations);
+}
