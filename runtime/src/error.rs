@@ -132,6 +132,9 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// The delivery queue refused a request.
+    #[error(transparent)]
+    Outbox(#[from] crate::outbox::OutboxError),
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),

@@ -185,3 +185,49 @@ fn agent_run_routes_a_side_effect_through_the_queue_exactly_once() {
     assert_eq!(row["result"], "id=s1:1:1:call_1");
     assert_eq!(logged_requests(dir.path()).len(), 2);
 }
+
+/// Several real processes drain one SQLite queue at once: every row is sent exactly once (the
+/// receipt log, written by the receiver, is the evidence), and more than one process did work.
+#[test]
+fn concurrent_drains_in_separate_processes_send_every_row_exactly_once() {
+    const ROWS: usize = 24;
+    const DRAINS: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("outbox.sqlite");
+    let db = db.to_str().unwrap();
+    let receipts = dir.path().join("receipts.log");
+    for i in 0..ROWS {
+        enqueue(db, &format!("s:{i}:1:c1"), format!("{{\"n\":{i}}}").as_bytes());
+    }
+    // One short line per send (atomic under O_APPEND): the execution id and the drain's pid.
+    let receiver = format!(
+        "cat > /dev/null; sleep 0.05; echo \"$FAULTLINE_EXECUTION_ID $PPID\" >> {}; echo ok",
+        receipts.display()
+    );
+    let drains: Vec<std::process::Child> = (0..DRAINS)
+        .map(|_| {
+            Command::new(faultline_bin())
+                .args(["outbox", "drain", "--db", db, "--", "sh", "-c", &receiver])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for drain in drains {
+        let out = drain.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let log = std::fs::read_to_string(&receipts).unwrap();
+    let mut sent: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    sent.sort_unstable();
+    let mut expected: Vec<String> = (0..ROWS).map(|i| format!("s:{i}:1:c1")).collect();
+    expected.sort_unstable();
+    assert_eq!(sent, expected, "each row sent exactly once");
+    let senders: std::collections::BTreeSet<&str> = log.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert!(senders.len() >= 2, "the drains ran concurrently: senders {senders:?}");
+    let listed = faultline(&["outbox", "list", "--db", db, "--json"]);
+    let rows: Vec<Value> = stdout(&listed).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), ROWS);
+    assert!(rows.iter().all(|r| r["status"] == "delivered"), "{rows:?}");
+}

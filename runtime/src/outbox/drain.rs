@@ -114,9 +114,11 @@ pub async fn enqueue_and_wait(
             return Ok(outcome);
         }
         if clock.now() >= deadline {
-            return match outbox
-                .settle(execution_id, "no receipt before the wait deadline; outcome unknown; not retried")?
-            {
+            return match outbox.settle(
+                execution_id,
+                super::SettleCause::Deadline,
+                "no receipt before the wait deadline; outcome unknown; not retried",
+            )? {
                 Some(super::DeliveryStatus::Pending) | None => Ok(WaitOutcome::Deferred),
                 Some(_) => Ok(settled(outbox.as_ref(), execution_id)?.unwrap_or(WaitOutcome::Deferred)),
             };

@@ -33,7 +33,11 @@ impl OutcomeEvidence for QueueEvidence {
     fn cancel_never_claimed(&self, execution_id: &str) {
         // Best effort: if it fails, the row stays pending and a later drain would send an
         // effect the model was told did not happen, so say so loudly.
-        if let Err(e) = self.0.settle(execution_id, "cancelled by crash repair: its call was closed as not started") {
+        if let Err(e) = self.0.settle(
+            execution_id,
+            super::SettleCause::CancelledBeforeSend,
+            "cancelled by crash repair: its call was closed as not started",
+        ) {
             tracing_free_warn(&format!("could not cancel delivery {execution_id}: {e}"));
         }
     }

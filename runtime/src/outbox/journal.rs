@@ -8,42 +8,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::{Deserialize, Serialize};
-
-use super::{check_enqueue, clip, Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution};
-use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, OwnerIdentity, Seams};
+use super::machine::{self, After, Found, Op};
+use super::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
+use crate::seams::{EntropyExt, FsFile, OpenOptions, OwnerIdentity, Seams};
 use crate::store::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 use crate::{Error, Result};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
-enum Op {
-    Enqueue {
-        id: String,
-        payload: String,
-        at: u64,
-        #[serde(default)]
-        resend_of: Option<String>,
-    },
-    Claim {
-        id: String,
-        owner: OwnerIdentity,
-        at: u64,
-    },
-    Finish {
-        id: String,
-        status: DeliveryStatus,
-        #[serde(default)]
-        result: Option<String>,
-        #[serde(default)]
-        error: Option<String>,
-        at: u64,
-    },
-    Prune {
-        id: String,
-        at: u64,
-    },
-}
 
 #[derive(Debug, Default)]
 struct State {
@@ -56,50 +25,28 @@ struct State {
 
 impl State {
     fn apply(&mut self, op: &Op) {
-        match op {
-            Op::Enqueue { id, payload, at, resend_of } => {
-                self.order.insert(self.next_order, id.clone());
-                self.next_order += 1;
-                self.rows.insert(
-                    id.clone(),
-                    Delivery {
-                        execution_id: id.clone(),
-                        status: DeliveryStatus::Pending,
-                        payload: Some(payload.clone()),
-                        owner: None,
-                        result: None,
-                        error: None,
-                        claimed: false,
-                        resend_of: resend_of.clone(),
-                        updated_at: *at,
-                    },
-                );
-            }
-            Op::Claim { id, owner, at } => {
-                if let Some(row) = self.rows.get_mut(id) {
-                    row.status = DeliveryStatus::Delivering;
-                    row.owner = Some(owner.clone());
-                    row.claimed = true;
-                    row.updated_at = *at;
+        let id = op.id();
+        match machine::apply(self.rows.get(id), op) {
+            After::Row(row) => {
+                if !self.rows.contains_key(id) {
+                    self.order.insert(self.next_order, id.to_owned());
+                    self.next_order += 1;
                 }
+                self.rows.insert(id.to_owned(), row);
             }
-            Op::Finish { id, status, result, error, at } => {
-                if let Some(row) = self.rows.get_mut(id) {
-                    row.status = *status;
-                    row.result.clone_from(result);
-                    row.error.clone_from(error);
-                    row.updated_at = *at;
-                    if status.drops_payload() {
-                        row.payload = None;
-                    }
-                }
+            After::Tombstone(status) => {
+                self.rows.remove(id);
+                self.tombstones.insert(id.to_owned(), status);
+                self.order.retain(|_, v| v != id);
             }
-            Op::Prune { id, .. } => {
-                if let Some(row) = self.rows.remove(id) {
-                    self.tombstones.insert(id.clone(), row.status);
-                    self.order.retain(|_, v| v != id);
-                }
-            }
+        }
+    }
+
+    fn found(&self, id: &str) -> Found {
+        match (self.tombstones.get(id), self.rows.get(id)) {
+            (Some(status), _) => Found::Tombstone(*status),
+            (None, Some(row)) => Found::Row(row.status),
+            (None, None) => Found::Nothing,
         }
     }
 }
@@ -161,6 +108,13 @@ impl JournalOutbox {
                     })
                 }
             };
+            if let Err(reason) = fits(&state, &op) {
+                return Err(Error::JournalCorrupt {
+                    path: path.display().to_string(),
+                    offset: committed as u64,
+                    reason,
+                });
+            }
             state.apply(&op);
             committed = end + 1;
         }
@@ -196,14 +150,6 @@ impl JournalOutbox {
         inner.state.apply(&op);
         Ok(())
     }
-
-    fn is_abandoned(&self, inner: &Inner, row: &Delivery) -> bool {
-        let Some(owner) = &row.owner else { return false };
-        if owner.instance == self.me.instance {
-            return !inner.in_flight.contains(&row.execution_id);
-        }
-        self.seams.process.liveness(owner) == Liveness::Dead
-    }
 }
 
 impl Outbox for JournalOutbox {
@@ -212,64 +158,43 @@ impl Outbox for JournalOutbox {
     }
 
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
-        check_enqueue(execution_id, payload)?;
         let mut inner = self.lock();
-        if let Some(status) = inner.state.tombstones.get(execution_id) {
-            return Ok(Enqueued::Tombstoned(*status));
+        let (enqueued, op) = machine::enqueue(inner.state.found(execution_id), execution_id, payload, self.now())?;
+        if let Some(op) = op {
+            self.commit(&mut inner, op)?;
         }
-        if let Some(row) = inner.state.rows.get(execution_id) {
-            return Ok(Enqueued::Existing(row.status));
-        }
-        let op =
-            Op::Enqueue { id: execution_id.to_owned(), payload: payload.to_owned(), at: self.now(), resend_of: None };
-        self.commit(&mut inner, op)?;
-        Ok(Enqueued::New)
+        Ok(enqueued)
     }
 
     fn claim_next(&self) -> Result<Option<Claim>> {
         let mut inner = self.lock();
-        let claimable = |status: DeliveryStatus| {
-            status == DeliveryStatus::Pending
-                || (status == DeliveryStatus::Unknown && crate::bugs::planted("unknown-claimable"))
-        };
+        let claimable = machine::claimable_statuses();
         let next = inner
             .state
             .order
             .values()
-            .find(|id| inner.state.rows.get(*id).is_some_and(|r| claimable(r.status)))
-            .cloned();
-        let Some(id) = next else { return Ok(None) };
-        let payload = inner.state.rows[&id].payload.clone().unwrap_or_default();
-        self.commit(&mut inner, Op::Claim { id: id.clone(), owner: self.me.clone(), at: self.now() })?;
-        inner.in_flight.insert(id.clone());
-        Ok(Some(Claim { execution_id: id, payload }))
+            .filter_map(|id| inner.state.rows.get(id))
+            .find(|row| claimable.contains(&row.status));
+        let Some((claim, op)) = next.map(|row| machine::claim(row, &self.me, self.now())) else { return Ok(None) };
+        self.commit(&mut inner, op)?;
+        inner.in_flight.insert(claim.execution_id.clone());
+        Ok(Some(claim))
     }
 
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
         let mut inner = self.lock();
         inner.in_flight.remove(execution_id);
-        let fenced = inner
-            .state
-            .rows
-            .get(execution_id)
-            .is_some_and(|r| r.status == DeliveryStatus::Delivering && r.owner.as_ref() == Some(&self.me));
-        if !fenced {
+        let row = inner.state.rows.get(execution_id);
+        let Some(op) = machine::finish(row, &self.me, outcome, &self.seams.secrets, self.now()) else {
             return Ok(false);
-        }
+        };
         if self.seams.probe.hit(crate::seams::CrashPoint::DuringOutboxFinish) {
             return Err(Error::io(
                 "finishing a delivery",
                 std::io::Error::other("host crashed (simulated) during outbox finish"),
             ));
         }
-        let (status, result, error) = match outcome {
-            Finish::Delivered(answer) => {
-                (DeliveryStatus::Delivered, Some(clip(&self.seams.secrets.scrub(&answer))), None)
-            }
-            Finish::Failed(reason) => (DeliveryStatus::Failed, None, Some(clip(&self.seams.secrets.scrub(&reason)))),
-            Finish::Unknown(reason) => (DeliveryStatus::Unknown, None, Some(clip(&self.seams.secrets.scrub(&reason)))),
-        };
-        self.commit(&mut inner, Op::Finish { id: execution_id.to_owned(), status, result, error, at: self.now() })?;
+        self.commit(&mut inner, op)?;
         Ok(true)
     }
 
@@ -291,19 +216,19 @@ impl Outbox for JournalOutbox {
 
     fn recover_abandoned(&self) -> Result<Vec<String>> {
         let mut inner = self.lock();
-        let abandoned: Vec<String> = inner
+        let now = self.now();
+        let ops: Vec<Op> = inner
             .state
             .rows
             .values()
-            .filter(|r| r.status == DeliveryStatus::Delivering && self.is_abandoned(&inner, r))
-            .map(|r| r.execution_id.clone())
+            .filter_map(|row| {
+                machine::recover_abandoned(row, &self.me, &inner.in_flight, self.seams.process.as_ref(), now)
+            })
             .collect();
-        for id in &abandoned {
-            let error = Some("exited during delivery; outcome unknown; not retried".to_owned());
-            self.commit(
-                &mut inner,
-                Op::Finish { id: id.clone(), status: DeliveryStatus::Unknown, result: None, error, at: self.now() },
-            )?;
+        let mut abandoned = Vec::with_capacity(ops.len());
+        for op in ops {
+            abandoned.push(op.id().to_owned());
+            self.commit(&mut inner, op)?;
         }
         Ok(abandoned)
     }
@@ -312,95 +237,62 @@ impl Outbox for JournalOutbox {
         self.lock().in_flight.remove(execution_id);
     }
 
-    fn settle(&self, execution_id: &str, reason: &str) -> Result<Option<DeliveryStatus>> {
+    fn settle(&self, execution_id: &str, cause: SettleCause, reason: &str) -> Result<Option<DeliveryStatus>> {
         let mut inner = self.lock();
-        let Some(status) = inner.state.rows.get(execution_id).map(|r| r.status) else { return Ok(None) };
-        let next = match status {
-            DeliveryStatus::Delivering => DeliveryStatus::Unknown,
-            DeliveryStatus::Pending if reason.starts_with("cancel") => DeliveryStatus::Failed,
-            other => return Ok(Some(other)),
-        };
-        let error = Some(clip(&self.seams.secrets.scrub(reason)));
-        self.commit(
-            &mut inner,
-            Op::Finish { id: execution_id.to_owned(), status: next, result: None, error, at: self.now() },
-        )?;
-        Ok(Some(next))
+        let row = inner.state.rows.get(execution_id);
+        let (status, op) = machine::settle(row, cause, reason, &self.seams.secrets, self.now());
+        if let Some(op) = op {
+            self.commit(&mut inner, op)?;
+        }
+        Ok(status)
     }
 
     fn prune(&self, before_ms: u64) -> Result<usize> {
         let mut inner = self.lock();
-        let old: Vec<String> = inner
-            .state
-            .rows
-            .values()
-            .filter(|r| r.status.is_terminal() && r.updated_at < before_ms)
-            .map(|r| r.execution_id.clone())
-            .collect();
-        for id in &old {
-            self.commit(&mut inner, Op::Prune { id: id.clone(), at: self.now() })?;
+        let now = self.now();
+        let ops: Vec<Op> = inner.state.rows.values().filter_map(|row| machine::prune(row, before_ms, now)).collect();
+        let pruned = ops.len();
+        for op in ops {
+            self.commit(&mut inner, op)?;
         }
-        Ok(old.len())
+        Ok(pruned)
     }
 
     fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>> {
         let mut inner = self.lock();
-        let row = inner
-            .state
-            .rows
-            .get(execution_id)
-            .cloned()
-            .ok_or_else(|| Error::SessionNotFound(format!("delivery {execution_id}")))?;
-        if row.status != DeliveryStatus::Unknown {
-            return Err(Error::BadBatch(format!(
-                "delivery {execution_id} is {}; only unknown deliveries are resolved by hand",
-                row.status
-            )));
+        let state = &inner.state;
+        let taken = |id: &str| Ok(state.found(id) != Found::Nothing);
+        let row = state.rows.get(execution_id);
+        let (new_id, ops) = machine::resolve(row, execution_id, resolution, taken, &self.seams.secrets, self.now())?;
+        for op in ops {
+            self.commit(&mut inner, op)?;
         }
-        let at = self.now();
-        match resolution {
-            Resolution::Delivered => {
-                let result = Some("confirmed by an operator".to_owned());
-                self.commit(
-                    &mut inner,
-                    Op::Finish {
-                        id: execution_id.to_owned(),
-                        status: DeliveryStatus::Delivered,
-                        result,
-                        error: None,
-                        at,
-                    },
-                )?;
-                Ok(None)
-            }
-            Resolution::Failed(reason) => {
-                let error = Some(clip(&self.seams.secrets.scrub(&format!("operator: {reason}"))));
-                self.commit(
-                    &mut inner,
-                    Op::Finish { id: execution_id.to_owned(), status: DeliveryStatus::Failed, result: None, error, at },
-                )?;
-                Ok(None)
-            }
-            Resolution::Resend => {
-                let Some(payload) = row.payload.clone() else {
-                    return Err(Error::BadBatch(format!("delivery {execution_id} has no payload left to resend")));
-                };
-                let n = (1..)
-                    .find(|n| !inner.state.rows.contains_key(&format!("{execution_id}#resend-{n}")))
-                    .expect("a free resend id");
-                let new_id = format!("{execution_id}#resend-{n}");
-                let error = Some(format!("operator: resent as {new_id}"));
-                self.commit(
-                    &mut inner,
-                    Op::Finish { id: execution_id.to_owned(), status: DeliveryStatus::Failed, result: None, error, at },
-                )?;
-                self.commit(
-                    &mut inner,
-                    Op::Enqueue { id: new_id.clone(), payload, at, resend_of: Some(execution_id.to_owned()) },
-                )?;
-                Ok(Some(new_id))
-            }
-        }
+        Ok(new_id)
+    }
+}
+
+/// Whether a replayed op fits the rows it finds (a line that decodes but does not is not a
+/// transition this code ever wrote: corruption, reported instead of applied).
+fn fits(state: &State, op: &Op) -> std::result::Result<(), String> {
+    let row = state.rows.get(op.id());
+    let ok = match op {
+        Op::Enqueue { .. } => state.found(op.id()) == Found::Nothing,
+        Op::Claim { .. } | Op::Finish { .. } => row.is_some(),
+        Op::Prune { .. } => row.is_some_and(|r| r.status.is_terminal()),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("journal op {} does not fit delivery {}", op_name(op), op.id()))
+    }
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Enqueue { .. } => "enqueue",
+        Op::Claim { .. } => "claim",
+        Op::Finish { .. } => "finish",
+        Op::Prune { .. } => "prune",
     }
 }
 

@@ -8,6 +8,7 @@
 mod drain;
 mod evidence;
 mod journal;
+pub(crate) mod machine;
 mod redact;
 mod tool;
 
@@ -166,10 +167,9 @@ pub trait Outbox: Send + Sync {
     /// and `finish`). The next `recover_abandoned` makes it `unknown`.
     fn abandon(&self, execution_id: &str);
 
-    /// Turns a `delivering` row into `unknown` (a wait deadline passed), or a never-claimed
-    /// `pending` row into `failed` (crash repair closed its call as not started). Returns the
-    /// resulting status.
-    fn settle(&self, execution_id: &str, reason: &str) -> Result<Option<DeliveryStatus>>;
+    /// Turns a `delivering` row into `unknown`, or a never-claimed `pending` row into `failed`
+    /// when `cause` is [`SettleCause::CancelledBeforeSend`]. Returns the resulting status.
+    fn settle(&self, execution_id: &str, cause: SettleCause, reason: &str) -> Result<Option<DeliveryStatus>>;
 
     /// Moves terminal rows last changed before `before_ms` to tombstones. Returns how many.
     fn prune(&self, before_ms: u64) -> Result<usize>;
@@ -179,8 +179,48 @@ pub trait Outbox: Send + Sync {
     fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>>;
 }
 
+/// Why a row is settled without a receipt (the closed set `settle` decides on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettleCause {
+    /// A wait deadline passed: a claimed row becomes `unknown`; a pending row stays pending.
+    Deadline,
+    /// Crash repair closed the row's call as not started: a never-claimed row becomes
+    /// `failed` (it must never be sent); a claimed row becomes `unknown`.
+    CancelledBeforeSend,
+}
+
+/// A delivery-queue request the protocol refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// No row has this execution id.
+    #[error("delivery {0} not found")]
+    NotFound(String),
+    /// Only `unknown` rows are resolved by hand.
+    #[error("delivery {id} is {status}; only unknown deliveries are resolved by hand")]
+    NotUnknown {
+        /// The execution id.
+        id: String,
+        /// Its status.
+        status: DeliveryStatus,
+    },
+    /// A resend needs the payload, and this row no longer has one.
+    #[error("delivery {0} has no payload left to resend")]
+    NoPayload(String),
+    /// Every resend id up to the limit is taken.
+    #[error("delivery {0} was resent too many times")]
+    TooManyResends(String),
+    /// The execution id is empty, too long or holds control characters.
+    #[error("execution id must be 1..={max} printable bytes", max = EXECUTION_ID_BYTES_MAX)]
+    BadExecutionId,
+    /// The payload is above [`PAYLOAD_BYTES_MAX`].
+    #[error("payload is {0} bytes, above the {max}-byte limit", max = PAYLOAD_BYTES_MAX)]
+    PayloadTooLarge(usize),
+}
+
 /// Truncates stored outcome text (for backends).
-pub fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     let mut end = text.len().min(OUTCOME_TEXT_BYTES_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -188,18 +228,16 @@ pub fn clip(text: &str) -> String {
     text[..end].to_owned()
 }
 
-/// Checks an execution id and payload before they are stored (for backends).
-pub fn check_enqueue(execution_id: &str, payload: &str) -> Result<()> {
+/// Checks an execution id and payload before they are stored.
+pub(crate) fn check_enqueue(execution_id: &str, payload: &str) -> Result<(), OutboxError> {
     if execution_id.is_empty()
         || execution_id.len() > EXECUTION_ID_BYTES_MAX
         || execution_id.chars().any(char::is_control)
     {
-        return Err(crate::Error::BadBatch(format!(
-            "execution id must be 1..={EXECUTION_ID_BYTES_MAX} printable bytes"
-        )));
+        return Err(OutboxError::BadExecutionId);
     }
     if payload.len() > PAYLOAD_BYTES_MAX {
-        return Err(crate::Error::BadBatch(format!("payload exceeds {PAYLOAD_BYTES_MAX} bytes")));
+        return Err(OutboxError::PayloadTooLarge(payload.len()));
     }
     Ok(())
 }

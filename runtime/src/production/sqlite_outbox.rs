@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
-use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution};
-use crate::seams::{Clock, EntropyExt, Liveness, OwnerIdentity, Process};
-use crate::{Error, Result};
+use crate::outbox::machine::{self, After, Found, Op};
+use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
+use crate::seams::{Clock, EntropyExt, OwnerIdentity, Process};
+use crate::Result;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -129,31 +130,82 @@ impl SqliteOutbox {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn me_json(&self) -> String {
-        serde_json::to_string(&self.me).expect("identities serialise")
+    fn in_flight(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn now(&self) -> i64 {
-        self.clock.now_ms() as i64
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
     }
 
-    fn set_status(
-        tx: &rusqlite::Transaction<'_>,
-        id: &str,
-        status: DeliveryStatus,
-        result: Option<&str>,
-        error: Option<&str>,
-        now: i64,
-    ) -> Result<()> {
-        let clear_payload = status.drops_payload();
-        tx.execute(
-            "UPDATE deliveries SET status = ?2, result = ?3, error = ?4, updated_at = ?5,
-                 payload = CASE WHEN ?6 THEN NULL ELSE payload END
-             WHERE execution_id = ?1",
-            params![id, status_text(status), result, error, now, clear_payload],
-        )?;
-        Ok(())
+    /// Runs `body` inside one `BEGIN IMMEDIATE` transaction (the write lock is taken first, so
+    /// what `body` reads cannot change before its ops are written), then commits.
+    fn transaction<T>(&self, body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = body(&tx)?;
+        tx.commit()?;
+        Ok(value)
     }
+}
+
+fn row(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<Option<Delivery>> {
+    Ok(tx.query_row("SELECT * FROM deliveries WHERE execution_id = ?1", [id], read_row).optional()?)
+}
+
+fn rows_with(tx: &rusqlite::Transaction<'_>, statuses: &[DeliveryStatus], limit: i64) -> Result<Vec<Delivery>> {
+    let wanted: Vec<String> = statuses.iter().map(|s| status_text(*s)).collect();
+    let mut statement =
+        tx.prepare("SELECT * FROM deliveries WHERE status IN (SELECT value FROM json_each(?1)) ORDER BY seq LIMIT ?2")?;
+    let list = serde_json::to_string(&wanted).expect("status names serialise");
+    let rows = statement.query_map(params![list, limit], read_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+fn found(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<Found> {
+    let tomb: Option<String> =
+        tx.query_row("SELECT status FROM tombstones WHERE execution_id = ?1", [id], |r| r.get(0)).optional()?;
+    if let Some(status) = tomb {
+        return Ok(Found::Tombstone(DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Unknown)));
+    }
+    Ok(row(tx, id)?.map_or(Found::Nothing, |r| Found::Row(r.status)))
+}
+
+/// Carries out one op the machine decided: the row it leaves is written whole, so SQLite
+/// holds exactly what the journal's replay would.
+fn execute(tx: &rusqlite::Transaction<'_>, op: &Op) -> Result<()> {
+    let before = row(tx, op.id())?;
+    match machine::apply(before.as_ref(), op) {
+        After::Row(r) => {
+            let owner = r.owner.as_ref().map(|o| serde_json::to_string(o).expect("identities serialise"));
+            tx.execute(
+                "INSERT INTO deliveries (execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT(execution_id) DO UPDATE SET status = ?2, payload = ?3, owner = ?4, result = ?5,
+                     error = ?6, claimed = ?7, resend_of = ?8, updated_at = ?9",
+                params![
+                    r.execution_id,
+                    status_text(r.status),
+                    r.payload,
+                    owner,
+                    r.result,
+                    r.error,
+                    r.claimed,
+                    r.resend_of,
+                    r.updated_at.min(i64::MAX as u64) as i64
+                ],
+            )?;
+        }
+        After::Tombstone(status) => {
+            let Op::Prune { at, .. } = op else { unreachable!("only a prune leaves a tombstone") };
+            tx.execute(
+                "INSERT OR REPLACE INTO tombstones (execution_id, status, pruned_at) VALUES (?1, ?2, ?3)",
+                params![op.id(), status_text(status), (*at).min(i64::MAX as u64) as i64],
+            )?;
+            tx.execute("DELETE FROM deliveries WHERE execution_id = ?1", [op.id()])?;
+        }
+    }
+    Ok(())
 }
 
 impl Outbox for SqliteOutbox {
@@ -162,81 +214,45 @@ impl Outbox for SqliteOutbox {
     }
 
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
-        crate::outbox::check_enqueue(execution_id, payload)?;
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let tomb: Option<String> = tx
-            .query_row("SELECT status FROM tombstones WHERE execution_id = ?1", [execution_id], |r| r.get(0))
-            .optional()?;
-        if let Some(status) = tomb {
-            return Ok(Enqueued::Tombstoned(DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Unknown)));
-        }
-        let existing: Option<String> = tx
-            .query_row("SELECT status FROM deliveries WHERE execution_id = ?1", [execution_id], |r| r.get(0))
-            .optional()?;
-        if let Some(status) = existing {
-            return Ok(Enqueued::Existing(DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Unknown)));
-        }
-        tx.execute(
-            "INSERT INTO deliveries (execution_id, status, payload, updated_at) VALUES (?1, 'pending', ?2, ?3)",
-            params![execution_id, payload, self.now()],
-        )?;
-        tx.commit()?;
-        Ok(Enqueued::New)
+        let now = self.now();
+        self.transaction(|tx| {
+            let (enqueued, op) = machine::enqueue(found(tx, execution_id)?, execution_id, payload, now)?;
+            if let Some(op) = op {
+                execute(tx, &op)?;
+            }
+            Ok(enqueued)
+        })
     }
 
     fn claim_next(&self) -> Result<Option<Claim>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let next: Option<(String, Option<String>)> = tx
-            .query_row(
-                "SELECT execution_id, payload FROM deliveries WHERE status = 'pending' ORDER BY seq LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
-        let Some((id, payload)) = next else { return Ok(None) };
-        tx.execute(
-            "UPDATE deliveries SET status = 'delivering', owner = ?2, claimed = 1, updated_at = ?3 WHERE execution_id = ?1 AND status = 'pending'",
-            params![id, self.me_json(), self.now()],
-        )?;
-        tx.commit()?;
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
-        Ok(Some(Claim { execution_id: id, payload: payload.unwrap_or_default() }))
+        let now = self.now();
+        let claim = self.transaction(|tx| {
+            let Some(next) = rows_with(tx, machine::claimable_statuses(), 1)?.into_iter().next() else {
+                return Ok(None);
+            };
+            let (claim, op) = machine::claim(&next, &self.me, now);
+            execute(tx, &op)?;
+            Ok(Some(claim))
+        })?;
+        if let Some(claim) = &claim {
+            self.in_flight().insert(claim.execution_id.clone());
+        }
+        Ok(claim)
     }
 
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(execution_id);
-        let (status, result, error) = match outcome {
-            Finish::Delivered(answer) => {
-                (DeliveryStatus::Delivered, Some(crate::outbox::clip(&self.secrets.scrub(&answer))), None)
-            }
-            Finish::Failed(reason) => {
-                (DeliveryStatus::Failed, None, Some(crate::outbox::clip(&self.secrets.scrub(&reason))))
-            }
-            Finish::Unknown(reason) => {
-                (DeliveryStatus::Unknown, None, Some(crate::outbox::clip(&self.secrets.scrub(&reason))))
-            }
-        };
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // The fence: only the owner of a row still being delivered may finish it.
-        let changed = tx.execute(
-            "UPDATE deliveries SET status = ?2, result = ?3, error = ?4, updated_at = ?5,
-                 payload = CASE WHEN ?6 THEN NULL ELSE payload END
-             WHERE execution_id = ?1 AND status = 'delivering' AND owner = ?7",
-            params![
-                execution_id,
-                status_text(status),
-                result,
-                error,
-                self.now(),
-                status.drops_payload(),
-                self.me_json()
-            ],
-        )?;
-        tx.commit()?;
-        Ok(changed == 1)
+        self.in_flight().remove(execution_id);
+        let now = self.now();
+        // The fence is read and the row written in one IMMEDIATE transaction: a recovery by
+        // another process cannot slip between them.
+        self.transaction(|tx| {
+            let Some(op) = machine::finish(row(tx, execution_id)?.as_ref(), &self.me, outcome, &self.secrets, now)
+            else {
+                return Ok(false);
+            };
+            execute(tx, &op)?;
+            Ok(true)
+        })
     }
 
     fn get(&self, execution_id: &str) -> Result<Option<Delivery>> {
@@ -252,143 +268,60 @@ impl Outbox for SqliteOutbox {
     }
 
     fn recover_abandoned(&self) -> Result<Vec<String>> {
-        let in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let rows: Vec<(String, Option<String>)> = {
-            let mut statement = tx.prepare("SELECT execution_id, owner FROM deliveries WHERE status = 'delivering'")?;
-            let rows =
-                statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
-            rows
-        };
-        let mut abandoned = Vec::new();
-        for (id, owner) in rows {
-            let owner: Option<OwnerIdentity> = owner.and_then(|o| serde_json::from_str(&o).ok());
-            let gone = match &owner {
-                None => true,
-                Some(owner) if owner.instance == self.me.instance => !in_flight.contains(&id),
-                Some(owner) => self.process.liveness(owner) == Liveness::Dead,
-            };
-            if gone {
-                Self::set_status(
-                    &tx,
-                    &id,
-                    DeliveryStatus::Unknown,
-                    None,
-                    Some("exited during delivery; outcome unknown; not retried"),
-                    self.now(),
-                )?;
-                abandoned.push(id);
+        let in_flight = self.in_flight().clone();
+        let now = self.now();
+        self.transaction(|tx| {
+            let mut abandoned = Vec::new();
+            for row in rows_with(tx, &[DeliveryStatus::Delivering], i64::MAX)? {
+                if let Some(op) = machine::recover_abandoned(&row, &self.me, &in_flight, self.process.as_ref(), now) {
+                    execute(tx, &op)?;
+                    abandoned.push(row.execution_id);
+                }
             }
-        }
-        tx.commit()?;
-        Ok(abandoned)
+            Ok(abandoned)
+        })
     }
 
     fn abandon(&self, execution_id: &str) {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(execution_id);
+        self.in_flight().remove(execution_id);
     }
 
-    fn settle(&self, execution_id: &str, reason: &str) -> Result<Option<DeliveryStatus>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let status: Option<String> = tx
-            .query_row("SELECT status FROM deliveries WHERE execution_id = ?1", [execution_id], |r| r.get(0))
-            .optional()?;
-        let Some(status) = status.and_then(|s| DeliveryStatus::parse(&s)) else { return Ok(None) };
-        let next = match status {
-            DeliveryStatus::Delivering => DeliveryStatus::Unknown,
-            DeliveryStatus::Pending if reason.starts_with("cancel") => DeliveryStatus::Failed,
-            other => return Ok(Some(other)),
-        };
-        let reason = crate::outbox::clip(&self.secrets.scrub(reason));
-        Self::set_status(&tx, execution_id, next, None, Some(&reason), self.now())?;
-        tx.commit()?;
-        Ok(Some(next))
+    fn settle(&self, execution_id: &str, cause: SettleCause, reason: &str) -> Result<Option<DeliveryStatus>> {
+        let now = self.now();
+        self.transaction(|tx| {
+            let (status, op) = machine::settle(row(tx, execution_id)?.as_ref(), cause, reason, &self.secrets, now);
+            if let Some(op) = op {
+                execute(tx, &op)?;
+            }
+            Ok(status)
+        })
     }
 
     fn prune(&self, before_ms: u64) -> Result<usize> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = self.now();
-        let before_ms = before_ms.min(i64::MAX as u64) as i64;
-        tx.execute(
-            "INSERT OR REPLACE INTO tombstones (execution_id, status, pruned_at)
-             SELECT execution_id, status, ?2 FROM deliveries
-             WHERE status IN ('delivered', 'failed', 'unknown') AND updated_at < ?1",
-            params![before_ms, now],
-        )?;
-        let pruned = tx.execute(
-            "DELETE FROM deliveries WHERE status IN ('delivered', 'failed', 'unknown') AND updated_at < ?1",
-            [before_ms],
-        )?;
-        tx.commit()?;
-        Ok(pruned)
+        let terminal = [DeliveryStatus::Delivered, DeliveryStatus::Failed, DeliveryStatus::Unknown];
+        self.transaction(|tx| {
+            let mut pruned = 0;
+            for row in rows_with(tx, &terminal, i64::MAX)? {
+                if let Some(op) = machine::prune(&row, before_ms, now) {
+                    execute(tx, &op)?;
+                    pruned += 1;
+                }
+            }
+            Ok(pruned)
+        })
     }
 
     fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let row = tx
-            .query_row("SELECT * FROM deliveries WHERE execution_id = ?1", [execution_id], read_row)
-            .optional()?
-            .ok_or_else(|| Error::SessionNotFound(format!("delivery {execution_id}")))?;
-        if row.status != DeliveryStatus::Unknown {
-            return Err(Error::BadBatch(format!(
-                "delivery {execution_id} is {}; only unknown deliveries are resolved by hand",
-                row.status
-            )));
-        }
         let now = self.now();
-        let new_id = match resolution {
-            Resolution::Delivered => {
-                Self::set_status(
-                    &tx,
-                    execution_id,
-                    DeliveryStatus::Delivered,
-                    Some("confirmed by an operator"),
-                    None,
-                    now,
-                )?;
-                None
+        self.transaction(|tx| {
+            let before = row(tx, execution_id)?;
+            let taken = |id: &str| Ok(found(tx, id)? != Found::Nothing);
+            let (new_id, ops) = machine::resolve(before.as_ref(), execution_id, resolution, taken, &self.secrets, now)?;
+            for op in &ops {
+                execute(tx, op)?;
             }
-            Resolution::Failed(reason) => {
-                let reason = crate::outbox::clip(&self.secrets.scrub(&format!("operator: {reason}")));
-                Self::set_status(&tx, execution_id, DeliveryStatus::Failed, None, Some(&reason), now)?;
-                None
-            }
-            Resolution::Resend => {
-                let payload = row
-                    .payload
-                    .clone()
-                    .ok_or_else(|| Error::BadBatch(format!("delivery {execution_id} has no payload left to resend")))?;
-                let mut n = 1;
-                let new_id = loop {
-                    let candidate = format!("{execution_id}#resend-{n}");
-                    let taken: Option<i64> = tx
-                        .query_row("SELECT 1 FROM deliveries WHERE execution_id = ?1", [&candidate], |r| r.get(0))
-                        .optional()?;
-                    if taken.is_none() {
-                        break candidate;
-                    }
-                    n += 1;
-                };
-                Self::set_status(
-                    &tx,
-                    execution_id,
-                    DeliveryStatus::Failed,
-                    None,
-                    Some(&format!("operator: resent as {new_id}")),
-                    now,
-                )?;
-                tx.execute(
-                    "INSERT INTO deliveries (execution_id, status, payload, resend_of, updated_at) VALUES (?1, 'pending', ?2, ?3, ?4)",
-                    params![new_id, payload, execution_id, now],
-                )?;
-                Some(new_id)
-            }
-        };
-        tx.commit()?;
-        Ok(new_id)
+            Ok(new_id)
+        })
     }
 }

@@ -164,17 +164,34 @@ async fn a_zero_wait_on_a_claimed_row_makes_it_unknown() {
     }
 }
 
-#[tokio::test]
-async fn re_enqueueing_an_unknown_id_stays_unknown_and_is_never_claimed() {
+/// Claims a row, loses its receipt, re-enqueues it, and returns what a second claim got.
+fn second_claim_after_a_lost_receipt(kind: Kind) -> Option<Claim> {
+    let bench = Bench::new(kind);
+    let q = bench.open(&bench.process("a"));
+    q.enqueue("x1", "hello").unwrap();
+    q.claim_next().unwrap();
+    q.settle("x1", SettleCause::Deadline, "deadline passed").unwrap();
+    assert_eq!(q.enqueue("x1", "hello again").unwrap(), Enqueued::Existing(DeliveryStatus::Unknown), "{kind:?}");
+    q.claim_next().unwrap()
+}
+
+#[test]
+fn re_enqueueing_an_unknown_id_stays_unknown_and_is_never_claimed() {
     for kind in KINDS {
-        let bench = Bench::new(kind);
-        let q = bench.open(&bench.process("a"));
-        q.enqueue("x1", "hello").unwrap();
-        q.claim_next().unwrap();
-        q.settle("x1", "deadline passed").unwrap();
-        assert_eq!(q.enqueue("x1", "hello again").unwrap(), Enqueued::Existing(DeliveryStatus::Unknown), "{kind:?}");
-        assert_eq!(q.claim_next().unwrap(), None, "{kind:?}: unknown rows are never claimable");
+        assert_eq!(second_claim_after_a_lost_receipt(kind), None, "{kind:?}: unknown rows are never claimable");
     }
+}
+
+/// The claim rule lives in one place (the shared outbox machine): a bug planted there shows
+/// in every backend, SQLite included, not only in the one the simulator runs.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn planted_unknown_claimable_breaks_every_backend_through_the_shared_machine() {
+    faultline_runtime::bugs::plant(&["unknown-claimable"]);
+    let claimed: Vec<(Kind, bool)> =
+        KINDS.iter().map(|kind| (*kind, second_claim_after_a_lost_receipt(*kind).is_some())).collect();
+    faultline_runtime::bugs::plant(&[]);
+    assert_eq!(claimed, vec![(Kind::Journal, true), (Kind::Sqlite, true)]);
 }
 
 #[tokio::test]
@@ -263,7 +280,7 @@ async fn an_operator_resolves_unknown_rows_and_a_resend_gets_a_new_id() {
         for id in ["x1", "x2", "x3"] {
             q.enqueue(id, &format!("payload-{id}")).unwrap();
             q.claim_next().unwrap();
-            q.settle(id, "lost receipt").unwrap();
+            q.settle(id, SettleCause::Deadline, "lost receipt").unwrap();
         }
         assert_eq!(q.resolve("x1", Resolution::Delivered).unwrap(), None);
         assert_eq!(q.get("x1").unwrap().unwrap().status, DeliveryStatus::Delivered);
@@ -286,7 +303,11 @@ async fn a_pending_row_cancelled_by_repair_never_sends() {
         let bench = Bench::new(kind);
         let q = bench.open(&bench.process("a"));
         q.enqueue("x1", "hello").unwrap();
-        assert_eq!(q.settle("x1", "cancelled by crash repair").unwrap(), Some(DeliveryStatus::Failed), "{kind:?}");
+        assert_eq!(
+            q.settle("x1", SettleCause::CancelledBeforeSend, "cancelled by crash repair").unwrap(),
+            Some(DeliveryStatus::Failed),
+            "{kind:?}"
+        );
         let receiver = Arc::new(Receiver::default());
         drain_with(&q, &receiver).await;
         assert!(receiver.sends().is_empty());

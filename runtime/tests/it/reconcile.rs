@@ -100,7 +100,7 @@ fn delivering_or_unknown_records_stay_unknown_and_name_the_evidence() {
             q.enqueue("s:1:1:c1", "{}").unwrap();
             q.claim_next().unwrap();
             if settle {
-                q.settle("s:1:1:c1", "no receipt before the wait deadline").unwrap();
+                q.settle("s:1:1:c1", SettleCause::Deadline, "no receipt before the wait deadline").unwrap();
             }
         });
         assert_eq!(result_of(&closer).error.as_ref().unwrap().code, ErrorCode::ToolOutcomeUnknown);
