@@ -15,6 +15,7 @@ use crate::event::{HeaderError, Record, SessionHeader, Validator};
 use crate::seams::{Liveness, OwnerIdentity, Process};
 use crate::store::repair;
 use crate::store::{Inspection, Loaded, Opened, Repair, ScanError, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use crate::store::{LogMedium, SessionWriter};
 use crate::{Error, Result};
 
 /// How long a writer waits for another connection's transaction before giving up.
@@ -301,7 +302,7 @@ impl Store for SqliteStore {
             return Err(Error::SessionExists(id.to_string()));
         }
         tx.commit()?;
-        Ok(Box::new(SqliteLog { store: self.clone(), id: id.clone(), token: 1, validator: Validator::new() }))
+        SessionWriter::boxed(id, 1, &[], Box::new(SqliteMedium { store: self.clone() }))
     }
 
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
@@ -333,9 +334,8 @@ impl Store for SqliteStore {
                 self.evidence.cancel_never_claimed(&execution);
             }
         }
-        let validator = Validator::validate_all(&records)?;
-        let log = SqliteLog { store: self.clone(), id: id.clone(), token, validator };
-        Ok(Opened { log: Box::new(log), loaded: Loaded { header, records, repair } })
+        let log = SessionWriter::boxed(id, token, &records, Box::new(SqliteMedium { store: self.clone() }))?;
+        Ok(Opened { log, loaded: Loaded { header, records, repair } })
     }
 
     fn inspect(&self, id: &SessionId) -> Result<Inspection> {
@@ -369,55 +369,36 @@ impl Store for SqliteStore {
     }
 }
 
+/// The medium of one SQLite session: fence and insert are one IMMEDIATE transaction, so a
+/// takeover cannot slip between them.
 #[derive(Debug)]
-struct SqliteLog {
+struct SqliteMedium {
     store: SqliteStore,
-    id: SessionId,
-    token: u64,
-    validator: Validator,
 }
 
-impl SqliteLog {
-    fn check_fence(&self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
-        let current: i64 =
-            tx.query_row("SELECT token FROM sessions WHERE id = ?1", [self.id.as_str()], |r| r.get(0))?;
-        if current as u64 != self.token {
-            return Err(Error::Fenced { id: self.id.to_string(), token: self.token, current: current as u64 });
-        }
-        Ok(())
+fn check_fence(tx: &rusqlite::Transaction<'_>, id: &SessionId, token: u64) -> Result<()> {
+    let current: i64 = tx.query_row("SELECT token FROM sessions WHERE id = ?1", [id.as_str()], |r| r.get(0))?;
+    if current as u64 != token {
+        return Err(Error::Fenced { id: id.to_string(), token, current: current as u64 });
     }
+    Ok(())
 }
 
-impl SessionLog for SqliteLog {
-    fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.validator.next_seq()
-    }
-
-    fn token(&self) -> u64 {
-        self.token
-    }
-
-    fn append(&mut self, batch: &[Record]) -> Result<()> {
-        let next = crate::store::check_batch(&self.validator, batch)?;
+impl LogMedium for SqliteMedium {
+    fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()> {
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // The fence and the insert are one transaction: a takeover cannot slip between them.
-        self.check_fence(&tx)?;
-        insert_records(&tx, &self.id, batch)?;
+        check_fence(&tx, id, token)?;
+        insert_records(&tx, id, batch)?;
         tx.commit()?;
-        self.validator = next;
         Ok(())
     }
 
-    fn close(self: Box<Self>) -> Result<()> {
+    fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()> {
         let mut conn = self.store.lock();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        self.check_fence(&tx)?;
-        tx.execute("UPDATE sessions SET token = token + 1, owner = NULL WHERE id = ?1", [self.id.as_str()])?;
+        check_fence(&tx, id, token)?;
+        tx.execute("UPDATE sessions SET token = token + 1, owner = NULL WHERE id = ?1", [id.as_str()])?;
         tx.commit()?;
         Ok(())
     }

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use super::format::{BatchEncoder, Encoded};
 use super::owner::{self, CurrentOwner};
 use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
+use super::writer::{LogMedium, SessionWriter};
 use super::{Format, Inspection, Loaded, Opened, Repair, ScanStatus, SessionId, SessionLog, Store, Takeover};
-use crate::event::{Record, SessionHeader, Validator};
+use crate::event::{Record, SessionHeader};
 use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, Seams};
 use crate::{Error, Result};
 use std::sync::Arc;
@@ -211,20 +212,17 @@ impl FileStore {
         Ok(Loaded { header, records, repair })
     }
 
-    fn writer(&self, id: &SessionId, path: PathBuf, token: u64, records: &[Record]) -> Result<FileLog> {
+    fn writer(&self, id: &SessionId, path: PathBuf, token: u64, records: &[Record]) -> Result<Box<dyn SessionLog>> {
         let file = self.seams.fs.open(&path, OpenOptions::append()).map_err(|e| io_err("opening", &path, e))?;
         let len = file.len().map_err(|e| io_err("measuring", &path, e))?;
-        Ok(FileLog {
+        let medium = FileMedium {
             seams: self.seams.clone(),
-            id: id.clone(),
             dir: path.parent().expect("session dir").to_path_buf(),
             file,
             len,
-            validator: Validator::validate_all(records)?,
-            token,
             encoder: BatchEncoder::new(self.format),
-            poisoned: false,
-        })
+        };
+        SessionWriter::boxed(id, token, records, Box::new(medium))
     }
 }
 
@@ -252,7 +250,7 @@ impl Store for FileStore {
             }
             other => other?,
         }
-        Ok(Box::new(self.writer(id, path, token, &[])?))
+        self.writer(id, path, token, &[])
     }
 
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
@@ -269,7 +267,7 @@ impl Store for FileStore {
             }
             let loaded = self.loaded(id, inspection, repair)?;
             let log = self.writer(id, path.clone(), token, &loaded.records)?;
-            Ok(Opened { log: Box::new(log), loaded })
+            Ok(Opened { log, loaded })
         })();
         if opened.is_err() {
             // Never keep a session locked because it could not be opened.
@@ -319,75 +317,27 @@ impl Store for FileStore {
     }
 }
 
-/// The writer of one file session.
+/// The medium of one file session: the open file and where its durable prefix ends.
 #[derive(Debug)]
-struct FileLog {
+struct FileMedium {
     seams: Seams,
-    id: SessionId,
     dir: PathBuf,
     file: Box<dyn FsFile>,
     /// Length of the durable prefix: where a failed append truncates back to.
     len: u64,
-    validator: Validator,
-    token: u64,
     encoder: BatchEncoder,
-    poisoned: bool,
 }
 
-/// Checks that `batch` continues `validator`'s log, returning the validator after it.
-pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Validator> {
-    let first = batch.first().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
-    if first.seq != validator.next_seq() {
-        return Err(Error::BadBatch(format!(
-            "batch starts at seq {}, the log continues at {}",
-            first.seq,
-            validator.next_seq()
-        )));
-    }
-    let mut next = validator.clone();
-    for record in batch {
-        next.push_in_place(record)?;
-    }
-    Ok(next)
-}
-
-impl SessionLog for FileLog {
-    fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.validator.next_seq()
-    }
-
-    fn token(&self) -> u64 {
-        self.token
-    }
-
-    fn append(&mut self, batch: &[Record]) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Poisoned(self.id.to_string()));
-        }
-        let next = check_batch(&self.validator, batch)?;
-        owner::check_fence(&self.seams, &self.dir, self.id.as_str(), self.token)?;
+impl LogMedium for FileMedium {
+    fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()> {
+        owner::check_fence(&self.seams, &self.dir, id.as_str(), token)?;
         let encoded = self.encoder.encode(batch)?;
-        match append_durably(self.file.as_mut(), self.len, &encoded) {
-            Ok(()) => {
-                self.len += encoded.bytes.len() as u64;
-                self.validator = next;
-                Ok(())
-            }
-            Err(e) => {
-                if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
-                    self.poisoned = true;
-                }
-                Err(e)
-            }
-        }
+        append_durably(self.file.as_mut(), self.len, &encoded)?;
+        self.len += encoded.bytes.len() as u64;
+        Ok(())
     }
 
-    fn close(self: Box<Self>) -> Result<()> {
-        let FileLog { seams, dir, id, token, .. } = *self;
-        owner::release(&seams, &dir, id.as_str(), token)
+    fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()> {
+        owner::release(&self.seams, &self.dir, id.as_str(), token)
     }
 }

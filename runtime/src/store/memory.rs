@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::file::check_batch;
+use super::writer::{LogMedium, SessionWriter};
 use super::{Inspection, Loaded, Opened, Repair, Scan, ScanStatus, SessionId, SessionLog, Store, Takeover};
-use crate::event::{Record, SessionHeader, Validator};
+use crate::event::{Record, SessionHeader};
 use crate::seams::{Liveness, OwnerIdentity, Process};
 use crate::{Error, Result};
 
@@ -84,7 +84,8 @@ impl Store for MemoryStore {
             owner: Some(self.process.identity()),
         };
         sessions.insert(id.clone(), session);
-        Ok(Box::new(MemoryLog { store: self.clone(), id: id.clone(), token: 1, validator: Validator::new() }))
+        drop(sessions);
+        SessionWriter::boxed(id, 1, &[], Box::new(MemoryMedium { store: self.clone() }))
     }
 
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
@@ -95,9 +96,9 @@ impl Store for MemoryStore {
         session.records.extend(closers.iter().cloned());
         let repair = (!closers.is_empty()).then(|| Repair { closers, ..Repair::default() });
         let loaded = Loaded { header: session.header.clone(), records: session.records.clone(), repair };
-        let validator = Validator::validate_all(&loaded.records)?;
-        let log = MemoryLog { store: self.clone(), id: id.clone(), token, validator };
-        Ok(Opened { log: Box::new(log), loaded })
+        drop(sessions);
+        let log = SessionWriter::boxed(id, token, &loaded.records, Box::new(MemoryMedium { store: self.clone() }))?;
+        Ok(Opened { log, loaded })
     }
 
     fn inspect(&self, id: &SessionId) -> Result<Inspection> {
@@ -125,53 +126,40 @@ impl Store for MemoryStore {
     }
 }
 
+/// The medium of one in-memory session.
 #[derive(Debug)]
-struct MemoryLog {
+struct MemoryMedium {
     store: MemoryStore,
-    id: SessionId,
-    token: u64,
-    validator: Validator,
 }
 
-impl MemoryLog {
-    fn fenced(&self, session: &MemSession) -> Result<()> {
-        if session.token != self.token {
-            return Err(Error::Fenced { id: self.id.to_string(), token: self.token, current: session.token });
+impl MemoryMedium {
+    fn fenced<'a>(
+        sessions: &'a mut BTreeMap<SessionId, MemSession>,
+        id: &SessionId,
+        token: u64,
+    ) -> Result<&'a mut MemSession> {
+        let session = sessions.get_mut(id).ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
+        if session.token != token {
+            return Err(Error::Fenced { id: id.to_string(), token, current: session.token });
         }
-        Ok(())
+        Ok(session)
     }
 }
 
-impl SessionLog for MemoryLog {
-    fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    fn next_seq(&self) -> u64 {
-        self.validator.next_seq()
-    }
-
-    fn token(&self) -> u64 {
-        self.token
-    }
-
-    fn append(&mut self, batch: &[Record]) -> Result<()> {
-        let next = check_batch(&self.validator, batch)?;
+impl LogMedium for MemoryMedium {
+    fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()> {
+        // The same record limit as the files: a memory-backed test sees what production sees.
         for record in batch {
             crate::store::check_record_line(record.seq, record.encode().len())?;
         }
         let mut sessions = self.store.lock();
-        let session = sessions.get_mut(&self.id).ok_or_else(|| Error::SessionNotFound(self.id.to_string()))?;
-        self.fenced(session)?;
-        session.records.extend(batch.iter().cloned());
-        self.validator = next;
+        Self::fenced(&mut sessions, id, token)?.records.extend(batch.iter().cloned());
         Ok(())
     }
 
-    fn close(self: Box<Self>) -> Result<()> {
+    fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()> {
         let mut sessions = self.store.lock();
-        let session = sessions.get_mut(&self.id).ok_or_else(|| Error::SessionNotFound(self.id.to_string()))?;
-        self.fenced(session)?;
+        let session = Self::fenced(&mut sessions, id, token)?;
         session.token += 1;
         session.owner = None;
         Ok(())

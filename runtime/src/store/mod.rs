@@ -15,11 +15,12 @@ pub mod repair;
 pub use repair::{Evidence, NoEvidence, OutcomeEvidence};
 mod scan;
 mod write_behind;
+mod writer;
 mod zstd_frames;
 
 use serde::Serialize;
 
-pub(crate) use file::{append_durably, check_batch, create_dir_all_durable, materialise, truncate_durably};
+pub(crate) use file::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 pub use file::{inspect_file, inspect_file_with, repair_file, FileStore};
 pub(crate) use format::Encoded;
 pub use format::Format;
@@ -36,6 +37,7 @@ pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
     PENDING_EVENTS_MAX_DEFAULT,
 };
+pub(crate) use writer::{LogMedium, SessionWriter};
 pub use zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 
 use crate::event::{Record, SessionHeader};

@@ -1,0 +1,103 @@
+//! The single writer of a session, shared by every backend.
+//!
+//! The protocol of an append lives here once: a poisoned writer refuses; the batch must
+//! continue the log (seq, invariants) or nothing is written; the backend writes it fenced on
+//! this writer's token, all or nothing; only then does the validator move on. A failed
+//! rollback poisons the writer, because the file's tail is no longer known. Backends only
+//! provide a [`LogMedium`]: write a batch under a fence, and release.
+
+use super::{SessionId, SessionLog};
+use crate::event::{Record, Validator};
+use crate::{Error, Result};
+
+/// What a backend does for one session's writer.
+pub(crate) trait LogMedium: Send + std::fmt::Debug {
+    /// Writes `batch` durably if `token` still owns session `id`; otherwise
+    /// [`Error::Fenced`] and nothing is written. The fence check and the write are as close
+    /// as the medium allows (one SQLite transaction; the owner file re-read just before a
+    /// file append). On any error nothing of the batch remains, or — when even the rollback
+    /// failed — [`Error::AppendFailed`] with `rollback` set.
+    fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()>;
+
+    /// Releases ownership of `id` if `token` still holds it.
+    fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()>;
+}
+
+/// A session's writer: the append protocol over any [`LogMedium`].
+#[derive(Debug)]
+pub(crate) struct SessionWriter {
+    id: SessionId,
+    token: u64,
+    validator: Validator,
+    poisoned: bool,
+    medium: Box<dyn LogMedium>,
+}
+
+impl SessionWriter {
+    /// A writer continuing `records` (already validated by the load that produced them).
+    pub(crate) fn boxed(
+        id: &SessionId,
+        token: u64,
+        records: &[Record],
+        medium: Box<dyn LogMedium>,
+    ) -> Result<Box<dyn SessionLog>> {
+        let validator = Validator::validate_all(records)?;
+        Ok(Box::new(SessionWriter { id: id.clone(), token, validator, poisoned: false, medium }))
+    }
+}
+
+/// Checks that `batch` continues `validator`'s log, returning the validator after it.
+pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Validator> {
+    let first = batch.first().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
+    if first.seq != validator.next_seq() {
+        return Err(Error::BadBatch(format!(
+            "batch starts at seq {}, the log continues at {}",
+            first.seq,
+            validator.next_seq()
+        )));
+    }
+    let mut next = validator.clone();
+    for record in batch {
+        next.push_in_place(record)?;
+    }
+    Ok(next)
+}
+
+impl SessionLog for SessionWriter {
+    fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.validator.next_seq()
+    }
+
+    fn token(&self) -> u64 {
+        self.token
+    }
+
+    fn append(&mut self, batch: &[Record]) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned(self.id.to_string()));
+        }
+        let next = check_batch(&self.validator, batch)?;
+        match self.medium.write_fenced(&self.id, self.token, batch) {
+            Ok(()) => {
+                debug_assert_eq!(next.next_seq(), batch.last().map_or(0, |r| r.seq + 1));
+                self.validator = next;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
+                    self.poisoned = true;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        let SessionWriter { id, token, medium, .. } = *self;
+        medium.release(&id, token)
+    }
+}
