@@ -6,7 +6,7 @@
 //! ```sh
 //! echo '{"responses":[{"frames":[{"tool_call":{"index":0,"id":"c1","name":"clock","arguments":"{}"}}],"finish":"tool_calls"},
 //!                     {"frames":[{"text":"It is late."}],"finish":"stop"}]}' > /tmp/script.json
-//! cargo run -p faultline-sim -- model-server --listen 127.0.0.1:8080 --script /tmp/script.json
+//! cargo run -p faultline-cli -- model-server --listen 127.0.0.1:8080 --script /tmp/script.json
 //! cargo run -p faultline-runtime --example embed -- http://127.0.0.1:8080/v1
 //! ```
 #![allow(clippy::print_stdout, clippy::disallowed_methods)] // an example prints and reads argv

@@ -4,13 +4,13 @@
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
 
 pub mod bench;
-pub mod cli;
 mod fault_fs;
 pub mod generate;
 pub mod model_server;
 mod scenario;
 mod seams;
 pub mod shrink;
+pub mod sweep;
 pub mod world;
 
 pub use fault_fs::{FaultFs, FsFaults, FsOp};

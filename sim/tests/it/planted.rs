@@ -5,7 +5,7 @@
 #![allow(clippy::print_stdout)] // reports seeds-to-catch per bug
 
 use faultline_runtime::bugs::CATALOG;
-use faultline_sim::cli::sweep::hunt_bug;
+use faultline_sim::sweep::hunt_bug;
 
 /// Seeds per scenario each bug gets (measured: every bug falls at seed 0).
 const BUDGET_SEEDS: u64 = 4;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::sweep::{load, plant};
-use crate::shrink::shrink;
+use faultline_sim::shrink::shrink;
+use faultline_sim::sweep::{load, plant};
 
 /// Arguments of `faultline shrink`.
 #[derive(Debug, Args)]

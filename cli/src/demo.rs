@@ -9,7 +9,7 @@ use faultline_runtime::production;
 use faultline_runtime::store::inspect_file;
 use faultline_runtime::EntropyExt;
 
-use crate::model_server::{ModelServer, Response, Script};
+use faultline_sim::model_server::{ModelServer, Response, Script};
 
 /// How long the demo waits for the child to reach its side effect.
 const SIDE_EFFECT_WAIT_S: u64 = 30;

@@ -12,7 +12,7 @@ use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvi
 use faultline_runtime::production::{self, EnvCredentials};
 use tokio_util::sync::CancellationToken;
 
-use crate::model_server::{ModelServer, RecordedRequest, RequestObserver, Script};
+use faultline_sim::model_server::{ModelServer, RecordedRequest, RequestObserver, Script};
 
 /// `faultline llm ...`
 #[derive(Debug, Args)]

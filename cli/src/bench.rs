@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::bench::run_all;
+use faultline_sim::bench::run_all;
 
 /// Arguments of `faultline bench`.
 #[derive(Debug, Args)]

@@ -1,7 +1,8 @@
-//! The `faultline` command line: the driver of real processes, real files and terminals.
+//! The `faultline` command: the driver of real processes, real files and terminals, over the
+//! runtime (`faultline-runtime`) and the simulator (`faultline-sim`).
 //!
-//! This is the one place in `sim` besides the seam module that may touch the OS directly
-//! (it reads scenario files, talks to the terminal, and later spawns and kills processes).
+//! The one crate of the workspace that is all edge: it reads files, talks to the terminal,
+//! spawns and kills processes, so the determinism lint does not apply here.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
@@ -10,7 +11,7 @@ mod demo;
 mod llm;
 mod outbox;
 mod shrink;
-pub mod sweep;
+mod sweep;
 mod transcript;
 
 use std::process::ExitCode;
@@ -85,7 +86,7 @@ fn exit_quietly_on_broken_pipe() {
 }
 
 /// Parses the process arguments and runs the command.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
