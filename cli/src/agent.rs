@@ -169,25 +169,20 @@ fn start_agent(
     };
     let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
     let store = open_store(store_kind, session_dir, seams, evidence).map_err(|e| e.to_string())?;
-    let agent_config = AgentConfig {
-        max_steps: config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT),
-        tool_concurrency: config.agent.tool_concurrency.unwrap_or(faultline_runtime::agent::TOOL_CONCURRENCY_DEFAULT),
-        system: config.agent.system.clone(),
-        ..AgentConfig::default()
-    };
+    let mut agent_config = AgentConfig::default();
+    agent_config.max_steps = config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT);
+    agent_config.tool_concurrency =
+        config.agent.tool_concurrency.unwrap_or(faultline_runtime::agent::TOOL_CONCURRENCY_DEFAULT);
+    agent_config.system = config.agent.system.clone();
     let live = Arc::new(LiveProvider::new(config.provider.clone()));
     let open = if resume { Open::Resume } else { Open::Create };
-    let agent = Agent::start(
-        seams.clone(),
-        store.as_ref(),
-        &id,
-        open,
-        live.clone(),
-        Arc::new(EnvCredentials),
-        tools_of(config, &outbox),
-        agent_config,
-    )
-    .map_err(|e| format!("session {id}: {e}"))?;
+    let agent = Agent::builder(live.clone(), Arc::new(EnvCredentials))
+        .seams(seams.clone())
+        .open(open)
+        .tools(tools_of(config, &outbox))
+        .config(agent_config)
+        .start(store.as_ref(), &id)
+        .map_err(|e| format!("session {id}: {e}"))?;
     eprintln!("faultline: session {id}");
     if let Some(repair) = agent.startup_repair() {
         eprintln!(

@@ -153,7 +153,7 @@ fn demo() -> Result<(), String> {
     say("5. Resumed (repair first, then the next turn). The model read the unknown outcome and answered:");
     say(&format!("   \"{}\"\n", String::from_utf8_lossy(&resumed.stdout).trim()));
     let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-    let scan = faultline_runtime::store::scan_jsonl(&bytes);
+    let scan = faultline_runtime::testing::scan_jsonl(&bytes);
     say("6. The repaired transcript's tail (streamed chunks left out):");
     let shown: Vec<&Record> = scan.records.iter().filter(|r| !matches!(r.event, Event::AssistantChunk(_))).collect();
     for record in &shown[shown.len().saturating_sub(12)..] {

@@ -51,7 +51,7 @@ pub struct HuntArgs {
 /// `faultline hunt`.
 pub fn hunt(args: &HuntArgs) -> ExitCode {
     if args.list {
-        for (name, what) in faultline_runtime::bugs::CATALOG {
+        for (name, what) in faultline_runtime::testing::bugs::CATALOG {
             println!("{name:<26} {what}");
         }
         return ExitCode::SUCCESS;

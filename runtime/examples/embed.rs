@@ -13,9 +13,9 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::ToolSchema;
-use faultline_runtime::llm::{Endpoint, LiveProvider, Preset, ResolvedProvider, RetryPolicy};
+use faultline_runtime::llm::{Endpoint, Preset, ResolvedProvider, RetryPolicy};
 use faultline_runtime::production::{self, EnvCredentials};
 use faultline_runtime::store::{FileStore, Format, SessionId};
 use faultline_runtime::BoxFuture;
@@ -55,16 +55,7 @@ async fn main() -> faultline_runtime::Result<()> {
     };
     let id = SessionId::new(format!("embed-{}", seams.clock.now_ms()))?;
     let tools = ToolSet::new().with(Arc::new(ClockTool(seams.clock.clone())));
-    let agent = Agent::start(
-        seams.clone(),
-        &store,
-        &id,
-        Open::Create,
-        Arc::new(LiveProvider::new(route)),
-        Arc::new(EnvCredentials),
-        tools,
-        AgentConfig::default(),
-    )?;
+    let agent = Agent::builder(route, Arc::new(EnvCredentials)).seams(seams.clone()).tools(tools).start(&store, &id)?;
     agent.submit("What time is it?")?;
     agent.when_idle().await;
     println!("{:#?}", agent.last_outcome());

@@ -5,6 +5,7 @@ use crate::store::InvalidSessionId;
 
 /// Everything that can go wrong in the runtime, one variant per kind of cause.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An I/O operation through a seam failed.
     #[error("{context}: {source}")]
@@ -137,7 +138,28 @@ pub enum Error {
     Outbox(#[from] crate::outbox::OutboxError),
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(SqliteError),
+}
+
+/// What SQLite said, as text and its extended result code: the runtime's errors never carry a
+/// dependency's types, so an embedder's code does not break when the driver changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SqliteError {
+    /// SQLite's message.
+    pub message: String,
+    /// SQLite's extended result code, when the error came from SQLite itself.
+    pub code: Option<i32>,
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        let code = match &e {
+            rusqlite::Error::SqliteFailure(failure, _) => Some(failure.extended_code),
+            _ => None,
+        };
+        Error::Sqlite(SqliteError { message: e.to_string(), code })
+    }
 }
 
 impl Error {

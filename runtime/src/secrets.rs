@@ -85,7 +85,7 @@ impl Scrubber {
     /// Replaces every registered value in `text`, without the pattern net: for stored records,
     /// whose other words matter to the model and must not be mangled by a pattern.
     fn scrub_values(&self, text: &mut String) {
-        if crate::bugs::planted("scrub-by-pattern-only") {
+        if crate::testing::bugs::planted("scrub-by-pattern-only") {
             return;
         }
         for value in self.read().iter() {
@@ -190,7 +190,11 @@ impl StreamScrubber {
         joined.push_str(text);
         // Whole secrets first: a secret inside the text must not be cut by the hold-back.
         secrets.scrub_values(&mut joined);
-        let keep = if crate::bugs::planted("scrub-by-pattern-only") { 0 } else { secrets.partial_tail_bytes(&joined) };
+        let keep = if crate::testing::bugs::planted("scrub-by-pattern-only") {
+            0
+        } else {
+            secrets.partial_tail_bytes(&joined)
+        };
         let rest = joined.split_off(joined.len() - keep);
         if !rest.is_empty() {
             self.held.insert(key, rest);

@@ -20,12 +20,12 @@ pub fn plant(bugs: &[String]) -> Result<(), String> {
     #[cfg(feature = "planted-bugs")]
     {
         for bug in bugs {
-            if !faultline_runtime::bugs::CATALOG.iter().any(|(name, _)| name == bug) {
+            if !faultline_runtime::testing::bugs::CATALOG.iter().any(|(name, _)| name == bug) {
                 return Err(format!("unknown bug {bug:?} (see `faultline hunt --list`)"));
             }
         }
         let names: Vec<&str> = bugs.iter().map(String::as_str).collect();
-        faultline_runtime::bugs::plant(&names);
+        faultline_runtime::testing::bugs::plant(&names);
         Ok(())
     }
     #[cfg(not(feature = "planted-bugs"))]
@@ -239,7 +239,7 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize) + Sync) -> SweepR
     // Fault-site coverage: a declared crash point or "sometimes" condition that never fires
     // in a full sweep means the harness is not testing what it claims to.
     if plan.full && plan.shards == 1 {
-        for point in faultline_runtime::CRASH_POINTS {
+        for point in faultline_runtime::testing::CRASH_POINTS {
             if !report.crash_points.contains_key(&point.to_string()) {
                 report.never_fired.push(format!("crash point {point}"));
             }

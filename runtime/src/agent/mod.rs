@@ -11,11 +11,12 @@
 //! # Ok(()) }
 //! ```
 
-mod assembler;
+pub(crate) mod assembler;
+mod builder;
 mod config;
-mod history;
-mod retry;
-mod tools;
+pub(crate) mod history;
+pub(crate) mod retry;
+pub(crate) mod tools;
 mod turn;
 
 use std::collections::VecDeque;
@@ -25,14 +26,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
-pub use assembler::Assembler;
+pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
     provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, ToolEnv,
     PROVIDER_KEY_VARS, TOOL_TIMEOUT_MS_MAX,
 };
-pub use history::History;
-pub use retry::{decide, RetryDecision};
-pub use tools::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};
+pub(crate) use history::History;
+pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};
 
 use crate::event::{AbortCause, ErrorCode, Message, Record, TurnEndReason};
 use crate::llm::{Adapter, Credentials, LiveProvider};
@@ -46,8 +46,9 @@ pub const TOOL_CONCURRENCY_DEFAULT: usize = 4;
 /// Largest inbox, in messages: submitting more is refused, not buffered without bound.
 pub const INBOX_MESSAGES_MAX: usize = 1024;
 
-/// Agent knobs.
+/// Agent knobs. Start from `AgentConfig::default()` and set fields (more may come).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AgentConfig {
     /// Steps per turn (retries inside a step do not count). Range 1..=1000.
     pub max_steps: u32,
@@ -77,6 +78,7 @@ impl Default for AgentConfig {
 
 /// How a turn ended, for the embedder (the log has the full story).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TurnOutcome {
     /// Turn number.
     pub turn: u32,
@@ -168,8 +170,9 @@ pub enum Open {
 
 impl Agent {
     /// Starts an agent on session `id` of `store` (must be called inside a tokio runtime).
+    /// Embedders use [`Agent::builder`].
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub(crate) fn start(
         seams: Seams,
         store: &dyn Store,
         id: &SessionId,

@@ -33,13 +33,16 @@ pub fn decide(policy: &RetryPolicy, failure: &Failure, retry: u32, unit: impl Fn
         return RetryDecision::GiveUp;
     }
     if let RetryPolicy::Normal { max_retries, codes, .. } = policy {
-        let planted = crate::bugs::planted("stream-closed-retryable") && failure.code == ErrorCode::StreamClosed;
+        let planted =
+            crate::testing::bugs::planted("stream-closed-retryable") && failure.code == ErrorCode::StreamClosed;
         if retry > *max_retries || !(codes.contains(&failure.code) || planted) {
             return RetryDecision::GiveUp;
         }
     }
     let backoff = policy.backoff();
-    if let Some(advice) = failure.provider_retry_after_ms.filter(|_| !crate::bugs::planted("ignore-retry-after")) {
+    if let Some(advice) =
+        failure.provider_retry_after_ms.filter(|_| !crate::testing::bugs::planted("ignore-retry-after"))
+    {
         if advice <= backoff.max_delay_ms {
             return RetryDecision::Retry { retry, delay_ms: advice };
         }

@@ -219,8 +219,11 @@ impl TurnCtx<'_> {
             let body = chat_body(prefix, self.history.messages());
             let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
             let mut assembler = Assembler::new();
-            let mut seqs =
-                if crate::bugs::planted("cite-failed-attempts") { std::mem::take(&mut all_seqs) } else { Vec::new() };
+            let mut seqs = if crate::testing::bugs::planted("cite-failed-attempts") {
+                std::mem::take(&mut all_seqs)
+            } else {
+                Vec::new()
+            };
             let mut finish = None;
             let mut answer_bytes = 0usize;
             while let Some(mut chunk) = stream.next().await {
@@ -228,7 +231,7 @@ impl TurnCtx<'_> {
                 // here, before the chunk that overflows is appended.
                 answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
                 let limit = self.shared.config.answer_bytes_max;
-                if answer_bytes > limit && !crate::bugs::planted("no-answer-limit") {
+                if answer_bytes > limit && !crate::testing::bugs::planted("no-answer-limit") {
                     chunk = Chunk::Finish { reason: response_too_large(answer_bytes, limit) };
                 }
                 let done = assembler.push(&chunk);
@@ -255,7 +258,7 @@ impl TurnCtx<'_> {
                 FinishReason::Aborted { .. } => return Ok(Err(self.aborted())),
                 FinishReason::Error { failure } => failure.clone(),
             };
-            if crate::bugs::planted("cite-failed-attempts") {
+            if crate::testing::bugs::planted("cite-failed-attempts") {
                 all_seqs = seqs;
             }
             if self.cancel.is_cancelled() {
@@ -325,7 +328,7 @@ impl TurnCtx<'_> {
             self.emit_call(step, call).await?;
             // Tool path checkpoint: the intent is durable before the body runs.
             let checkpoint =
-                if crate::bugs::planted("tool-body-before-flush") { Ok(()) } else { self.checkpoint().await };
+                if crate::testing::bugs::planted("tool-body-before-flush") { Ok(()) } else { self.checkpoint().await };
             match checkpoint {
                 Ok(()) => {}
                 Err(Checkpoint::Cancelled) => {

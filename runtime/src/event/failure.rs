@@ -6,6 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Stable error codes (SPEC §2). They are strings on the wire and in transcripts; renaming one
 /// is a breaking change to every stored session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// 401/403: the credential was refused.
     Auth,

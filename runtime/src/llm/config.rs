@@ -62,6 +62,7 @@ pub fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
 /// Which adapter serves the route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Preset {
     /// DeepSeek: `https://api.deepseek.com`, `deepseek-chat`, `DEEPSEEK_API_KEY`.
     Deepseek,

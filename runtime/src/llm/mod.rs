@@ -4,9 +4,9 @@
 mod adapter;
 mod classify;
 pub mod config;
-mod normalise;
+pub(crate) mod normalise;
 mod request;
-mod sse;
+pub(crate) mod sse;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
 pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
@@ -14,6 +14,5 @@ pub use config::{
     from_toml, resolve_credential, Backoff, ConfigError, Credentials, Endpoint, LiveProvider, Preset, ProviderConfig,
     ResolvedProvider, RetryPolicy, Secret, StaticCredentials,
 };
-pub use normalise::Normaliser;
 pub use request::chat_body;
-pub use sse::{SseDecoder, SseError, SseItem, SSE_BODY_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_LINE_BYTES_MAX};
+pub use sse::{SseError, SSE_BODY_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_LINE_BYTES_MAX};

@@ -34,6 +34,7 @@ pub trait Deliverer: Send + Sync {
 
 /// What a drain did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DrainReport {
     /// Claims found abandoned (owner gone, or dropped mid-delivery) and made `unknown`.
     pub recovered_unknown: Vec<String>,
@@ -59,7 +60,7 @@ impl Drop for InFlight<'_> {
 }
 
 /// Delivers pending rows: first turns abandoned claims into `unknown` (never resending them),
-/// then claims, delivers and finishes up to [`DRAIN_ROWS_MAX`] rows, oldest first.
+/// then claims, delivers and finishes up to `DRAIN_ROWS_MAX` rows, oldest first.
 pub async fn drain(outbox: &dyn Outbox, deliverer: &dyn Deliverer) -> Result<DrainReport> {
     let mut report = DrainReport { recovered_unknown: outbox.recover_abandoned()?, ..DrainReport::default() };
     for _ in 0..DRAIN_ROWS_MAX {
@@ -84,6 +85,7 @@ pub async fn drain(outbox: &dyn Outbox, deliverer: &dyn Deliverer) -> Result<Dra
 
 /// How a wait ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitOutcome {
     /// Confirmed, with the answer.
     Delivered(String),

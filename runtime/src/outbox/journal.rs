@@ -300,5 +300,5 @@ fn op_name(op: &Op) -> &'static str {
 /// holding zero bytes: the trace of a power loss inside the last write.
 fn is_hole_in_last_line(rest: &[u8]) -> bool {
     let Some(end) = rest.iter().position(|&b| b == b'\n') else { return true };
-    rest[..end].contains(&0) && end + 1 == rest.len() && !crate::bugs::planted("holes-are-corrupt")
+    rest[..end].contains(&0) && end + 1 == rest.len() && !crate::testing::bugs::planted("holes-are-corrupt")
 }

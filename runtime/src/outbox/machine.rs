@@ -140,7 +140,7 @@ pub(crate) fn enqueue(found: Found, id: &str, payload: &str, now: u64) -> Result
 /// The statuses a claim may take. Only `pending`: an `unknown` row may have been delivered,
 /// and sending it again is the blind resend the queue exists to prevent.
 pub(crate) fn claimable_statuses() -> &'static [DeliveryStatus] {
-    if crate::bugs::planted("unknown-claimable") {
+    if crate::testing::bugs::planted("unknown-claimable") {
         &[DeliveryStatus::Pending, DeliveryStatus::Unknown]
     } else {
         &[DeliveryStatus::Pending]

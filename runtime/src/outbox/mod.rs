@@ -73,6 +73,7 @@ impl std::fmt::Display for DeliveryStatus {
 
 /// One row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Delivery {
     /// Stable id of the effect (session:turn:step:call).
     pub execution_id: String,
@@ -96,6 +97,7 @@ pub struct Delivery {
 
 /// What `enqueue` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Enqueued {
     /// A new pending row.
     New,
@@ -116,6 +118,7 @@ pub struct Claim {
 
 /// How a delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Finish {
     /// Confirmed, with the receiver's answer.
     Delivered(String),
@@ -127,6 +130,7 @@ pub enum Finish {
 
 /// An operator's resolution of an `unknown` row, after checking the receiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Resolution {
     /// It did happen.
     Delivered,

@@ -10,7 +10,7 @@ mod clock;
 mod entropy;
 mod fs;
 mod net;
-mod probe;
+pub(crate) mod probe;
 mod process;
 
 use std::future::Future;
@@ -21,7 +21,7 @@ pub use clock::{Clock, Monotonic};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use net::{ByteStream, Listener, Net};
-pub use probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
+pub(crate) use probe::{crash_point, CrashPoint, NoProbe, Probe};
 pub use process::{Liveness, OwnerIdentity, Process};
 
 /// A boxed, sendable future: the return type of every asynchronous seam operation, so that

@@ -53,7 +53,7 @@ pub(crate) fn materialise(seams: &Seams, path: &Path, bytes: &[u8]) -> Result<()
         let _ = seams.fs.remove_file(&temp);
         return Err(io_err("publishing", path, e));
     }
-    if !crate::bugs::planted("no-sync-dir-after-link") {
+    if !crate::testing::bugs::planted("no-sync-dir-after-link") {
         seams.fs.sync_dir(dir).map_err(|e| io_err("syncing directory", dir, e))?;
     }
     // The temp name is garbage now. Its removal need not be durable: a leftover temp after a
@@ -80,7 +80,9 @@ pub(crate) fn append_durably(file: &mut dyn FsFile, prev_len: u64, encoded: &Enc
     });
     match write {
         Ok(()) => Ok(()),
-        Err(write) if crate::bugs::planted("no-truncate-back") => Err(Error::AppendFailed { write, rollback: None }),
+        Err(write) if crate::testing::bugs::planted("no-truncate-back") => {
+            Err(Error::AppendFailed { write, rollback: None })
+        }
         Err(write) => {
             let rollback = truncate_durably(file, prev_len).err();
             Err(Error::AppendFailed { write, rollback })

@@ -13,10 +13,10 @@ mod memory;
 mod owner;
 pub mod repair;
 pub use repair::{Evidence, NoEvidence, OutcomeEvidence};
-mod scan;
+pub(crate) mod scan;
 mod write_behind;
 mod writer;
-mod zstd_frames;
+pub(crate) mod zstd_frames;
 
 use serde::Serialize;
 
@@ -32,13 +32,13 @@ pub use limits::{
 };
 pub use memory::MemoryStore;
 pub(crate) use owner::check_takeover;
-pub use scan::{scan_jsonl, scan_zstd, Scan, ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};
+pub(crate) use scan::Scan;
+pub use scan::{ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};
 pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
     PENDING_EVENTS_MAX_DEFAULT,
 };
 pub(crate) use writer::{LogMedium, SessionWriter};
-pub use zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 
 use crate::event::{Record, SessionHeader};
 use crate::seams::OwnerIdentity;
@@ -46,6 +46,7 @@ use crate::Result;
 
 /// Whether opening a session may take it over from a previous owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Takeover {
     /// Refuse if any owner is recorded, live or dead.
     Never,
@@ -56,6 +57,7 @@ pub enum Takeover {
 
 /// What an open or a load repaired.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Repair {
     /// Bytes of torn tail truncated.
     pub truncated_bytes: u64,
@@ -89,6 +91,7 @@ impl Repair {
 
 /// A session loaded (and repaired) from a store.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Loaded {
     /// The header.
     pub header: SessionHeader,
@@ -100,6 +103,7 @@ pub struct Loaded {
 
 /// A session opened for writing.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Opened {
     /// The writer.
     pub log: Box<dyn SessionLog>,
@@ -109,6 +113,7 @@ pub struct Opened {
 
 /// What `inspect` found, without writing anything.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Inspection {
     /// The scan's verdict.
     pub status: ScanStatus,

@@ -134,7 +134,7 @@ pub fn closers_with(records: &[Record], session: &str, evidence: &dyn OutcomeEvi
     };
     if let Some(step) = open_step {
         for call_id in requested.iter().filter(|id| !answered.contains(*id)) {
-            let started = calls.get(call_id).filter(|_| !crate::bugs::planted("repair-not-started"));
+            let started = calls.get(call_id).filter(|_| !crate::testing::bugs::planted("repair-not-started"));
             let (code, name, text, sources) = match started {
                 Some(&call_seq) => {
                     let id = execution_id(session, turn, step, call_id);

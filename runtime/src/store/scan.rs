@@ -166,7 +166,7 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
                 let after = complete_records(&bytes[end + 1..]);
                 let turn_end = after.iter().find(|r| matches!(r.event, Event::TurnEnd(_))).map(|r| r.seq);
                 let is_last_line = end + 1 == bytes.len();
-                let old_rule = crate::bugs::planted("any-damage-is-torn") && turn_end.is_none();
+                let old_rule = crate::testing::bugs::planted("any-damage-is-torn") && turn_end.is_none();
                 if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) || old_rule {
                     scan.status = ScanStatus::Torn;
                     scan.dropped = after;
@@ -199,7 +199,7 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
 /// of the file) is a power-loss hole: the line holds zero bytes and everything from it to the
 /// end fits one write unit (a unit of several records, or one oversize record of its own).
 fn is_power_loss_hole(rest: &[u8], line: &[u8]) -> bool {
-    if !line.contains(&0) || crate::bugs::planted("holes-are-corrupt") {
+    if !line.contains(&0) || crate::testing::bugs::planted("holes-are-corrupt") {
         return false;
     }
     let single_record = memchr::memchr(b'\n', &rest[..rest.len().saturating_sub(1)]).is_none();
@@ -385,7 +385,7 @@ fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
     if !(tail.iter().all(|&b| b == 0) || memchr::memmem::find(tail, &zero_run).is_some()) {
         return false;
     }
-    !crate::bugs::planted("holes-are-corrupt")
+    !crate::testing::bugs::planted("holes-are-corrupt")
         && tail.len() <= zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true))
 }
 

@@ -309,7 +309,7 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
             }
             Action::Write(batch) => {
                 crate::seams::crash_point(shared.probe.as_ref(), CrashPoint::MidFlush).await;
-                if crate::bugs::planted("ack-before-fsync") {
+                if crate::testing::bugs::planted("ack-before-fsync") {
                     let through = batch.last().expect("batches are non-empty").seq + 1;
                     shared.progress.send_modify(|p| p.durable_through = through);
                 }
@@ -327,7 +327,7 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                         shared.progress.send_modify(|p| p.durable_through = durable_through);
                         shared.space.notify_waiters();
                     }
-                    Err(_) if crate::bugs::planted("drop-failed-batch") => {
+                    Err(_) if crate::testing::bugs::planted("drop-failed-batch") => {
                         state.pending.drain(..batch.len());
                     }
                     Err(error) => {

@@ -3,6 +3,7 @@
 
 use faultline_runtime::event::{Chunk, ErrorCode, FinishReason};
 use faultline_runtime::llm::*;
+use faultline_runtime::testing::{Normaliser, SseDecoder, SseItem};
 use proptest::prelude::*;
 
 /// Decodes `pieces` fed one after another into normalised chunks (terminal chunk included).

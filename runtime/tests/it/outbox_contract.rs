@@ -187,10 +187,10 @@ fn re_enqueueing_an_unknown_id_stays_unknown_and_is_never_claimed() {
 #[cfg(feature = "planted-bugs")]
 #[test]
 fn planted_unknown_claimable_breaks_every_backend_through_the_shared_machine() {
-    faultline_runtime::bugs::plant(&["unknown-claimable"]);
+    faultline_runtime::testing::bugs::plant(&["unknown-claimable"]);
     let claimed: Vec<(Kind, bool)> =
         KINDS.iter().map(|kind| (*kind, second_claim_after_a_lost_receipt(*kind).is_some())).collect();
-    faultline_runtime::bugs::plant(&[]);
+    faultline_runtime::testing::bugs::plant(&[]);
     assert_eq!(claimed, vec![(Kind::Journal, true), (Kind::Sqlite, true)]);
 }
 

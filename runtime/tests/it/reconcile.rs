@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::History;
 use faultline_runtime::event::*;
 use faultline_runtime::outbox::*;
 use faultline_runtime::store::*;
+use faultline_runtime::testing::History;
 
 use crate::fixtures::{seams_with, FaultyFs, TestProcess};
 use crate::store_contract::{append_all, sid};

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use faultline_runtime::event::*;
 use faultline_runtime::store::*;
+use faultline_runtime::testing::{walk_frames, FrameWalk};
 use faultline_runtime::Error;
 
 use crate::fixtures::{read, write};

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_runtime::agent::{run_with_deadline, CallOutcome, Tool, ToolInvocation, ToolOutput};
+use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
 use faultline_runtime::event::{ErrorCode, ToolSchema};
 use faultline_runtime::production::SystemClock;
+use faultline_runtime::testing::{run_with_deadline, CallOutcome};
 use faultline_runtime::{BoxFuture, Clock};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use faultline_runtime::agent::Assembler;
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
 use faultline_runtime::production::{self, SqliteStore};
 use faultline_runtime::store::{FileStore, Format, MemoryStore, SessionId, Store, WriteBehind, WriteBehindConfig};
+use faultline_runtime::testing::Assembler;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 

@@ -32,7 +32,7 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         fs: Arc::new(SimFs),
         entropy: Arc::new(SimEntropy::new(seed, &format!("{host}#{incarnation}"))),
         process: Arc::new(SimProcess::new(host, incarnation)),
-        probe: Arc::new(faultline_runtime::NoProbe),
+        probe: Arc::new(faultline_runtime::testing::NoProbe),
         secrets: Default::default(),
     }
 }

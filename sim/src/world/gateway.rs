@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use faultline_runtime::outbox::{Deliverer, DeliveryError};
-use faultline_runtime::{BoxFuture, Clock, CrashPoint, Net, Probe};
+use faultline_runtime::testing::{CrashPoint, Probe};
+use faultline_runtime::{BoxFuture, Clock, Net};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -131,7 +132,7 @@ impl Deliverer for GatewayDeliverer {
             };
             if outcome.is_ok() {
                 // The effect reached the receiver; the receipt is not recorded yet.
-                faultline_runtime::crash_point(probe.as_ref(), CrashPoint::AfterSideEffect).await;
+                faultline_runtime::testing::crash_point(probe.as_ref(), CrashPoint::AfterSideEffect).await;
             }
             outcome
         })

@@ -534,25 +534,19 @@ impl AgentLife {
                 trace(&world, line);
             });
         }
-        let agent = Agent::start(
-            seams.clone(),
-            &store,
-            &id,
-            open,
-            live,
-            Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(self.seed))].into_iter().collect())),
-            tools,
-            AgentConfig {
-                tool_concurrency: self.plan.tool_concurrency,
-                answer_bytes_max: self
-                    .plan
-                    .faults
-                    .answer_bytes_max
-                    .unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX),
-                ..AgentConfig::default()
-            },
-        )
-        .map_err(|e| e.to_string())?;
+        let mut config = AgentConfig::default();
+        config.tool_concurrency = self.plan.tool_concurrency;
+        config.answer_bytes_max =
+            self.plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
+        let credentials =
+            Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(self.seed))].into_iter().collect()));
+        let agent = Agent::builder(live, credentials)
+            .seams(seams.clone())
+            .open(open)
+            .tools(tools)
+            .config(config)
+            .start(&store, &id)
+            .map_err(|e| e.to_string())?;
         {
             let mut records = agent.subscribe();
             let world = self.world.clone();

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use faultline_runtime::{CrashPoint, Entropy, EntropyExt};
+use faultline_runtime::testing::CrashPoint;
+use faultline_runtime::{Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
 use crate::scenario::{

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::*;
-use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
+use faultline_runtime::llm::{from_toml, ProviderConfig, StaticCredentials};
 use faultline_runtime::store::{MemoryStore, SessionId, SessionLog, Store};
 use faultline_runtime::{BoxFuture, Seams};
 use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
@@ -181,19 +181,15 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
         provider: ProviderConfig,
     }
     let route = from_toml::<File>(&text).unwrap().provider.resolve("provider").unwrap();
-    let config =
-        AgentConfig { tool_concurrency: spec.tool_concurrency, max_steps: spec.max_steps, ..AgentConfig::default() };
-    let agent = Agent::start(
-        seams.clone(),
-        &store,
-        &id,
-        if spec.preload.is_some() { Open::Resume } else { Open::Create },
-        Arc::new(LiveProvider::new(route)),
-        Arc::new(StaticCredentials(BTreeMap::new())),
-        spec.tools.clone(),
-        config,
-    )
-    .unwrap();
+    let mut config = AgentConfig::default();
+    (config.tool_concurrency, config.max_steps) = (spec.tool_concurrency, spec.max_steps);
+    let agent = Agent::builder(route, Arc::new(StaticCredentials(BTreeMap::new())))
+        .seams(seams.clone())
+        .open(if spec.preload.is_some() { Open::Resume } else { Open::Create })
+        .tools(spec.tools.clone())
+        .config(config)
+        .start(&store, &id)
+        .unwrap();
     for prompt in &spec.prompts {
         agent.submit(*prompt).unwrap();
     }

@@ -4,7 +4,7 @@
 #![cfg(feature = "planted-bugs")]
 #![allow(clippy::print_stdout)] // reports seeds-to-catch per bug
 
-use faultline_runtime::bugs::CATALOG;
+use faultline_runtime::testing::bugs::CATALOG;
 use faultline_sim::sweep::hunt_bug;
 
 /// Seeds per scenario each bug gets (measured: every bug falls at seed 0).
@@ -32,9 +32,9 @@ fn every_regression_scenario_fails_with_its_planted_bug_and_the_same_invariant()
     for info in faultline_sim::REGRESSION_SCENARIOS {
         let scenario = faultline_sim::Scenario::parse(info.text).unwrap();
         let regression = scenario.regression.clone().unwrap();
-        faultline_runtime::bugs::plant(&[regression.bug.as_str()]);
+        faultline_runtime::testing::bugs::plant(&[regression.bug.as_str()]);
         let result = faultline_sim::world::run(&scenario, regression.seed);
-        faultline_runtime::bugs::plant(&[]);
+        faultline_runtime::testing::bugs::plant(&[]);
         assert!(
             result.violations.iter().any(|v| v.invariant == regression.invariant),
             "{} with {} should break {}: {:?}",
@@ -49,10 +49,10 @@ fn every_regression_scenario_fails_with_its_planted_bug_and_the_same_invariant()
 #[test]
 fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() {
     let mixed = faultline_sim::Scenario::built_in("mixed").unwrap();
-    faultline_runtime::bugs::plant(&["tool-body-before-flush"]);
+    faultline_runtime::testing::bugs::plant(&["tool-body-before-flush"]);
     let shrunk = faultline_sim::shrink::shrink(&mixed, 1).expect("seed 1 fails with this bug");
     let replay = faultline_sim::world::run(&shrunk.scenario, 1);
-    faultline_runtime::bugs::plant(&[]);
+    faultline_runtime::testing::bugs::plant(&[]);
     assert_eq!(shrunk.invariant, "intent-before-effect");
     assert!(shrunk.faults.1 < shrunk.faults.0, "fewer faults: {:?}", shrunk.faults);
     assert!(
