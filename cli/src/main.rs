@@ -22,8 +22,32 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "faultline", version, about, long_about = None)]
 struct Cli {
+    /// Log the runtime's spans and events to stderr (`-v` info, `-vv` debug, `-vvv` trace);
+    /// `RUST_LOG` overrides the filter. Logs carry codes and counts, never message text.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Installs a stderr subscriber when `-v` or `RUST_LOG` asks for logs; otherwise the
+/// runtime's tracing stays silent.
+fn install_logging(verbose: u8) {
+    let from_env = std::env::var_os("RUST_LOG").is_some();
+    if verbose == 0 && !from_env {
+        return;
+    }
+    let level = match verbose {
+        0 | 1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = if from_env {
+        tracing_subscriber::EnvFilter::from_default_env()
+    } else {
+        tracing_subscriber::EnvFilter::new(format!("faultline_runtime={level},faultline_sim={level}"))
+    };
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).try_init();
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,6 +122,7 @@ fn main() -> ExitCode {
             };
         }
     };
+    install_logging(cli.verbose);
     match cli.command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),

@@ -106,6 +106,35 @@ fn a_credential_echoed_by_the_server_is_scrubbed_from_every_file_and_output() {
     }
 }
 
+/// `-vv` turns the runtime's tracing on: the turn and step spans, the classification, the
+/// failed attempt and the retry reach stderr — as codes and counts, never the echoed key.
+#[test]
+fn verbose_logs_show_turns_attempts_and_retries_without_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let echo = "Your api key: {{key}} is invalid";
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"status": 429, "headers": {"retry-after-ms": "10"}, "body": json!({"error": {"message": echo}}).to_string()},
+            {"frames": [{"text": "fine"}], "finish": "stop"},
+        ]}),
+    );
+    let config = write_config(dir.path(), &server.base_url(), "");
+    let sessions = dir.path().join("sessions");
+    let mut args = vec!["-vv"];
+    args.extend(agent_run_args(&config, &sessions, &["--session", "s1", "--prompt", "go"]));
+    let output = run_with_key(&args, None);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let logs = stderr(&output);
+    for expected in ["response classified", "attempt failed", "RATE_LIMIT", "retrying the step", "turn ended", "turn{"]
+    {
+        assert!(logs.contains(expected), "{expected:?} missing from the logs:\n{logs}");
+    }
+    assert_no_key("the verbose logs", &output.stderr);
+    let quiet = run_with_key(&agent_run_args(&config, &sessions, &["--session", "s2", "--prompt", "go"]), None);
+    assert!(!stderr(&quiet).contains("attempt"), "no logs without -v: {}", stderr(&quiet));
+}
+
 #[test]
 fn llm_stream_scrubs_an_echoed_key_from_its_finish_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -195,6 +195,15 @@ impl Agent {
                 (opened.log, opened.loaded.records, opened.loaded.repair)
             }
         };
+        if let Some(repair) = &repair {
+            tracing::info!(
+                closers = repair.closers.len(),
+                salvaged = repair.recovered.len(),
+                truncated_bytes = repair.truncated_bytes,
+                dropped_records = repair.dropped_records,
+                "session repaired on resume"
+            );
+        }
         let (failures, _) = broadcast::channel(64);
         let reporter_failures = failures.clone();
         let reporter: crate::store::FailureReporter = Arc::new(move |e: &Error| {

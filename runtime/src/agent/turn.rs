@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::assembler::Assembler;
 use super::history::History;
@@ -40,16 +41,23 @@ pub(super) async fn run_turn(
     cancel: CancellationToken,
 ) -> Result<TurnOutcome> {
     let turn = history.last_turn + 1;
-    let mut ctx = TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new() };
-    ctx.emit(Event::TurnStart(TurnStart { turn }), None).await?;
-    let reason = ctx.steps(message).await?;
-    ctx.emit(Event::TurnEnd(TurnEnd { turn, reason: reason.clone() }), None).await?;
-    // A finished turn is durable before the driver reports idle; a failure here is reported
-    // (the records stay queued and the next flush retries them).
-    if let Err(e) = shared.session.flush().await {
-        shared.report(&e);
+    let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
+    async {
+        let mut ctx = TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new() };
+        ctx.emit(Event::TurnStart(TurnStart { turn }), None).await?;
+        let reason = ctx.steps(message).await?;
+        ctx.emit(Event::TurnEnd(TurnEnd { turn, reason: reason.clone() }), None).await?;
+        tracing::info!(reason = reason.kind(), "turn ended");
+        // A finished turn is durable before the driver reports idle; a failure here is
+        // reported (the records stay queued and the next flush retries them).
+        if let Err(e) = shared.session.flush().await {
+            tracing::warn!("the turn's final flush failed; its records stay queued");
+            shared.report(&e);
+        }
+        Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls })
     }
-    Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls })
+    .instrument(span)
+    .await
 }
 
 struct TurnCtx<'a> {
@@ -136,13 +144,14 @@ impl TurnCtx<'_> {
                 }
             }
             crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::BeforeDispatch).await;
-            let (message, usage, finish) = match self.attempts(step, &route, &prefix).await? {
-                Ok(done) => done,
-                Err(reason) => {
-                    self.end_step(step).await?;
-                    return Ok(reason);
-                }
-            };
+            let (message, usage, finish) =
+                match self.attempts(step, &route, &prefix).instrument(tracing::info_span!("step", step)).await? {
+                    Ok(done) => done,
+                    Err(reason) => {
+                        self.end_step(step).await?;
+                        return Ok(reason);
+                    }
+                };
             let calls: Vec<PlannedCall> = message
                 .tool_calls()
                 .map(|(id, name, arguments)| PlannedCall {
@@ -170,7 +179,7 @@ impl TurnCtx<'_> {
                 self.end_step(step).await?;
                 return Ok(TurnEndReason::Completed);
             }
-            let stopped = self.run_tools(step, calls).await?;
+            let stopped = self.run_tools(step, calls).instrument(tracing::info_span!("step", step)).await?;
             self.end_step(step).await?;
             if let Some(reason) = stopped {
                 return Ok(reason);
@@ -216,6 +225,7 @@ impl TurnCtx<'_> {
         let mut all_seqs: Vec<u64> = Vec::new();
         let mut retries = 0u32;
         for attempt in 1.. {
+            tracing::debug!(step, attempt, "attempt started");
             let body = chat_body(prefix, self.history.messages());
             let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
             let mut assembler = Assembler::new();
@@ -258,6 +268,8 @@ impl TurnCtx<'_> {
                 FinishReason::Aborted { .. } => return Ok(Err(self.aborted())),
                 FinishReason::Error { failure } => failure.clone(),
             };
+            // Codes only: messages may quote what the server said.
+            tracing::warn!(step, attempt, code = %failure.code, status = failure.status, "attempt failed");
             if crate::testing::bugs::planted("cite-failed-attempts") {
                 all_seqs = seqs;
             }
@@ -267,7 +279,10 @@ impl TurnCtx<'_> {
             retries += 1;
             let entropy = self.shared.seams.entropy.clone();
             match decide(&route.retry, &failure, retries, || entropy.unit_f64()) {
-                RetryDecision::GiveUp => return Ok(Err(TurnEndReason::Error { error: failure })),
+                RetryDecision::GiveUp => {
+                    tracing::warn!(step, attempt, code = %failure.code, "giving up on the step");
+                    return Ok(Err(TurnEndReason::Error { error: failure }));
+                }
                 RetryDecision::Retry { retry, delay_ms } => {
                     // One id per (turn, step): deterministic and unique within the session, and
                     // it draws nothing from Entropy, whose stream belongs to the jitter.
@@ -289,6 +304,7 @@ impl TurnCtx<'_> {
                         failure,
                     };
                     self.emit(Event::LlmRetry(event), None).await?;
+                    tracing::info!(step, retry, delay_ms, "retrying the step");
                     tokio::select! {
                         biased;
                         () = self.cancel.cancelled() => return Ok(Err(self.aborted())),
@@ -357,13 +373,25 @@ impl TurnCtx<'_> {
                 Ok((tool, invocation)) => {
                     let cancel = self.cancel.clone();
                     let clock = self.shared.seams.clock.clone();
+                    let secrets = &self.shared.seams.secrets;
+                    let span = tracing::info_span!(
+                        "tool",
+                        step,
+                        name = %secrets.scrub(&call.name),
+                        call_id = %secrets.scrub(&call.call_id)
+                    );
                     dispatched.push((
                         i,
-                        tokio::spawn(async move {
-                            let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
-                            drop(permit);
-                            outcome
-                        }),
+                        tokio::spawn(
+                            async move {
+                                let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
+                                drop(permit);
+                                let code = outcome.error.as_ref().map(|e| e.code.to_string());
+                                tracing::info!(error = code.as_deref().unwrap_or("none"), "tool call ended");
+                                outcome
+                            }
+                            .instrument(span),
+                        ),
                     ));
                 }
             }

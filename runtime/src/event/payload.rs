@@ -55,6 +55,20 @@ pub enum TurnEndReason {
     },
 }
 
+impl TurnEndReason {
+    /// The `kind` tag as written in the log (`completed`, `aborted`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TurnEndReason::Completed => "completed",
+            TurnEndReason::Aborted { .. } => "aborted",
+            TurnEndReason::Error { .. } => "error",
+            TurnEndReason::MaxTokens => "max-tokens",
+            TurnEndReason::Interrupted => "interrupted",
+            TurnEndReason::BudgetExhausted { .. } => "budget-exhausted",
+        }
+    }
+}
+
 /// `turn/end`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -78,6 +78,7 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str, now_ms: u64
         }
     };
     let message = if message.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {message}") };
+    tracing::debug!(status, code = %code, "response classified");
     Failure {
         message,
         code,

@@ -63,6 +63,9 @@ impl Drop for InFlight<'_> {
 /// then claims, delivers and finishes up to `DRAIN_ROWS_MAX` rows, oldest first.
 pub async fn drain(outbox: &dyn Outbox, deliverer: &dyn Deliverer) -> Result<DrainReport> {
     let mut report = DrainReport { recovered_unknown: outbox.recover_abandoned()?, ..DrainReport::default() };
+    if !report.recovered_unknown.is_empty() {
+        tracing::warn!(count = report.recovered_unknown.len(), "abandoned deliveries are now unknown; never resent");
+    }
     for _ in 0..DRAIN_ROWS_MAX {
         let Some(claim) = outbox.claim_next()? else { break };
         let in_flight = InFlight { outbox, execution_id: claim.execution_id.clone() };
