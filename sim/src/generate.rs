@@ -9,7 +9,7 @@
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use proptest::test_runner::{Config, TestRunner};
 
 use faultline_runtime::testing::CRASH_POINTS;
 
@@ -112,10 +112,7 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
 
 /// The conversation seed `seed` stands for.
 pub fn workload(seed: u64) -> Workload {
-    let mut key = [0u8; 32];
-    key[..8].copy_from_slice(&seed.to_le_bytes());
-    key[8..17].copy_from_slice(b"generated");
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    let mut runner = TestRunner::new_with_rng(Config::default(), crate::Seed::new(seed).workload_rng());
     workload_strategy().new_tree(&mut runner).expect("the workload strategy never rejects").current()
 }
 

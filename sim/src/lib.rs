@@ -9,6 +9,7 @@ pub mod generate;
 pub mod model_server;
 mod scenario;
 mod seams;
+mod seed;
 pub mod shrink;
 pub mod sweep;
 pub mod world;
@@ -19,3 +20,4 @@ pub use scenario::{
     REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
+pub use seed::Seed;

@@ -575,7 +575,7 @@ pub struct BareWork {
 pub fn bare_turmoil(seed: u64, work: BareWork) {
     use http_body_util::{BodyExt, Full};
     let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
+        .rng_seed(crate::Seed::new(seed).turmoil())
         .tick_duration(Duration::from_millis(work.tick_ms))
         .simulation_duration(Duration::from_millis(work.sim_ms + 60_000))
         .min_message_latency(Duration::from_millis(1))

@@ -30,7 +30,7 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         clock: Arc::new(SimClock),
         net: Arc::new(SimNet),
         fs: Arc::new(SimFs),
-        entropy: Arc::new(SimEntropy::new(seed, &format!("{host}#{incarnation}"))),
+        entropy: Arc::new(crate::Seed::new(seed).host(host, incarnation)),
         process: Arc::new(SimProcess::new(host, incarnation)),
         probe: Arc::new(faultline_runtime::testing::NoProbe),
         secrets: Default::default(),

@@ -32,7 +32,7 @@ use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
 use crate::scenario::{FsErrorKind, RotTarget, Scenario, ToolKind};
-use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimEntropy, SimFs};
+use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
 const SESSIONS_DIR: &str = "/data/sessions";
@@ -150,7 +150,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let mut builder = turmoil::Builder::new();
     builder
         .epoch(sim_epoch())
-        .rng_seed(seed)
+        .rng_seed(crate::Seed::new(seed).turmoil())
         .tick_duration(Duration::from_millis(plan.tick_ms))
         .simulation_duration(Duration::from_millis(plan.budget_ms + 60_000))
         .min_message_latency(Duration::from_millis(LATENCY_MS))
@@ -182,7 +182,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
             first_life_fs.crash_before(op);
         }
         if fs.power_loss_hole {
-            first_life_fs.hole_on_crash(SimEntropy::new(seed, "faults/hole").next_u64());
+            first_life_fs.hole_on_crash(crate::Seed::new(seed).fault("hole").next_u64());
         }
     }
 
@@ -453,7 +453,7 @@ impl AgentLife {
             RotTarget::Session => Path::new(SESSIONS_DIR).join(SESSION).join(Format::Jsonl.file_name()),
             RotTarget::Journal => Path::new(OUTBOX_PATH).to_path_buf(),
         };
-        let entropy = SimEntropy::new(self.seed, "faults/rot/where");
+        let entropy = crate::Seed::new(self.seed).fault("rot/where");
         match rot::rot(&SimFs, &path, target, &acked, &entropy) {
             Ok(Some(rotted)) => {
                 trace(&self.world, format!("bit rot at byte {} of {}", rotted.offset, rotted.path));

@@ -36,7 +36,7 @@ pub struct Plan {
 }
 
 fn stream(seed: u64, family: &str) -> SimEntropy {
-    SimEntropy::new(seed, &format!("faults/{family}"))
+    crate::Seed::new(seed).fault(family)
 }
 
 fn pick<'a, T>(entropy: &SimEntropy, items: &'a [T]) -> &'a T {
