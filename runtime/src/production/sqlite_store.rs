@@ -12,7 +12,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::event::{HeaderError, Record, SessionHeader, Validator};
-use crate::seams::{Liveness, OwnerIdentity, Process};
+use crate::seams::{OwnerIdentity, Process};
 use crate::store::repair;
 use crate::store::{Inspection, Loaded, Opened, Repair, ScanError, ScanStatus, SessionId, SessionLog, Store, Takeover};
 use crate::store::{LogMedium, SessionWriter};
@@ -263,15 +263,6 @@ fn inspect_rows(
     })
 }
 
-fn refuse_unusable(id: &SessionId, inspection: &Inspection) -> Result<()> {
-    let error = inspection.error.clone().unwrap_or(ScanError { offset: 0, reason: String::new() });
-    match inspection.status {
-        ScanStatus::Corrupt => Err(Error::Corrupt { id: id.to_string(), offset: error.offset, reason: error.reason }),
-        ScanStatus::Unsupported => Err(Error::Unsupported { id: id.to_string(), reason: error.reason }),
-        ScanStatus::Clean | ScanStatus::Torn => Ok(()),
-    }
-}
-
 fn insert_records(tx: &rusqlite::Transaction<'_>, id: &SessionId, records: &[Record]) -> Result<()> {
     let mut insert = tx.prepare_cached("INSERT INTO events (session_id, seq, record) VALUES (?1, ?2, ?3)")?;
     for record in records {
@@ -311,7 +302,7 @@ impl Store for SqliteStore {
         let row = read_row(&tx, id)?;
         let token = self.acquire(id, &row, takeover)?;
         let inspection = inspect_rows(&tx, id, &row, self.evidence.as_ref())?;
-        refuse_unusable(id, &inspection)?;
+        inspection.refuse_unusable(id.as_str())?;
         let header = inspection.header.clone().expect("clean inspections have a header");
         let mut records = inspection.records.clone();
         let repair = if inspection.closers.is_empty() {
@@ -347,18 +338,7 @@ impl Store for SqliteStore {
     }
 
     fn load(&self, id: &SessionId) -> Result<Loaded> {
-        let inspection = self.inspect(id)?;
-        refuse_unusable(id, &inspection)?;
-        if !inspection.needs_repair() {
-            let header = inspection.header.expect("clean inspections have a header");
-            return Ok(Loaded { header, records: inspection.records, repair: None });
-        }
-        if let Some(holder) = inspection.owner.filter(|o| self.process.liveness(o) == Liveness::Alive) {
-            return Err(Error::SessionLive { id: id.to_string(), holder: holder.to_string() });
-        }
-        let Opened { log, loaded } = self.open(id, Takeover::IfDead)?;
-        log.close()?;
-        Ok(loaded)
+        crate::store::load_through_open(self, self.process.as_ref(), id, self.inspect(id)?)
     }
 
     fn list(&self) -> Result<Vec<SessionId>> {

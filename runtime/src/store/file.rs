@@ -9,7 +9,7 @@ use super::format::{BatchEncoder, Encoded};
 use super::owner::{self, CurrentOwner};
 use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
 use super::writer::{LogMedium, SessionWriter};
-use super::{Format, Inspection, Loaded, Opened, Repair, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use super::{Format, Inspection, Loaded, Opened, Repair, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader};
 use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, Seams};
 use crate::{Error, Result};
@@ -121,7 +121,7 @@ pub fn inspect_file_with(seams: &Seams, path: &Path, evidence: &dyn OutcomeEvide
 /// and fsync. Corrupt and unsupported files are refused untouched.
 pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Result<Option<Repair>> {
     let id = path.display().to_string();
-    refuse_unusable(&id, inspection)?;
+    inspection.refuse_unusable(&id)?;
     if !inspection.needs_repair() {
         return Ok(None);
     }
@@ -147,19 +147,6 @@ pub fn repair_file(seams: &Seams, path: &Path, inspection: &Inspection) -> Resul
         recovered: inspection.recovered.clone(),
         closers: inspection.closers.clone(),
     }))
-}
-
-fn refuse_unusable(id: &str, inspection: &Inspection) -> Result<()> {
-    let error =
-        || inspection.error.clone().unwrap_or_else(|| super::ScanError { offset: 0, reason: "unreadable".into() });
-    match inspection.status {
-        ScanStatus::Corrupt => {
-            let e = error();
-            Err(Error::Corrupt { id: id.to_owned(), offset: e.offset, reason: e.reason })
-        }
-        ScanStatus::Unsupported => Err(Error::Unsupported { id: id.to_owned(), reason: error().reason }),
-        ScanStatus::Clean | ScanStatus::Torn => Ok(()),
-    }
 }
 
 /// Sessions as directories of files on the `Fs` seam.
@@ -204,7 +191,7 @@ impl FileStore {
     }
 
     fn loaded(&self, id: &SessionId, inspection: Inspection, repair: Option<Repair>) -> Result<Loaded> {
-        refuse_unusable(id.as_str(), &inspection)?;
+        inspection.refuse_unusable(id.as_str())?;
         let header = inspection.header.clone().expect("usable scans have a header");
         let mut records = inspection.records;
         if let Some(repair) = &repair {
@@ -289,7 +276,7 @@ impl Store for FileStore {
         if !inspection.needs_repair() {
             return self.loaded(id, inspection, None);
         }
-        refuse_unusable(id.as_str(), &inspection)?;
+        inspection.refuse_unusable(id.as_str())?;
         if let Some(CurrentOwner { owner: Some(Some(holder)), .. }) = owner::current(&self.seams, &dir)? {
             if self.seams.process.liveness(&holder) == Liveness::Alive {
                 return Err(Error::SessionLive { id: id.to_string(), holder: holder.to_string() });

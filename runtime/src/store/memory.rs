@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::writer::{LogMedium, SessionWriter};
 use super::{Inspection, Loaded, Opened, Repair, Scan, ScanStatus, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader};
-use crate::seams::{Liveness, OwnerIdentity, Process};
+use crate::seams::{OwnerIdentity, Process};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -108,17 +108,7 @@ impl Store for MemoryStore {
     }
 
     fn load(&self, id: &SessionId) -> Result<Loaded> {
-        let inspection = self.inspect(id)?;
-        if !inspection.needs_repair() {
-            let header = inspection.header.expect("memory sessions have headers");
-            return Ok(Loaded { header, records: inspection.records, repair: None });
-        }
-        if let Some(holder) = inspection.owner.filter(|o| self.process.liveness(o) == Liveness::Alive) {
-            return Err(Error::SessionLive { id: id.to_string(), holder: holder.to_string() });
-        }
-        let Opened { log, loaded } = self.open(id, Takeover::IfDead)?;
-        log.close()?;
-        Ok(loaded)
+        super::load_through_open(self, self.process.as_ref(), id, self.inspect(id)?)
     }
 
     fn list(&self) -> Result<Vec<SessionId>> {

@@ -145,6 +145,19 @@ impl Inspection {
         describe_drop(self.torn_bytes, self.dropped_records, self.torn_from_seq)
     }
 
+    /// Refuses a scan no repair may touch: corrupt or of an unsupported version.
+    pub(crate) fn refuse_unusable(&self, id: &str) -> Result<()> {
+        let error = || self.error.clone().unwrap_or_else(|| ScanError { offset: 0, reason: "unreadable".into() });
+        match self.status {
+            ScanStatus::Corrupt => {
+                let e = error();
+                Err(crate::Error::Corrupt { id: id.to_owned(), offset: e.offset, reason: e.reason })
+            }
+            ScanStatus::Unsupported => Err(crate::Error::Unsupported { id: id.to_owned(), reason: error().reason }),
+            ScanStatus::Clean | ScanStatus::Torn => Ok(()),
+        }
+    }
+
     /// Whether `load`/`repair` would change anything.
     pub fn needs_repair(&self) -> bool {
         self.status == ScanStatus::Torn || !self.closers.is_empty()
@@ -216,6 +229,28 @@ fn refuse_drop_of_known_effect(scan: &mut Scan, evidence: &dyn repair::OutcomeEv
         });
         scan.committed_len = 0;
     }
+}
+
+/// The cold load of a store whose repair goes through `open`: a session that needs no
+/// repair is returned as inspected; one that does is refused while its live owner may still
+/// be writing it, otherwise opened (taking over a dead owner), repaired and released.
+pub(crate) fn load_through_open(
+    store: &dyn Store,
+    process: &dyn crate::seams::Process,
+    id: &SessionId,
+    inspection: Inspection,
+) -> Result<Loaded> {
+    inspection.refuse_unusable(id.as_str())?;
+    if !inspection.needs_repair() {
+        let header = inspection.header.expect("usable inspections have a header");
+        return Ok(Loaded { header, records: inspection.records, repair: None });
+    }
+    if let Some(holder) = inspection.owner.filter(|o| process.liveness(o) == crate::seams::Liveness::Alive) {
+        return Err(crate::Error::SessionLive { id: id.to_string(), holder: holder.to_string() });
+    }
+    let Opened { log, loaded } = store.open(id, Takeover::IfDead)?;
+    log.close()?;
+    Ok(loaded)
 }
 
 /// A store of session logs.
