@@ -525,6 +525,12 @@ impl Scenario {
         if self.messages.is_empty() && !self.generated {
             return Err(format!("scenario {name}: messages must not be empty"));
         }
+        // A misspelt bug would make the regression's "fails with its bug" check plant nothing.
+        if let Some(bug) = self.regression.as_ref().map(|r| r.bug.as_str()).filter(|b| !b.is_empty()) {
+            if !faultline_runtime::testing::bugs::CATALOG.iter().any(|(known, _)| *known == bug) {
+                return Err(format!("scenario {name}: regression.bug {bug:?} is not in the planted-bug catalog"));
+            }
+        }
         if self.messages.len() > MESSAGES_MAX {
             return Err(format!("scenario {name}: at most {MESSAGES_MAX} messages, got {}", self.messages.len()));
         }

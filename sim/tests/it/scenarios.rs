@@ -135,3 +135,12 @@ fn a_typo_in_a_tool_kind_or_a_disk_error_fails_to_parse() {
     let error = faultline_sim::Scenario::parse(&typo_disk).unwrap_err().to_string();
     assert!(error.contains("eoi") && error.contains("fail_kind"), "{error}");
 }
+
+#[test]
+fn a_regression_naming_a_bug_outside_the_catalog_fails_to_parse() {
+    let info = faultline_sim::REGRESSION_SCENARIOS.iter().find(|s| s.name == "at-most-once-unknown-claimable").unwrap();
+    let typo = info.text.replace("bug = \"unknown-claimable\"", "bug = \"unknown-claimabel\"");
+    assert_ne!(typo, info.text);
+    let error = faultline_sim::Scenario::parse(&typo).unwrap_err();
+    assert!(error.contains("unknown-claimabel") && error.contains("catalog"), "{error}");
+}
