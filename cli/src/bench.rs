@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::bench::run_all;
+use faultline_sim::bench::run_all_with;
 
 /// Arguments of `faultline bench`.
 #[derive(Debug, Args)]
@@ -19,7 +19,9 @@ pub struct BenchArgs {
 
 /// Runs the benchmarks.
 pub fn run(args: &BenchArgs) -> ExitCode {
-    let report = run_all(args.quick);
+    let progress = crate::progress::Progress::new("figures", !args.json);
+    let report = run_all_with(args.quick, |phase| progress.phase(phase));
+    progress.finish();
     if args.json {
         println!("{}", serde_json::to_string(&report).expect("reports serialise"));
         return ExitCode::SUCCESS;

@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod llm;
 mod outbox;
+mod progress;
 mod shrink;
 mod sweep;
 mod transcript;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::shrink::shrink;
+use faultline_sim::shrink::shrink_with;
 use faultline_sim::sweep::{load, plant};
 
 /// Arguments of `faultline shrink`.
@@ -38,7 +38,10 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let shrunk = match shrink(&scenario, args.seed) {
+    let progress = crate::progress::Progress::new("candidate runs", true);
+    let shrunk = shrink_with(&scenario, args.seed, |runs, most| progress.update(runs, most, 0));
+    progress.finish();
+    let shrunk = match shrunk {
         Ok(shrunk) => shrunk,
         Err(e) => {
             eprintln!("faultline shrink: {e}");

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use clap::Args;
 
-use faultline_sim::sweep::{hunt_bug, load, plant, replay, sweep, SweepPlan, SweepReport, DEFAULT_SEEDS};
+use faultline_sim::sweep::{hunt_bug_with, junit, load, merge, plant, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
+
+use crate::progress::Progress;
 use faultline_sim::world;
 use faultline_sim::{Scenario, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS};
 
@@ -32,6 +33,9 @@ pub struct RunArgs {
     /// Plant a bug of the catalog first (builds with `--features planted-bugs`).
     #[arg(long)]
     bug: Vec<String>,
+    /// Write the run as a self-contained HTML timeline here.
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 /// Arguments of `faultline hunt`.
@@ -57,7 +61,10 @@ pub fn hunt(args: &HuntArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let bug = args.bug.clone().expect("clap requires --bug without --list");
-    match hunt_bug(&[bug], args.budget_seeds) {
+    let progress = Progress::new("runs", true);
+    let caught = hunt_bug_with(&[bug], args.budget_seeds, |runs, most| progress.update(runs, most, 0));
+    progress.finish();
+    match caught {
         Err(e) => {
             eprintln!("faultline hunt: {e}");
             ExitCode::from(1)
@@ -99,9 +106,16 @@ pub struct SweepArgs {
     /// Write a JUnit XML report here.
     #[arg(long)]
     junit: Option<PathBuf>,
-    /// Print one JSON object instead of the table.
+    /// Write a self-contained HTML summary here (coverage grid, failures, the timeline of
+    /// each scenario's first failing seed).
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Print one JSON object instead of the table (what `--merge` reads).
     #[arg(long)]
     json: bool,
+    /// Do not sweep: merge these `--json` outputs of shards into one report.
+    #[arg(long, num_args = 1.., value_name = "SHARD_JSON", conflicts_with_all = ["scenarios", "seeds", "shard", "jobs"])]
+    merge: Vec<PathBuf>,
 }
 
 /// Lists the scenarios.
@@ -131,6 +145,12 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         }
     };
     let result = world::run(&scenario, args.seed);
+    if let Some(path) = &args.html {
+        if let Err(e) = std::fs::write(path, faultline_sim::html::run_page(&result)) {
+            eprintln!("faultline run: --html {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
     let mut divergence = None;
     if args.check_determinism {
         let again = world::run(&scenario, args.seed);
@@ -206,32 +226,61 @@ fn parse_shard(text: Option<&str>) -> Result<(u64, u64), String> {
     Ok((k, n))
 }
 
-/// Runs the sweep.
+/// Runs the sweep (or merges shard reports).
 pub fn run(args: &SweepArgs) -> ExitCode {
     let bad = |e: String| {
         eprintln!("faultline sweep: {e}");
         ExitCode::from(1)
     };
+    let (summary, jobs) = if args.merge.is_empty() {
+        match sweep_now(args) {
+            Ok(done) => done,
+            Err(e) => return bad(e),
+        }
+    } else {
+        match merge_files(&args.merge) {
+            Ok(summary) => (summary, 0),
+            Err(e) => return bad(e),
+        }
+    };
+    if let Some(path) = &args.junit {
+        if let Err(e) = std::fs::write(path, junit(&summary)) {
+            return bad(format!("--junit {}: {e}", path.display()));
+        }
+    }
+    if let Some(path) = &args.html {
+        if let Err(e) = std::fs::write(path, sweep_html(&summary)) {
+            return bad(format!("--html {}: {e}", path.display()));
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&summary).expect("summaries serialise"));
+    } else {
+        print_table(&summary, jobs);
+    }
+    if !args.merge.is_empty() && !summary.complete() {
+        eprintln!(
+            "faultline sweep: the merged reports cover shards {:?} of {}: coverage is not judged",
+            summary.shards_covered, summary.shards_total
+        );
+    }
+    if summary.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Runs the sweep the arguments describe, with progress on stderr.
+fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
     let names: Vec<String> = if args.scenarios.is_empty() {
         BUILT_IN_SCENARIOS.iter().map(|s| s.name.to_owned()).collect()
     } else {
         args.scenarios.clone()
     };
-    let mut scenarios = Vec::new();
-    for name in &names {
-        match load(name) {
-            Ok(s) => scenarios.push(s),
-            Err(e) => return bad(e),
-        }
-    }
-    let seeds = match parse_range(args.seeds.as_deref()) {
-        Ok(r) => r,
-        Err(e) => return bad(e),
-    };
-    let (shard, shards) = match parse_shard(args.shard.as_deref()) {
-        Ok(s) => s,
-        Err(e) => return bad(e),
-    };
+    let scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
+    let seeds = parse_range(args.seeds.as_deref())?;
+    let (shard, shards) = parse_shard(args.shard.as_deref())?;
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let plan = SweepPlan {
         scenarios,
@@ -242,78 +291,76 @@ pub fn run(args: &SweepArgs) -> ExitCode {
         want_junit: args.junit.is_some(),
         full: args.scenarios.is_empty(),
     };
-    let started = Instant::now();
-    let report = sweep(&plan, |done, total| {
-        if !args.json && (done % (total / 10).max(1) == 0 || done == total) {
-            eprintln!("progress: {done}/{total} runs ({:.1} s)", started.elapsed().as_secs_f64());
+    let progress = Progress::new("runs", !args.json);
+    let report = sweep(&plan, |done, total, failed| progress.update(done, total, failed));
+    progress.finish();
+    Ok((SweepSummary::of(&report, &plan), plan.jobs.clamp(1, faultline_sim::sweep::SWEEP_JOBS_MAX)))
+}
+
+/// Reads and merges shard reports.
+fn merge_files(paths: &[PathBuf]) -> Result<SweepSummary, String> {
+    let mut shards = Vec::with_capacity(paths.len());
+    for path in paths {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("--merge {}: {e}", path.display()))?;
+        let summary: SweepSummary = serde_json::from_str(text.trim())
+            .map_err(|e| format!("--merge {}: not a `faultline sweep --json` report: {e}", path.display()))?;
+        shards.push(summary);
+    }
+    merge(&shards)
+}
+
+/// Timelines embedded in a sweep page: each failing scenario's first failing seed.
+const SWEEP_TIMELINES_MAX: usize = 8;
+
+fn sweep_html(summary: &SweepSummary) -> String {
+    let mut shown = std::collections::BTreeSet::new();
+    let mut timelines = Vec::new();
+    for failure in &summary.failures {
+        if timelines.len() >= SWEEP_TIMELINES_MAX || !shown.insert(failure.scenario.clone()) {
+            continue;
         }
-    });
-    let SweepReport {
-        per_scenario,
-        crash_points,
-        families,
-        sometimes,
-        liveness_only,
-        failures,
-        junit,
-        runs,
-        never_fired,
-        wall,
-    } = &report;
-    let jobs = plan.jobs.clamp(1, faultline_sim::sweep::SWEEP_JOBS_MAX);
-    if let Some(path) = &args.junit {
-        if let Err(e) = write_junit(path, junit, failures.len()) {
-            return bad(format!("--junit {}: {e}", path.display()));
+        // Runs are a function of (scenario, seed): re-running gives the failure back whole.
+        if let Ok(scenario) = load(&failure.scenario) {
+            timelines.push(world::run(&scenario, failure.seed));
         }
     }
-    if args.json {
-        let value = serde_json::json!({
-            "runs": runs,
-            "failures": failures.iter().map(|r| serde_json::json!({"scenario": r.scenario, "seed": r.seed, "violations": r.violations, "replay": replay(r)})).collect::<Vec<_>>(),
-            "scenarios": per_scenario,
-            "crash_point_hits": crash_points,
-            "fault_families_fired": families,
-            "sometimes_reached": sometimes,
-            "liveness_only_failures": liveness_only,
-            "never_fired": never_fired,
-            "wall_ms": wall.as_millis() as u64,
-            "shard": format!("{shard}/{shards}"),
-        });
-        println!("{value}");
-    } else {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{:<36} {:>5} {:>8} {:>12}", "scenario", "runs", "failures", "sim time s");
-        for (name, s) in per_scenario {
-            let name = name.as_str();
-            let _ = writeln!(out, "{name:<36} {:>5} {:>8} {:>12.1}", s.runs, s.failures, s.sim_ms as f64 / 1000.0);
-        }
-        let _ = writeln!(out, "crash points reached: {}", join(crash_points));
-        let _ = writeln!(out, "fault families fired (runs): {}", join(families));
-        let _ = writeln!(out, "sometimes reached (runs): {}", join(sometimes));
-        for site in never_fired {
-            let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
-        }
-        let _ = writeln!(
-            out,
-            "{} runs, {} failures ({} no-liveness, {} safety), {:.1} s wall, {:.0} runs/s on {jobs} jobs (shard {shard}/{shards})",
-            runs,
-            failures.len(),
-            liveness_only,
-            failures.len() - liveness_only,
-            wall.as_secs_f64(),
-            *runs as f64 / wall.as_secs_f64().max(1e-9)
-        );
-        for f in failures {
-            let _ = writeln!(out, "FAIL {} seed {}: replay with `{}`", f.scenario, f.seed, replay(f));
-            for v in &f.violations {
-                let _ = writeln!(out, "  violated {}: {}", v.invariant, v.detail);
-            }
-        }
+    faultline_sim::html::sweep_page(summary, &timelines)
+}
+
+fn print_table(summary: &SweepSummary, jobs: usize) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{:<36} {:>5} {:>8} {:>12}", "scenario", "runs", "failures", "sim time s");
+    for (name, s) in &summary.scenarios {
+        let name = name.as_str();
+        let _ = writeln!(out, "{name:<36} {:>5} {:>8} {:>12.1}", s.runs, s.failures, s.sim_ms as f64 / 1000.0);
     }
-    if report.passed() {
-        ExitCode::SUCCESS
+    let _ = writeln!(out, "crash points reached: {}", join(&summary.crash_point_hits));
+    let _ = writeln!(out, "fault families fired (runs): {}", join(&summary.fault_families_fired));
+    let _ = writeln!(out, "sometimes reached (runs): {}", join(&summary.sometimes_reached));
+    for site in &summary.never_fired {
+        let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
+    }
+    let wall_s = summary.wall_ms as f64 / 1000.0;
+    let rate = if jobs > 0 {
+        format!(", {:.0} runs/s on {jobs} jobs", summary.runs as f64 / wall_s.max(1e-9))
     } else {
-        ExitCode::from(1)
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "{} runs, {} failures ({} no-liveness, {} safety), {:.1} s wall{rate} (shard {})",
+        summary.runs,
+        summary.failures.len(),
+        summary.liveness_only_failures,
+        summary.failures.len() - summary.liveness_only_failures,
+        wall_s,
+        summary.shard
+    );
+    for f in &summary.failures {
+        let _ = writeln!(out, "FAIL {} seed {}: replay with `{}`", f.scenario, f.seed, f.replay);
+        for v in &f.violations {
+            let _ = writeln!(out, "  violated {}: {}", v.invariant, v.detail);
+        }
     }
 }
 
@@ -322,31 +369,4 @@ fn join(counts: &BTreeMap<String, u32>) -> String {
         return "none".into();
     }
     counts.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
-}
-
-fn xml_escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-fn write_junit(path: &PathBuf, runs: &[(String, u64, Option<String>)], failures: usize) -> std::io::Result<()> {
-    let mut xml = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"faultline sweep\" tests=\"{}\" failures=\"{failures}\">\n",
-        runs.len()
-    );
-    let mut sorted: Vec<&(String, u64, Option<String>)> = runs.iter().collect();
-    sorted.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
-    for (scenario, seed, failure) in sorted {
-        xml.push_str(&format!("  <testcase classname=\"{}\" name=\"seed {seed}\" time=\"0\">", xml_escape(scenario)));
-        if let Some(message) = failure {
-            let replay = format!("faultline run {scenario} --seed {seed}");
-            xml.push_str(&format!(
-                "<failure message=\"{}\">replay: {}</failure>",
-                xml_escape(message),
-                xml_escape(&replay)
-            ));
-        }
-        xml.push_str("</testcase>\n");
-    }
-    xml.push_str("</testsuite>\n");
-    std::fs::write(path, xml)
 }

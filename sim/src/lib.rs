@@ -6,6 +6,7 @@
 pub mod bench;
 mod fault_fs;
 pub mod generate;
+pub mod html;
 pub mod model_server;
 mod scenario;
 mod seams;

@@ -155,6 +155,11 @@ fn variants(s: &Scenario) -> Vec<Scenario> {
 /// Shrinks the failing run `scenario` at `seed`. Fails if the run passes, or if its
 /// materialised form does not fail the same way (a harness bug worth reporting).
 pub fn shrink(scenario: &Scenario, seed: u64) -> Result<Shrunk, String> {
+    shrink_with(scenario, seed, |_, _| {})
+}
+
+/// [`shrink`], calling `progress(runs, SHRINK_RUNS_MAX)` after every candidate run.
+pub fn shrink_with(scenario: &Scenario, seed: u64, progress: impl Fn(usize, usize)) -> Result<Shrunk, String> {
     let first = world::run(scenario, seed);
     let Some(violation) = first.violations.first() else {
         return Err(format!("{} passes at seed {seed}: nothing to shrink", scenario.name));
@@ -183,6 +188,7 @@ pub fn shrink(scenario: &Scenario, seed: u64) -> Result<Shrunk, String> {
                 continue;
             }
             runs += 1;
+            progress(runs, SHRINK_RUNS_MAX);
             if breaks(&world::run(&candidate, seed)) {
                 current = candidate;
                 continue 'shrinking;

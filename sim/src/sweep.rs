@@ -3,7 +3,7 @@
 //! prints it; tests call it directly.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // worker threads and wall time: the harness, not the runtime
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -58,6 +58,11 @@ pub struct Catch {
 /// Runs every scenario over seeds `0..budget` with `bugs` planted, stopping at the first
 /// failure. With no bugs this is the clean build's check of the same budget.
 pub fn hunt_bug(bugs: &[String], budget: u64) -> Result<Catch, String> {
+    hunt_bug_with(bugs, budget, |_, _| {})
+}
+
+/// [`hunt_bug`], calling `progress(runs, most)` after every run.
+pub fn hunt_bug_with(bugs: &[String], budget: u64, progress: impl Fn(usize, usize)) -> Result<Catch, String> {
     plant(bugs)?;
     let scenarios: Vec<Scenario> =
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("built-in scenarios parse")).collect();
@@ -68,6 +73,7 @@ pub fn hunt_bug(bugs: &[String], budget: u64) -> Result<Catch, String> {
         for scenario in &scenarios {
             runs += 1;
             let result = world::run(scenario, seed);
+            progress(runs, budget as usize * scenarios.len());
             if !result.passed() {
                 plant(&[])?;
                 return Ok(Catch {
@@ -129,7 +135,7 @@ pub struct SweepPlan {
 pub const SWEEP_JOBS_MAX: usize = 64;
 
 /// Per-scenario totals.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScenarioSummary {
     /// Runs.
     pub runs: usize,
@@ -205,8 +211,8 @@ pub fn replay(result: &RunResult) -> String {
     format!("faultline run {} --seed {}", result.scenario, result.seed)
 }
 
-/// Runs the plan; `progress(done, total)` is called after every run.
-pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize) + Sync) -> SweepReport {
+/// Runs the plan; `progress(done, total, failed)` is called after every run.
+pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) -> SweepReport {
     assert!(plan.shard >= 1 && plan.shard <= plan.shards, "shard {}/{}", plan.shard, plan.shards);
     let work: Vec<(usize, u64)> = (0..plan.scenarios.len())
         .flat_map(|i| plan.seeds.clone().map(move |seed| (i, seed)))
@@ -218,6 +224,7 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize) + Sync) -> SweepR
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
     // Aggregates grow with the number of scenarios, not seeds: only failures are kept whole,
     // so a sweep's memory stays flat however many seeds it runs.
     let report: Mutex<SweepReport> = Mutex::new(SweepReport::default());
@@ -228,8 +235,9 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize) + Sync) -> SweepR
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&(scenario, seed)) = work.get(i) else { return };
                 let result = world::run(&plan.scenarios[scenario], seed);
+                failed.fetch_add(usize::from(!result.passed()), Ordering::SeqCst);
                 report.lock().unwrap_or_else(|p| p.into_inner()).add(result, plan.want_junit);
-                progress(finished.fetch_add(1, Ordering::SeqCst) + 1, total);
+                progress(finished.fetch_add(1, Ordering::SeqCst) + 1, total, failed.load(Ordering::SeqCst));
             });
         }
     });
@@ -239,16 +247,268 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize) + Sync) -> SweepR
     // Fault-site coverage: a declared crash point or "sometimes" condition that never fires
     // in a full sweep means the harness is not testing what it claims to.
     if plan.full && plan.shards == 1 {
-        for point in faultline_runtime::testing::CRASH_POINTS {
-            if !report.crash_points.contains_key(&point.to_string()) {
-                report.never_fired.push(format!("crash point {point}"));
+        report.never_fired = never_fired(&report.crash_points, &report.sometimes);
+    }
+    report
+}
+
+/// A violation as a sweep report carries it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ViolationSummary {
+    /// The invariant.
+    pub invariant: String,
+    /// What broke.
+    pub detail: String,
+    /// When (simulated ms).
+    pub at_ms: u64,
+}
+
+/// A failing run as a sweep report carries it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FailureSummary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// What broke.
+    pub violations: Vec<ViolationSummary>,
+    /// The command that replays it.
+    pub replay: String,
+}
+
+/// One run's line of a JUnit report: scenario, seed, failure message.
+pub type Case = (String, u64, Option<String>);
+
+/// What `faultline sweep --json` prints, and what `--merge` reads back: a sweep (or a shard of
+/// one, or several shards merged) in a form that survives a trip through a file.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SweepSummary {
+    /// Runs.
+    pub runs: usize,
+    /// Failing runs, sorted by scenario and seed.
+    pub failures: Vec<FailureSummary>,
+    /// Totals per scenario.
+    pub scenarios: BTreeMap<String, ScenarioSummary>,
+    /// Crash point hits.
+    pub crash_point_hits: BTreeMap<String, u32>,
+    /// Runs in which each fault family fired.
+    pub fault_families_fired: BTreeMap<String, u32>,
+    /// Runs that reached each sometimes condition.
+    pub sometimes_reached: BTreeMap<String, u32>,
+    /// Failures that broke only liveness.
+    pub liveness_only_failures: usize,
+    /// Declared sites a complete, full sweep never reached.
+    pub never_fired: Vec<String>,
+    /// Wall time (of the slowest shard, after a merge).
+    pub wall_ms: u64,
+    /// `K/N`, or `merged K1,K2,…/N`.
+    pub shard: String,
+    /// The seed range, `A..B`.
+    #[serde(default)]
+    pub seeds: String,
+    /// The scenarios swept, sorted.
+    #[serde(default)]
+    pub scenario_names: Vec<String>,
+    /// Whether every built-in scenario was swept.
+    #[serde(default)]
+    pub full: bool,
+    /// Which shards of `shards_total` this covers.
+    #[serde(default)]
+    pub shards_covered: Vec<u64>,
+    /// How many shards the space was split into.
+    #[serde(default)]
+    pub shards_total: u64,
+    /// One line per run, when the sweep kept them (for a per-run JUnit report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cases: Option<Vec<Case>>,
+}
+
+impl SweepSummary {
+    /// The summary of `report`, swept by `plan`.
+    pub fn of(report: &SweepReport, plan: &SweepPlan) -> Self {
+        let mut scenario_names: Vec<String> = plan.scenarios.iter().map(|s| s.name.clone()).collect();
+        scenario_names.sort();
+        SweepSummary {
+            runs: report.runs,
+            failures: report
+                .failures
+                .iter()
+                .map(|r| FailureSummary {
+                    scenario: r.scenario.clone(),
+                    seed: r.seed,
+                    violations: r
+                        .violations
+                        .iter()
+                        .map(|v| ViolationSummary {
+                            invariant: v.invariant.to_owned(),
+                            detail: v.detail.clone(),
+                            at_ms: v.at_ms,
+                        })
+                        .collect(),
+                    replay: replay(r),
+                })
+                .collect(),
+            scenarios: report.per_scenario.clone(),
+            crash_point_hits: report.crash_points.clone(),
+            fault_families_fired: report.families.clone(),
+            sometimes_reached: report.sometimes.clone(),
+            liveness_only_failures: report.liveness_only,
+            never_fired: report.never_fired.clone(),
+            wall_ms: report.wall.as_millis() as u64,
+            shard: format!("{}/{}", plan.shard, plan.shards),
+            seeds: format!("{}..{}", plan.seeds.start, plan.seeds.end),
+            scenario_names,
+            full: plan.full,
+            shards_covered: vec![plan.shard],
+            shards_total: plan.shards,
+            cases: plan.want_junit.then(|| report.junit.clone()),
+        }
+    }
+
+    /// Whether the sweep passed: no failure and no declared site left unreached.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty() && self.never_fired.is_empty()
+    }
+
+    /// Whether the shards cover the whole (scenario, seed) space.
+    pub fn complete(&self) -> bool {
+        self.shards_covered.len() as u64 == self.shards_total
+    }
+}
+
+/// Most shard reports one merge reads.
+pub const MERGE_SHARDS_MAX: usize = 1024;
+
+/// Merges shard reports of one sweep: totals add up, a site counts as reached if any shard
+/// reached it, and a full sweep's "every declared site fired" rule applies to the union once
+/// every shard is there. Refuses shards of different sweeps (scenarios, seeds, shard count)
+/// and overlapping shards.
+pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
+    let first = shards.first().ok_or("nothing to merge")?;
+    if shards.len() > MERGE_SHARDS_MAX {
+        return Err(format!("at most {MERGE_SHARDS_MAX} shard reports, got {}", shards.len()));
+    }
+    let mut merged = SweepSummary {
+        seeds: first.seeds.clone(),
+        scenario_names: first.scenario_names.clone(),
+        full: first.full,
+        shards_total: first.shards_total,
+        cases: Some(Vec::new()),
+        ..SweepSummary::default()
+    };
+    let mut covered = BTreeSet::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let which = format!("report {} (shard {})", i + 1, shard.shard);
+        if shard.scenario_names != first.scenario_names {
+            return Err(format!("{which} swept other scenarios than report 1"));
+        }
+        if shard.seeds != first.seeds || shard.shards_total != first.shards_total {
+            return Err(format!(
+                "{which} sliced other seeds ({} in {} shards) than report 1 ({} in {} shards)",
+                shard.seeds, shard.shards_total, first.seeds, first.shards_total
+            ));
+        }
+        for k in &shard.shards_covered {
+            if !covered.insert(*k) {
+                return Err(format!("{which} overlaps another report: shard {k}/{} appears twice", shard.shards_total));
             }
         }
-        for condition in world::SOMETIMES {
-            if !report.sometimes.contains_key(condition) {
-                report.never_fired.push(format!("sometimes condition {condition}"));
+        merged.runs += shard.runs;
+        merged.failures.extend(shard.failures.iter().cloned());
+        for (name, s) in &shard.scenarios {
+            let total = merged.scenarios.entry(name.clone()).or_default();
+            total.runs += s.runs;
+            total.failures += s.failures;
+            total.sim_ms += s.sim_ms;
+        }
+        let add = |into: &mut BTreeMap<String, u32>, from: &BTreeMap<String, u32>| {
+            for (k, v) in from {
+                *into.entry(k.clone()).or_default() += v;
+            }
+        };
+        add(&mut merged.crash_point_hits, &shard.crash_point_hits);
+        add(&mut merged.fault_families_fired, &shard.fault_families_fired);
+        add(&mut merged.sometimes_reached, &shard.sometimes_reached);
+        merged.liveness_only_failures += shard.liveness_only_failures;
+        merged.wall_ms = merged.wall_ms.max(shard.wall_ms);
+        match (&mut merged.cases, &shard.cases) {
+            (Some(all), Some(cases)) => all.extend(cases.iter().cloned()),
+            (cases, _) => *cases = None,
+        }
+    }
+    merged.failures.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
+    if let Some(cases) = &mut merged.cases {
+        cases.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+    }
+    merged.shards_covered = covered.into_iter().collect();
+    let list: Vec<String> = merged.shards_covered.iter().map(u64::to_string).collect();
+    merged.shard = format!("merged {}/{}", list.join(","), merged.shards_total);
+    if merged.full && merged.complete() {
+        merged.never_fired = never_fired(&merged.crash_point_hits, &merged.sometimes_reached);
+    }
+    Ok(merged)
+}
+
+/// The declared sites (crash points, sometimes conditions) missing from `hits`.
+fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String, u32>) -> Vec<String> {
+    let mut never = Vec::new();
+    for point in faultline_runtime::testing::CRASH_POINTS {
+        if !crash_points.contains_key(&point.to_string()) {
+            never.push(format!("crash point {point}"));
+        }
+    }
+    for condition in world::SOMETIMES {
+        if !sometimes.contains_key(condition) {
+            never.push(format!("sometimes condition {condition}"));
+        }
+    }
+    never
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// A JUnit report: one test case per run when the summary kept them, otherwise one per
+/// scenario plus one per failing run.
+pub fn junit(summary: &SweepSummary) -> String {
+    let mut cases = String::new();
+    let mut tests = 0usize;
+    let mut case = |class: &str, name: &str, failure: Option<(String, String)>| {
+        tests += 1;
+        cases.push_str(&format!(
+            "  <testcase classname=\"{}\" name=\"{}\" time=\"0\">",
+            xml_escape(class),
+            xml_escape(name)
+        ));
+        if let Some((message, replay)) = failure {
+            cases.push_str(&format!(
+                "<failure message=\"{}\">replay: {}</failure>",
+                xml_escape(&message),
+                xml_escape(&replay)
+            ));
+        }
+        cases.push_str("</testcase>\n");
+    };
+    match &summary.cases {
+        Some(runs) => {
+            for (scenario, seed, failure) in runs {
+                let replay = format!("faultline run {scenario} --seed {seed}");
+                case(scenario, &format!("seed {seed}"), failure.clone().map(|m| (m, replay)));
+            }
+        }
+        None => {
+            for (name, s) in &summary.scenarios {
+                case(name, &format!("{} runs", s.runs), None);
+            }
+            for f in &summary.failures {
+                let message = f.violations.iter().map(|v| format!("{}: {}", v.invariant, v.detail)).collect::<Vec<_>>();
+                case(&f.scenario, &format!("seed {}", f.seed), Some((message.join("; "), f.replay.clone())));
             }
         }
     }
-    report
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"faultline sweep\" tests=\"{tests}\" failures=\"{}\">\n{cases}</testsuite>\n",
+        summary.failures.len()
+    )
 }

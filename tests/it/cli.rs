@@ -170,3 +170,82 @@ fn shrink_refuses_a_passing_run() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("nothing to shrink"), "{}", stderr(&output));
 }
+
+/// `sweep --merge` of the shards 1/3, 2/3, 3/3 gives the totals and coverage of the unsharded
+/// sweep; overlapping shards and shards of another sweep are refused.
+#[test]
+fn merged_shard_reports_equal_the_unsharded_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = |shard: Option<&str>| -> serde_json::Value {
+        let mut args = vec![
+            "sweep",
+            "--scenario",
+            "happy-tool-turn",
+            "--scenario",
+            "sigkill-after-side-effect",
+            "--seeds",
+            "0..6",
+        ];
+        if let Some(shard) = shard {
+            args.extend(["--shard", shard]);
+        }
+        args.push("--json");
+        let out = faultline(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(stdout(&out).trim()).unwrap()
+    };
+    let whole = sweep(None);
+    let mut files = Vec::new();
+    for k in 1..=3 {
+        let path = dir.path().join(format!("shard-{k}.json"));
+        std::fs::write(&path, sweep(Some(&format!("{k}/3"))).to_string()).unwrap();
+        files.push(path.to_str().unwrap().to_owned());
+    }
+    let html = dir.path().join("merged.html");
+    let junit = dir.path().join("merged.xml");
+    let mut args =
+        vec!["sweep", "--json", "--html", html.to_str().unwrap(), "--junit", junit.to_str().unwrap(), "--merge"];
+    args.extend(files.iter().map(String::as_str));
+    let out = faultline(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let merged: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    for field in [
+        "runs",
+        "scenarios",
+        "crash_point_hits",
+        "fault_families_fired",
+        "sometimes_reached",
+        "failures",
+        "never_fired",
+    ] {
+        assert_eq!(merged[field], whole[field], "{field}");
+    }
+    assert_eq!(merged["runs"], 12);
+    assert_eq!(merged["shard"], "merged 1,2,3/3");
+    assert!(std::fs::read_to_string(&html).unwrap().contains("crash points reached"));
+    assert!(
+        std::fs::read_to_string(&junit).unwrap().contains("tests=\"2\" failures=\"0\""),
+        "per scenario without per-run cases"
+    );
+
+    let twice = faultline(&["sweep", "--merge", &files[0], &files[0]]);
+    assert_eq!(twice.status.code(), Some(1));
+    assert!(stderr(&twice).contains("overlaps"), "{}", stderr(&twice));
+    let other = dir.path().join("other.json");
+    let out = faultline(&["sweep", "--scenario", "auth-401", "--seeds", "0..6", "--shard", "2/3", "--json"]);
+    std::fs::write(&other, stdout(&out)).unwrap();
+    let mixed = faultline(&["sweep", "--merge", &files[0], other.to_str().unwrap()]);
+    assert_eq!(mixed.status.code(), Some(1));
+    assert!(stderr(&mixed).contains("other scenarios"), "{}", stderr(&mixed));
+}
+
+#[test]
+fn run_writes_an_html_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("t.html");
+    let out = faultline(&["run", "sigkill-after-side-effect", "--seed", "0", "--html", page.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && !html.contains("http://") && !html.contains("https://"), "offline");
+    assert!(html.contains("crash at after-side-effect (SIGKILL)") && html.contains("TOOL_OUTCOME_UNKNOWN"));
+}

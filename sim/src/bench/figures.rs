@@ -627,7 +627,13 @@ pub fn bare_turmoil(seed: u64, work: BareWork) {
 
 /// Runs every figure (`quick`: smaller sizes, same shapes).
 pub fn run_all(quick: bool) -> BenchReport {
+    run_all_with(quick, |_| {})
+}
+
+/// [`run_all`], calling `phase(name)` as each group of figures starts.
+pub fn run_all_with(quick: bool, phase: impl Fn(&str)) -> BenchReport {
     let dir = tempfile_dir();
+    phase("fsync latency, durable append");
     let fsync_ms_p50 = fsync_latency(&dir);
     let mut figures = Vec::new();
     let scale = if quick { 1 } else { 4 };
@@ -635,9 +641,13 @@ pub fn run_all(quick: bool) -> BenchReport {
         figures.extend(durable_append(&dir, batch, batches));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    phase("write-behind");
     figures.extend(runtime.block_on(write_behind(&dir, 20_000 * scale)));
+    phase("recovery");
     figures.extend(recovery(&dir, if quick { 100_000 } else { 200_000 }));
+    phase("adapter");
     figures.extend(runtime.block_on(adapter(20_000 * scale)));
+    phase("simulator");
     figures.extend(simulator(if quick { 8 } else { 40 }));
     let _ = std::fs::remove_dir_all(&dir);
     BenchReport { cores: std::thread::available_parallelism().map_or(1, |n| n.get()), fsync_ms_p50, figures }

@@ -5,4 +5,4 @@
 
 mod figures;
 
-pub use figures::{run_all, BenchReport, Figure};
+pub use figures::{run_all, run_all_with, BenchReport, Figure};

@@ -5,6 +5,6 @@ mod server;
 
 pub use script::{Frame, Response, Script, FILLER_BYTES_MAX};
 pub use server::{
-    echo_credential, echoes_credential, header_text, sse_body, ModelServer, RecordedRequest, RequestObserver,
+    echo_credential, echoes_credential, header_text, sse_body, Exchange, ModelServer, RecordedRequest, RequestObserver,
     REQUEST_BODY_BYTES_MAX,
 };

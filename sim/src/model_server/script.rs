@@ -62,6 +62,28 @@ pub struct Response {
     pub crlf: bool,
 }
 
+impl Response {
+    /// What this response does, in a few words (for timelines).
+    pub fn describe(&self) -> String {
+        if let Some(status) = self.status {
+            return format!("HTTP {status}");
+        }
+        if self.body.is_some() {
+            return "raw body".into();
+        }
+        let frames = self.frames.len();
+        if let Some(k) = self.disconnect_after_frames {
+            return format!("disconnect after {k} of {frames} frames");
+        }
+        if let Some(k) = self.stall_after_frames {
+            return format!("stall after {k} of {frames} frames");
+        }
+        let finish = self.finish.as_deref().unwrap_or("none");
+        let done = if self.done { "" } else { ", no [DONE]" };
+        format!("stream of {frames} frames, finish {finish}{done}")
+    }
+}
+
 fn yes() -> bool {
     true
 }

@@ -1,6 +1,7 @@
 //! The fake OpenAI-compatible model server: a hyper server on the `Net` seam, so the same
 //! server runs on 127.0.0.1 in tests and demos and on a turmoil host in the simulator.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
@@ -59,9 +60,26 @@ struct State {
     /// Index of the next scripted response. Equal to the request count until the heal, after
     /// which failing responses are stepped over.
     cursor: AtomicUsize,
+    /// What each request was served, by request number (for timelines).
+    served: Mutex<BTreeMap<usize, String>>,
+}
+
+/// One request and what the server answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Exchange {
+    /// 0-based request number.
+    pub n: usize,
+    /// Server clock (ms since start) when it arrived.
+    pub at_ms: u64,
+    /// What it was served (`Response::describe`).
+    pub served: String,
 }
 
 impl State {
+    fn note_served(&self, n: usize, what: String) {
+        self.served.lock().unwrap_or_else(|p| p.into_inner()).insert(n, what);
+    }
+
     fn elapsed_ms(&self) -> u64 {
         self.clock.now().saturating_duration_since(self.started).as_millis() as u64
     }
@@ -102,6 +120,7 @@ impl ModelServer {
             connections_closed: AtomicUsize::new(0),
             healed: AtomicBool::new(false),
             cursor: AtomicUsize::new(0),
+            served: Mutex::default(),
         });
         let serving = state.clone();
         tokio::spawn(async move {
@@ -131,6 +150,19 @@ impl ModelServer {
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Every request with what it was served, in arrival order.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        let served = self.state.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.requests()
+            .into_iter()
+            .map(|r| Exchange {
+                n: r.n,
+                at_ms: r.at_ms,
+                served: served.get(&r.n).cloned().unwrap_or_else(|| "no reply".into()),
+            })
+            .collect()
     }
 
     /// Ends the server's faults (the simulator's liveness phase): from now on connections are
@@ -194,6 +226,7 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         }
         if index >= responses.len() {
             if let Some(good) = responses.iter().rev().find(|r| !r.fails()) {
+                state.note_served(recorded.n, good.describe());
                 return Ok(reply(state.clone(), recorded.n, good.clone()));
             }
         }
@@ -201,8 +234,12 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     let response = match responses.get(index) {
         Some(response) => response.clone(),
         None if state.script.repeat_last && !responses.is_empty() => responses[responses.len() - 1].clone(),
-        None => return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}")),
+        None => {
+            state.note_served(recorded.n, "HTTP 500 (script exhausted)".into());
+            return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}"));
+        }
     };
+    state.note_served(recorded.n, response.describe());
     Ok(reply(state, recorded.n, echo_credential(response, &authorization)))
 }
 

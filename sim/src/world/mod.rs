@@ -82,6 +82,13 @@ pub struct RunResult {
     pub fs_ops: u64,
     /// Side effects delivered to the gateway host (HTTP exchanges besides the model's).
     pub gateway_requests: usize,
+    /// Every model request and what it was served (for the timeline).
+    #[serde(skip)]
+    pub model_exchanges: Vec<crate::model_server::Exchange>,
+    /// When each record became durable, as the barrier acknowledged it, recorded outside the
+    /// agent host: `(sim ms, first seq, last seq)` per acknowledgement.
+    #[serde(skip)]
+    pub durable_batches: Vec<(u64, u64, u64)>,
 }
 
 impl RunResult {
@@ -321,6 +328,15 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         .unwrap_or_else(|p| p.into_inner())
         .as_ref()
         .map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
+    let model_exchanges =
+        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or_else(Vec::new, |s| s.exchanges());
+    let mut durable_batches: Vec<(u64, u64, u64)> = Vec::new();
+    for (&seq, &at) in &world.durable_at {
+        match durable_batches.last_mut() {
+            Some((ms, _, last)) if *ms == at && *last + 1 == seq => *last = seq,
+            _ => durable_batches.push((at, seq, seq)),
+        }
+    }
     let model_requests = request_bodies.len();
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
@@ -348,6 +364,8 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         sometimes,
         sim_ms,
         fs_ops,
+        model_exchanges,
+        durable_batches,
     }
 }
 

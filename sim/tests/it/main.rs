@@ -3,9 +3,11 @@
 
 mod adapter;
 mod agent;
+mod browser;
 mod crash_points;
 mod harness_power;
 mod planted;
 mod scenarios;
 mod seam_smoke;
 mod support;
+mod sweep;
