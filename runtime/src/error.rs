@@ -117,7 +117,7 @@ pub enum Error {
     },
     /// A previous append's rollback failed, so the file's tail is unknown; reopen the session
     /// (which scans and repairs) before writing again.
-    #[error("session {0}: writer disabled after a failed rollback; reopen the session to repair it")]
+    #[error("{0}: writer disabled after a failed rollback; reopen it to repair it")]
     Poisoned(String),
     /// Persisting accepted events failed (write-behind); the events are still queued.
     #[error("persisting the session failed: {0}")]

@@ -370,9 +370,9 @@ impl SweepSummary {
         self.failures.is_empty() && self.never_fired.is_empty()
     }
 
-    /// Whether the shards cover the whole (scenario, seed) space.
+    /// Whether the shards cover the whole (scenario, seed) space: exactly shards 1..=N.
     pub fn complete(&self) -> bool {
-        self.shards_covered.len() as u64 == self.shards_total
+        self.shards_total > 0 && self.shards_covered.iter().copied().eq(1..=self.shards_total)
     }
 }
 
@@ -399,6 +399,15 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
     let mut covered = BTreeSet::new();
     for (i, shard) in shards.iter().enumerate() {
         let which = format!("report {} (shard {})", i + 1, shard.shard);
+        if shard.shards_total == 0 || shard.shards_covered.is_empty() || shard.seeds.is_empty() {
+            return Err(format!("{which} does not say which slice it covers (written by an older faultline?)"));
+        }
+        if let Some(k) = shard.shards_covered.iter().find(|k| **k == 0 || **k > shard.shards_total) {
+            return Err(format!("{which} claims shard {k} of {}", shard.shards_total));
+        }
+        if shard.full != first.full {
+            return Err(format!("{which} differs from report 1 in whether it swept every built-in scenario"));
+        }
         if shard.scenario_names != first.scenario_names {
             return Err(format!("{which} swept other scenarios than report 1"));
         }

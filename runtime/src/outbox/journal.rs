@@ -56,6 +56,9 @@ struct Inner {
     file: Box<dyn FsFile>,
     len: u64,
     in_flight: BTreeSet<String>,
+    /// A failed append whose truncate-back failed too left the tail unknown: no more
+    /// transitions until the journal is reopened (and replayed), as a session writer does.
+    poisoned: bool,
 }
 
 /// A delivery queue journaled to one file.
@@ -125,7 +128,7 @@ impl JournalOutbox {
         }
         let mut me = seams.process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, seams.entropy.hex_id(8));
-        let inner = Inner { state, file, len: committed as u64, in_flight: BTreeSet::new() };
+        let inner = Inner { state, file, len: committed as u64, in_flight: BTreeSet::new(), poisoned: false };
         Ok(Self { seams, path, me, inner: Arc::new(Mutex::new(inner)) })
     }
 
@@ -139,13 +142,20 @@ impl JournalOutbox {
 
     /// Makes `op` durable, then applies it.
     fn commit(&self, inner: &mut Inner, op: Op) -> Result<()> {
+        if inner.poisoned {
+            return Err(Error::Poisoned(format!("delivery journal {}", self.path.display())));
+        }
         let mut line = serde_json::to_vec(&op).expect("journal ops serialise");
         line.push(b'\n');
-        append_durably(
+        let written = append_durably(
             inner.file.as_mut(),
             inner.len,
             &crate::store::Encoded { bytes: &line, unit_ends: &[line.len()] },
-        )?;
+        );
+        if let Err(e) = written {
+            inner.poisoned = matches!(&e, Error::AppendFailed { rollback: Some(_), .. });
+            return Err(e);
+        }
         inner.len += line.len() as u64;
         inner.state.apply(&op);
         Ok(())
@@ -276,7 +286,9 @@ impl Outbox for JournalOutbox {
 fn fits(state: &State, op: &Op) -> std::result::Result<(), String> {
     let row = state.rows.get(op.id());
     let ok = match op {
-        Op::Enqueue { .. } => state.found(op.id()) == Found::Nothing,
+        // A live row is never enqueued twice; a tombstoned id may be (a resend chosen by code
+        // that checked live rows only), and the tombstone keeps blocking later enqueues.
+        Op::Enqueue { .. } => row.is_none(),
         Op::Claim { .. } | Op::Finish { .. } => row.is_some(),
         Op::Prune { .. } => row.is_some_and(|r| r.status.is_terminal()),
     };

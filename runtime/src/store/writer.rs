@@ -78,7 +78,7 @@ impl SessionLog for SessionWriter {
 
     fn append(&mut self, batch: &[Record]) -> Result<()> {
         if self.poisoned {
-            return Err(Error::Poisoned(self.id.to_string()));
+            return Err(Error::Poisoned(format!("session {}", self.id)));
         }
         let next = check_batch(&self.validator, batch)?;
         match self.medium.write_fenced(&self.id, self.token, batch) {

@@ -401,3 +401,45 @@ fn the_sqlite_queue_is_private_to_its_owner() {
     let mode = std::fs::metadata(bench.dir.path().join("outbox.sqlite")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// A failed append whose truncate-back failed too leaves the journal's tail unknown: the
+/// queue refuses further transitions (instead of writing a second line for the same change,
+/// which replay would refuse), and a reopen replays what is on disk.
+#[test]
+fn a_journal_whose_rollback_failed_refuses_further_transitions_until_reopened() {
+    use crate::fixtures::FailOp;
+    let dir = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::default();
+    let world = TestProcess::world();
+    let process: Arc<dyn Process> = TestProcess::new("a", &world);
+    let journal = dir.path().join("journal.jsonl");
+    let queue = JournalOutbox::open(seams_with(process.clone(), Arc::new(fs.clone())), &journal).unwrap();
+    fs.fail(FailOp::Sync, 0);
+    fs.fail(FailOp::SetLen, 0);
+    let first = queue.enqueue("x1", "hello").unwrap_err();
+    assert!(matches!(first, faultline_runtime::Error::AppendFailed { rollback: Some(_), .. }), "{first}");
+    let second = queue.enqueue("x1", "hello").unwrap_err();
+    assert!(second.to_string().contains("writer disabled"), "{second}");
+    let reopened = JournalOutbox::open(seams_with(process, Arc::new(FaultyFs::default())), &journal).unwrap();
+    assert!(reopened.get("x1").unwrap().is_some_and(|r| r.status == DeliveryStatus::Pending));
+}
+
+/// Older builds chose resend ids among live rows only, so a journal may enqueue an id that
+/// has a tombstone; replay accepts it, and the tombstone keeps blocking later enqueues.
+#[test]
+#[allow(clippy::disallowed_methods)] // writes the old journal as a real file
+fn a_journal_that_enqueues_a_tombstoned_id_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let lines = [
+        r#"{"op":"enqueue","id":"x1","payload":"p","at":1}"#,
+        r#"{"op":"finish","id":"x1","status":"failed","error":"no","at":2}"#,
+        r#"{"op":"prune","id":"x1","at":3}"#,
+        r#"{"op":"enqueue","id":"x1","payload":"again","at":4}"#,
+    ];
+    std::fs::write(&journal, lines.join("\n") + "\n").unwrap();
+    let process: Arc<dyn Process> = TestProcess::new("a", &TestProcess::world());
+    let queue = JournalOutbox::open(seams_with(process, Arc::new(FaultyFs::default())), &journal).unwrap();
+    assert_eq!(queue.get("x1").unwrap().unwrap().payload.as_deref(), Some("again"));
+    assert_eq!(queue.enqueue("x1", "third").unwrap(), Enqueued::Tombstoned(DeliveryStatus::Failed));
+}

@@ -45,4 +45,11 @@ fn coverage_of_merged_shards_is_judged_on_their_union() {
     let mut other_seeds = b.clone();
     other_seeds.seeds = "0..50".into();
     assert!(merge(&[a, other_seeds]).unwrap_err().contains("other seeds"));
+
+    let mut old = b.clone();
+    (old.shards_total, old.shards_covered, old.seeds) = (0, vec![], String::new());
+    assert!(merge(&[old.clone(), old]).unwrap_err().contains("does not say which slice"));
+    let mut out_of_range = b.clone();
+    out_of_range.shards_covered = vec![3];
+    assert!(merge(&[out_of_range]).unwrap_err().contains("claims shard 3 of 2"));
 }
