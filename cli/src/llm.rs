@@ -46,6 +46,9 @@ struct StreamArgs {
     /// JSON file with an array of tools: [{"name", "description", "parameters"}].
     #[arg(long)]
     tools: Option<PathBuf>,
+    /// PEM file of extra CAs to trust for an https:// base URL (a private CA).
+    #[arg(long)]
+    ca_file: Option<String>,
     /// The user message.
     #[arg(long)]
     prompt: String,
@@ -92,6 +95,7 @@ fn stream(args: &StreamArgs) -> ExitCode {
         api_key_env: args.api_key_env.clone(),
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         retry: RetryPolicy::default(),
+        ca_file: args.ca_file.clone(),
     });
     let prefix = RequestPrefix { model: args.model.clone(), system: args.system.clone(), tools };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": args.prompt})]);
@@ -103,7 +107,8 @@ fn stream(args: &StreamArgs) -> ExitCode {
     runtime.block_on(async move {
         let seams = production::seams();
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials))
-            .with_scrubber(seams.secrets.clone());
+            .with_scrubber(seams.secrets.clone())
+            .with_fs(seams.fs.clone());
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
         tokio::spawn(async move {

@@ -216,8 +216,9 @@ impl Agent {
             Some(reporter),
             seams.probe.clone(),
         );
-        let adapter =
-            Adapter::new(seams.net.clone(), seams.clock.clone(), credentials).with_scrubber(seams.secrets.clone());
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials)
+            .with_scrubber(seams.secrets.clone())
+            .with_fs(seams.fs.clone());
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
             session,

@@ -27,9 +27,9 @@ pub enum RetryDecision {
 /// back to the local backoff. An abort is never retried.
 pub fn decide(policy: &RetryPolicy, failure: &Failure, retry: u32, unit: impl FnOnce() -> f64) -> RetryDecision {
     assert!(retry >= 1, "retries are numbered from 1");
-    // Never retried, whatever the mode: an abort is the caller's word, and an answer too large
-    // for a record would be just as large the next time.
-    if matches!(failure.code, ErrorCode::Aborted | ErrorCode::ResponseTooLarge) {
+    // Never retried, whatever the mode: an abort is the caller's word, an answer too large for
+    // a record would be just as large the next time, and an untrusted certificate comes back.
+    if matches!(failure.code, ErrorCode::Aborted | ErrorCode::ResponseTooLarge | ErrorCode::TlsCertificate) {
         return RetryDecision::GiveUp;
     }
     if let RetryPolicy::Normal { max_retries, codes, .. } = policy {

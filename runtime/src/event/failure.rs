@@ -38,6 +38,9 @@ pub enum ErrorCode {
     /// ends before anything oversize is appended. Never retried: the same request would
     /// produce the same answer.
     ResponseTooLarge,
+    /// The server's TLS certificate is not trusted (unknown CA, wrong host name, expired).
+    /// Never retried: the same certificate comes back.
+    TlsCertificate,
     /// The route needs a credential that is not set.
     MissingCredential,
     /// The credential is present but unusable (e.g. not valid header text).
@@ -59,7 +62,7 @@ pub enum ErrorCode {
 }
 
 /// Every code that has a fixed spelling (all but `HTTP_<status>`), for exhaustive tests.
-pub const FIXED_ERROR_CODES: [ErrorCode; 22] = [
+pub const FIXED_ERROR_CODES: [ErrorCode; 23] = [
     ErrorCode::Auth,
     ErrorCode::Quota,
     ErrorCode::RateLimit,
@@ -73,6 +76,7 @@ pub const FIXED_ERROR_CODES: [ErrorCode; 22] = [
     ErrorCode::MalformedResponse,
     ErrorCode::StreamClosed,
     ErrorCode::ResponseTooLarge,
+    ErrorCode::TlsCertificate,
     ErrorCode::MissingCredential,
     ErrorCode::InvalidCredential,
     ErrorCode::NoAdapter,
@@ -101,6 +105,7 @@ impl ErrorCode {
             ErrorCode::MalformedResponse => "MALFORMED_RESPONSE",
             ErrorCode::StreamClosed => "STREAM_CLOSED",
             ErrorCode::ResponseTooLarge => "RESPONSE_TOO_LARGE",
+            ErrorCode::TlsCertificate => "TLS_CERTIFICATE",
             ErrorCode::MissingCredential => "MISSING_CREDENTIAL",
             ErrorCode::InvalidCredential => "INVALID_CREDENTIAL",
             ErrorCode::NoAdapter => "NO_ADAPTER",

@@ -23,7 +23,7 @@ use super::config::{resolve_credential, Credentials, ResolvedProvider};
 use super::normalise::Normaliser;
 use super::sse::{SseDecoder, SseItem};
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
-use crate::seams::{Clock, Net};
+use crate::seams::{ByteStream, Clock, Fs, Net};
 use crate::{Scrubber, StreamScrubber};
 
 /// Largest error-response body read for classification, in bytes.
@@ -36,6 +36,9 @@ pub struct Adapter {
     clock: Arc<dyn Clock>,
     credentials: Arc<dyn Credentials>,
     secrets: Scrubber,
+    /// Reads a route's `ca_file`; without it only the bundled roots are trusted.
+    fs: Option<Arc<dyn Fs>>,
+    tls: Arc<super::tls::TlsConfigs>,
 }
 
 impl std::fmt::Debug for Adapter {
@@ -47,7 +50,13 @@ impl std::fmt::Debug for Adapter {
 impl Adapter {
     /// An adapter on these seams.
     pub fn new(net: Arc<dyn Net>, clock: Arc<dyn Clock>, credentials: Arc<dyn Credentials>) -> Self {
-        Self { net, clock, credentials, secrets: Scrubber::new() }
+        Self { net, clock, credentials, secrets: Scrubber::new(), fs: None, tls: Arc::default() }
+    }
+
+    /// Reads a route's `ca_file` (extra trusted CAs for `https://`) through `fs`.
+    pub fn with_fs(mut self, fs: Arc<dyn Fs>) -> Self {
+        self.fs = Some(fs);
+        self
     }
 
     /// Registers every credential this adapter resolves in `secrets` (shared with the rest of
@@ -254,15 +263,16 @@ impl ModelStream {
             // Before the request leaves: whatever comes back may quote it.
             self.adapter.secrets.register(key.expose());
         }
-        if self.route.endpoint.tls {
-            return Err(error(
-                ErrorCode::Transport,
-                format!(
-                    "{}: https endpoints need TLS, which this build does not include; use an http:// base_url (e.g. a local proxy)",
-                    self.route.endpoint.host
-                ),
-            ));
-        }
+        let tls = if self.route.endpoint.tls {
+            let config = self
+                .adapter
+                .tls
+                .get(self.route.ca_file.as_deref(), self.adapter.fs.as_deref())
+                .map_err(|f| error(f.code, f.message))?;
+            Some(config)
+        } else {
+            None
+        };
         let endpoint = self.route.endpoint.clone();
         let mut request = Request::post(endpoint.chat_path())
             .header(header::HOST, endpoint.authority())
@@ -279,10 +289,15 @@ impl ModelStream {
         let net = self.adapter.net.clone();
         let idle = self.route.idle_timeout;
         let exchange = async {
-            let stream = net
+            let mut stream = net
                 .connect(&endpoint.authority())
                 .await
                 .map_err(|e| error(ErrorCode::Transport, format!("connect to {}: {e}", endpoint.authority())))?;
+            if let Some(config) = tls {
+                let secured =
+                    super::tls::connect(config, &endpoint.host, stream).await.map_err(|f| error(f.code, f.message))?;
+                stream = Box::new(secured) as Box<dyn ByteStream>;
+            }
             let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| error(ErrorCode::Transport, format!("HTTP handshake: {e}")))?;

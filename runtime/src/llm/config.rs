@@ -94,6 +94,10 @@ pub struct ProviderConfig {
     /// The route's retry policy.
     #[serde(default)]
     pub retry_policy: Option<RetryPolicyConfig>,
+    /// A PEM bundle of extra trusted CAs for an `https://` endpoint (a private CA), on top of
+    /// the bundled public roots.
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 /// `[provider.retry_policy]` as written.
@@ -364,6 +368,8 @@ pub struct ResolvedProvider {
     pub idle_timeout: Duration,
     /// Retry policy of this route.
     pub retry: RetryPolicy,
+    /// Extra trusted CAs (PEM file) for TLS.
+    pub ca_file: Option<String>,
 }
 
 impl ProviderConfig {
@@ -415,6 +421,7 @@ impl ProviderConfig {
             api_key_env,
             idle_timeout: Duration::from_millis(idle_timeout_ms),
             retry,
+            ca_file: self.ca_file.clone(),
         })
     }
 }

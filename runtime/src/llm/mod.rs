@@ -7,6 +7,7 @@ pub mod config;
 pub(crate) mod normalise;
 mod request;
 pub(crate) mod sse;
+mod tls;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
 pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};

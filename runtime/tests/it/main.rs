@@ -11,6 +11,7 @@ mod secrets;
 mod store_contract;
 mod store_scan;
 mod support;
+mod tls;
 mod tools;
 mod validator;
 mod write_behind;

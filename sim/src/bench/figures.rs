@@ -374,6 +374,7 @@ async fn adapter(chunks: usize) -> Vec<Figure> {
         api_key_env: None,
         idle_timeout: Duration::from_secs(30),
         retry: RetryPolicy::default(),
+        ca_file: None,
     });
     let prefix = RequestPrefix { model: "m".into(), system: None, tools: vec![] };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "go"})]);

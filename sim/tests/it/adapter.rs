@@ -81,6 +81,7 @@ fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
         api_key_env: case.key.map(|_| KEY_VAR.to_owned()),
         idle_timeout: Duration::from_millis(case.idle_ms),
         retry: RetryPolicy::default(),
+        ca_file: None,
     })
 }
 

@@ -1,0 +1,126 @@
+//! TLS for `https://` endpoints, over whatever byte stream the `Net` seam gives (a real socket
+//! in production, a turmoil stream in the simulator).
+//!
+//! rustls with the ring provider; trust = the bundled Mozilla roots (`webpki-roots`) plus the
+//! route's `ca_file` (PEM, read through the `Fs` seam) for private CAs. SNI is the endpoint's
+//! host; ALPN offers `http/1.1` only (the adapter speaks HTTP/1.1). A certificate the client
+//! cannot trust is `TLS_CERTIFICATE`, never retried: retrying cannot make it trustworthy. A
+//! handshake the network cut is `TRANSPORT`, retried like any broken connection.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::event::ErrorCode;
+use crate::seams::{ByteStream, Fs, OpenOptions};
+
+/// Largest `ca_file` read, in bytes (a bundle of a few hundred certificates).
+pub const CA_FILE_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// Why a TLS connection could not be set up: the code and a sentence for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsFailure {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
+}
+
+fn failure(code: ErrorCode, message: String) -> TlsFailure {
+    TlsFailure { code, message }
+}
+
+/// Client configurations, built once per `ca_file` (building one parses every root).
+#[derive(Debug, Default)]
+pub(crate) struct TlsConfigs {
+    built: Mutex<BTreeMap<Option<String>, Arc<rustls::ClientConfig>>>,
+}
+
+impl TlsConfigs {
+    /// The configuration trusting the bundled roots plus `ca_file`, read through `fs`.
+    pub(crate) fn get(
+        &self,
+        ca_file: Option<&str>,
+        fs: Option<&dyn Fs>,
+    ) -> Result<Arc<rustls::ClientConfig>, TlsFailure> {
+        let key = ca_file.map(str::to_owned);
+        if let Some(config) = self.built.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(config.clone());
+        }
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        if let Some(path) = ca_file {
+            let fs = fs.ok_or_else(|| {
+                failure(ErrorCode::InvalidRequest, format!("ca_file {path}: this adapter has no filesystem to read it"))
+            })?;
+            let pem = read_ca_file(fs, path)?;
+            let mut added = 0;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| {
+                    failure(ErrorCode::InvalidRequest, format!("ca_file {path}: not a PEM certificate bundle: {e}"))
+                })?;
+                roots.add(cert).map_err(|e| {
+                    failure(ErrorCode::InvalidRequest, format!("ca_file {path}: unusable certificate: {e}"))
+                })?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err(failure(ErrorCode::InvalidRequest, format!("ca_file {path}: no certificate in it")));
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| failure(ErrorCode::Unknown, format!("TLS configuration: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        self.built.lock().unwrap_or_else(|p| p.into_inner()).insert(key, config.clone());
+        Ok(config)
+    }
+}
+
+fn read_ca_file(fs: &dyn Fs, path: &str) -> Result<Vec<u8>, TlsFailure> {
+    let unreadable = |e: std::io::Error| failure(ErrorCode::InvalidRequest, format!("ca_file {path}: {e}"));
+    let path = std::path::Path::new(path);
+    let mut file = fs.open(path, OpenOptions::read()).map_err(unreadable)?;
+    let len = file.len().map_err(unreadable)?;
+    if len > CA_FILE_BYTES_MAX {
+        return Err(failure(
+            ErrorCode::InvalidRequest,
+            format!("ca_file {}: {len} bytes, above the {CA_FILE_BYTES_MAX}-byte limit", path.display()),
+        ));
+    }
+    file.read_all().map_err(unreadable)
+}
+
+/// Runs the TLS handshake for `host` over `stream`.
+pub(crate) async fn connect(
+    config: Arc<rustls::ClientConfig>,
+    host: &str,
+    stream: Box<dyn ByteStream>,
+) -> Result<TlsStream<Box<dyn ByteStream>>, TlsFailure> {
+    let name = ServerName::try_from(host.to_owned())
+        .map_err(|e| failure(ErrorCode::InvalidRequest, format!("{host} is not a TLS server name: {e}")))?;
+    TlsConnector::from(config).connect(name, stream).await.map_err(|e| classify(host, &e))
+}
+
+/// A certificate the client refused is `TLS_CERTIFICATE`; anything else the handshake met (a
+/// reset, an early EOF, a protocol error from a middlebox) is `TRANSPORT`.
+fn classify(host: &str, e: &std::io::Error) -> TlsFailure {
+    let tls = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(
+            error @ (rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::UnsupportedNameType),
+        ) => failure(
+            ErrorCode::TlsCertificate,
+            format!("TLS handshake with {host}: the server's certificate is not trusted: {error}"),
+        ),
+        Some(error) => failure(ErrorCode::Transport, format!("TLS handshake with {host}: {error}")),
+        None => failure(ErrorCode::Transport, format!("TLS handshake with {host}: {e}")),
+    }
+}
