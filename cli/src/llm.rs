@@ -96,6 +96,7 @@ fn stream(args: &StreamArgs) -> ExitCode {
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         retry: RetryPolicy::default(),
         ca_file: args.ca_file.clone(),
+        proxy: None,
     });
     let prefix = RequestPrefix { model: args.model.clone(), system: args.system.clone(), tools };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": args.prompt})]);
@@ -108,7 +109,8 @@ fn stream(args: &StreamArgs) -> ExitCode {
         let seams = production::seams();
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials))
             .with_scrubber(seams.secrets.clone())
-            .with_fs(seams.fs.clone());
+            .with_fs(seams.fs.clone())
+            .with_proxy_env(production::proxy_env());
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
         tokio::spawn(async move {

@@ -53,6 +53,7 @@ async fn main() -> faultline_runtime::Result<()> {
         idle_timeout: std::time::Duration::from_secs(30),
         retry: RetryPolicy::default(),
         ca_file: None,
+        proxy: None,
     };
     let id = SessionId::new(format!("embed-{}", seams.clock.now_ms()))?;
     let tools = ToolSet::new().with(Arc::new(ClockTool(seams.clock.clone())));

@@ -62,6 +62,8 @@ pub struct AgentConfig {
     /// one ends its attempt `RESPONSE_TOO_LARGE`. Range 1..=`store::ANSWER_BYTES_MAX` (the
     /// default): the record limit leaves no room above it.
     pub answer_bytes_max: usize,
+    /// The environment's proxies (`production::proxy_env()`); default: none.
+    pub proxy_env: crate::llm::ProxyEnv,
 }
 
 impl Default for AgentConfig {
@@ -72,6 +74,7 @@ impl Default for AgentConfig {
             system: None,
             write_behind: WriteBehindConfig::default(),
             answer_bytes_max: crate::store::ANSWER_BYTES_MAX,
+            proxy_env: crate::llm::ProxyEnv::default(),
         }
     }
 }
@@ -218,7 +221,8 @@ impl Agent {
         );
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials)
             .with_scrubber(seams.secrets.clone())
-            .with_fs(seams.fs.clone());
+            .with_fs(seams.fs.clone())
+            .with_proxy_env(config.proxy_env.clone());
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
             session,

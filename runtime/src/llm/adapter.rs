@@ -39,6 +39,8 @@ pub struct Adapter {
     /// Reads a route's `ca_file`; without it only the bundled roots are trusted.
     fs: Option<Arc<dyn Fs>>,
     tls: Arc<super::tls::TlsConfigs>,
+    /// `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` as the process started with them.
+    proxy_env: super::proxy::ProxyEnv,
 }
 
 impl std::fmt::Debug for Adapter {
@@ -50,7 +52,21 @@ impl std::fmt::Debug for Adapter {
 impl Adapter {
     /// An adapter on these seams.
     pub fn new(net: Arc<dyn Net>, clock: Arc<dyn Clock>, credentials: Arc<dyn Credentials>) -> Self {
-        Self { net, clock, credentials, secrets: Scrubber::new(), fs: None, tls: Arc::default() }
+        Self {
+            net,
+            clock,
+            credentials,
+            secrets: Scrubber::new(),
+            fs: None,
+            tls: Arc::default(),
+            proxy_env: super::proxy::ProxyEnv::default(),
+        }
+    }
+
+    /// Tunnels through the environment's proxies (a route's own `proxy` still wins).
+    pub fn with_proxy_env(mut self, env: super::proxy::ProxyEnv) -> Self {
+        self.proxy_env = env;
+        self
     }
 
     /// Reads a route's `ca_file` (extra trusted CAs for `https://`) through `fs`.
@@ -273,6 +289,16 @@ impl ModelStream {
         } else {
             None
         };
+        let proxy = super::proxy::choose(self.route.proxy.as_deref(), &self.adapter.proxy_env, &self.route.endpoint)
+            .map_err(|e| error(ErrorCode::InvalidRequest, format!("proxy: {e}")))?;
+        if let Some(proxy) = &proxy {
+            for secret in &proxy.secrets {
+                self.adapter.secrets.register(secret);
+            }
+            if let Some(authorization) = &proxy.authorization {
+                self.adapter.secrets.register(authorization);
+            }
+        }
         let endpoint = self.route.endpoint.clone();
         let mut request = Request::post(endpoint.chat_path())
             .header(header::HOST, endpoint.authority())
@@ -289,10 +315,17 @@ impl ModelStream {
         let net = self.adapter.net.clone();
         let idle = self.route.idle_timeout;
         let exchange = async {
+            let first_hop = proxy.as_ref().map_or_else(|| endpoint.authority(), |p| p.authority.clone());
+            let what = if proxy.is_some() { "proxy " } else { "" };
             let mut stream = net
-                .connect(&endpoint.authority())
+                .connect(&first_hop)
                 .await
-                .map_err(|e| error(ErrorCode::Transport, format!("connect to {}: {e}", endpoint.authority())))?;
+                .map_err(|e| error(ErrorCode::Transport, format!("connect to {what}{first_hop}: {e}")))?;
+            if let Some(proxy) = &proxy {
+                stream = super::proxy::tunnel(stream, proxy, &endpoint.authority())
+                    .await
+                    .map_err(|(code, message)| error(code, message))?;
+            }
             if let Some(config) = tls {
                 let secured =
                     super::tls::connect(config, &endpoint.host, stream).await.map_err(|f| error(f.code, f.message))?;

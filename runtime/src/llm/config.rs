@@ -98,6 +98,10 @@ pub struct ProviderConfig {
     /// the bundled public roots.
     #[serde(default)]
     pub ca_file: Option<String>,
+    /// An HTTP proxy to tunnel through (`http://[user:pass@]host:port`, HTTP CONNECT); it
+    /// overrides `HTTPS_PROXY` / `HTTP_PROXY`.
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 /// `[provider.retry_policy]` as written.
@@ -370,6 +374,8 @@ pub struct ResolvedProvider {
     pub retry: RetryPolicy,
     /// Extra trusted CAs (PEM file) for TLS.
     pub ca_file: Option<String>,
+    /// The route's own proxy URL (credentials included: never printed).
+    pub proxy: Option<String>,
 }
 
 impl ProviderConfig {
@@ -413,6 +419,9 @@ impl ProviderConfig {
             Some(policy) => policy.resolve(&format!("{path}.retry_policy"))?,
             None => RetryPolicy::default(),
         };
+        if let Some(url) = &self.proxy {
+            super::proxy::parse(url).map_err(|e| ConfigError::at(&format!("{path}.proxy"), &e))?;
+        }
         Ok(ResolvedProvider {
             name: self.name.clone().unwrap_or_else(|| default_name.to_owned()),
             preset: self.preset,
@@ -422,6 +431,7 @@ impl ProviderConfig {
             idle_timeout: Duration::from_millis(idle_timeout_ms),
             retry,
             ca_file: self.ca_file.clone(),
+            proxy: self.proxy.clone(),
         })
     }
 }

@@ -5,6 +5,7 @@ mod adapter;
 mod classify;
 pub mod config;
 pub(crate) mod normalise;
+mod proxy;
 mod request;
 pub(crate) mod sse;
 mod tls;
@@ -15,5 +16,6 @@ pub use config::{
     from_toml, resolve_credential, Backoff, ConfigError, Credentials, Endpoint, LiveProvider, Preset, ProviderConfig,
     ResolvedProvider, RetryPolicy, Secret, StaticCredentials,
 };
+pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
 pub use request::chat_body;
 pub use sse::{SseError, SSE_BODY_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_LINE_BYTES_MAX};

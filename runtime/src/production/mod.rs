@@ -14,6 +14,7 @@ mod entropy;
 mod fs;
 mod net;
 mod process;
+mod proxy_env;
 mod sqlite_outbox;
 mod sqlite_store;
 
@@ -27,6 +28,7 @@ pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;
 pub use process::OsProcess;
+pub use proxy_env::proxy_env;
 pub use sqlite_outbox::SqliteOutbox;
 pub use sqlite_store::SqliteStore;
 

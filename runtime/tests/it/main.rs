@@ -6,6 +6,7 @@ mod limits;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
+mod proxy;
 mod reconcile;
 mod secrets;
 mod store_contract;

@@ -15,13 +15,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// A test CA and a server certificate it signed.
-struct Pki {
+pub(crate) struct Pki {
     ca_pem: String,
     leaf: CertificateDer<'static>,
     leaf_key: PrivatePkcs8KeyDer<'static>,
 }
 
-fn pki(names: &[&str], expired: bool) -> Pki {
+pub(crate) fn pki(names: &[&str], expired: bool) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -43,7 +43,7 @@ fn pki(names: &[&str], expired: bool) -> Pki {
 
 /// How the server treats a connection.
 #[derive(Clone, Copy)]
-enum Serve {
+pub(crate) enum Serve {
     /// Handshake, then answer one SSE stream.
     Stream,
     /// Accept the TCP connection and close it mid-handshake.
@@ -51,7 +51,7 @@ enum Serve {
 }
 
 /// A TLS server on 127.0.0.1 answering one connection; returns its port.
-async fn server(pki: &Pki, serve: Serve) -> u16 {
+pub(crate) async fn server(pki: &Pki, serve: Serve) -> u16 {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -110,6 +110,17 @@ async fn server(pki: &Pki, serve: Serve) -> u16 {
 /// Streams one call to `https://{host}:{port}/v1` trusting `ca_file`; returns the text and
 /// how it finished.
 async fn call(host: &str, port: u16, ca_file: Option<String>) -> (String, FinishReason) {
+    call_via(host, port, ca_file, None, Default::default()).await
+}
+
+/// [`call`] through a route `proxy` and the environment's proxies `env`.
+pub(crate) async fn call_via(
+    host: &str,
+    port: u16,
+    ca_file: Option<String>,
+    proxy: Option<String>,
+    env: faultline_runtime::llm::ProxyEnv,
+) -> (String, FinishReason) {
     let seams = production::seams();
     let route = Arc::new(ResolvedProvider {
         name: "tls".into(),
@@ -120,9 +131,11 @@ async fn call(host: &str, port: u16, ca_file: Option<String>) -> (String, Finish
         idle_timeout: Duration::from_secs(10),
         retry: RetryPolicy::default(),
         ca_file,
+        proxy,
     });
-    let adapter =
-        Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default())).with_fs(seams.fs);
+    let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()))
+        .with_fs(seams.fs)
+        .with_proxy_env(env);
     let body = chat_body(&RequestPrefix { model: "m".into(), system: None, tools: vec![] }, &[]);
     let mut stream = adapter.stream(route, body, CancellationToken::new());
     let mut text = String::new();
@@ -136,14 +149,14 @@ async fn call(host: &str, port: u16, ca_file: Option<String>) -> (String, Finish
     panic!("a model stream always ends in finish");
 }
 
-fn code(reason: &FinishReason) -> Option<ErrorCode> {
+pub(crate) fn code(reason: &FinishReason) -> Option<ErrorCode> {
     match reason {
         FinishReason::Error { failure } => Some(failure.code),
         _ => None,
     }
 }
 
-fn ca_file(dir: &tempfile::TempDir, pki: &Pki) -> String {
+pub(crate) fn ca_file(dir: &tempfile::TempDir, pki: &Pki) -> String {
     let path = dir.path().join("test-ca.pem");
     std::fs::write(&path, &pki.ca_pem).unwrap();
     path.to_str().unwrap().to_owned()

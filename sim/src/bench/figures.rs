@@ -375,6 +375,7 @@ async fn adapter(chunks: usize) -> Vec<Figure> {
         idle_timeout: Duration::from_secs(30),
         retry: RetryPolicy::default(),
         ca_file: None,
+        proxy: None,
     });
     let prefix = RequestPrefix { model: "m".into(), system: None, tools: vec![] };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "go"})]);

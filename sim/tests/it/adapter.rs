@@ -82,6 +82,7 @@ fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
         idle_timeout: Duration::from_millis(case.idle_ms),
         retry: RetryPolicy::default(),
         ca_file: None,
+        proxy: None,
     })
 }
 
