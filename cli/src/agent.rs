@@ -243,6 +243,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
             }
         };
         let outcome = agent.last_outcome();
+        let session_usage = agent.session_usage();
         let disposed = agent.dispose().await;
         if let Some(printer) = printer {
             printer.abort();
@@ -250,7 +251,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         if let Err(e) = disposed {
             eprintln!("faultline agent run: closing the session: {e}");
         }
-        report(&id, outcome, args.json, interrupted)
+        report(&id, outcome, session_usage, args.json, interrupted)
     })
 }
 
@@ -373,6 +374,8 @@ fn chat(args: &ChatArgs) -> ExitCode {
                     .and_then(|v| v["kind"].as_str().map(str::to_owned))
                     .unwrap_or_default();
                 println!("[turn {}: {kind}]", outcome.turn);
+                let usage = started.agent.session_usage();
+                println!("[tokens: {} this turn, {} this session]", outcome.usage.total_tokens, usage.total_tokens);
                 let _ = std::io::stdout().flush();
             }
         }
@@ -410,7 +413,13 @@ async fn print_stream(agent: Agent) {
     }
 }
 
-fn report(id: &SessionId, outcome: Option<TurnOutcome>, as_json: bool, interrupted: bool) -> ExitCode {
+fn report(
+    id: &SessionId,
+    outcome: Option<TurnOutcome>,
+    session_usage: faultline_runtime::event::Usage,
+    as_json: bool,
+    interrupted: bool,
+) -> ExitCode {
     let Some(outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
         return ExitCode::from(EXIT_ERROR);
@@ -427,6 +436,7 @@ fn report(id: &SessionId, outcome: Option<TurnOutcome>, as_json: bool, interrupt
             "end_reason": outcome.reason,
             "assistant_text": outcome.text,
             "tool_calls": calls,
+            "usage": {"turn": outcome.usage, "session": session_usage},
         });
         println!("{summary}");
     }

@@ -44,6 +44,10 @@ pub struct RecoveryReport {
     pub never_started: Vec<EffectLine>,
     /// This session's deliveries still in the queue (pending, delivering, unknown).
     pub queued: Vec<(String, DeliveryStatus)>,
+    /// Tokens every attempt reported, per turn and for the session.
+    pub usage_per_turn: BTreeMap<u32, crate::event::Usage>,
+    /// The session's total.
+    pub usage: crate::event::Usage,
 }
 
 /// Longest detail per effect in a report, in bytes: long enough for a closer's evidence.
@@ -65,7 +69,8 @@ impl RecoveryReport {
     /// Builds the report from a session's records (after repair, or with the closers a repair
     /// would append) and the queue's rows.
     pub fn build(session: &str, records: &[Record], deliveries: &[Delivery]) -> Self {
-        let mut report = RecoveryReport { session: session.to_owned(), ..Self::default() };
+        let (usage_per_turn, usage) = crate::event::Usage::of_records(records);
+        let mut report = RecoveryReport { session: session.to_owned(), usage_per_turn, usage, ..Self::default() };
         let mut names: BTreeMap<(u32, String), String> = BTreeMap::new();
         for record in records {
             match &record.event {
@@ -119,6 +124,14 @@ impl RecoveryReport {
             "Session {}: {} turn(s) completed, {} interrupted by a crash, {} ended otherwise.\n",
             self.session, self.completed_turns, self.interrupted_turns, self.other_turns
         );
+        out.push_str(&format!(
+            "Tokens: {} prompt ({} from cache), {} completion ({} reasoning), {} total.\n",
+            self.usage.prompt_tokens,
+            self.usage.cache_hit_tokens.unwrap_or(0),
+            self.usage.completion_tokens,
+            self.usage.reasoning_tokens.unwrap_or(0),
+            self.usage.total_tokens
+        ));
         out.push_str(&format!("Kept: {} tool effect(s) with recorded results.\n", self.kept.len()));
         for e in &self.kept {
             out.push_str(&format!("  - {} ({}) in turn {}: {}\n", e.tool, e.execution_id, e.turn, e.detail));

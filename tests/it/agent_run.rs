@@ -56,9 +56,12 @@ fn a_full_tool_calling_turn_then_a_resumed_turn_on_every_store() {
         let server = ModelServerProcess::start(
             dir.path(),
             &json!({"responses": [
-                {"frames": [{"tool_call": {"index": 0, "id": "call_1", "name": "send_message", "arguments": "{\"text\":\"hi team\"}"}}], "finish": "tool_calls"},
-                {"frames": [{"text": "Sent it."}], "finish": "stop"},
-                {"frames": [{"text": "Second answer."}], "finish": "stop"}
+                {"frames": [{"tool_call": {"index": 0, "id": "call_1", "name": "send_message", "arguments": "{\"text\":\"hi team\"}"}}], "finish": "tool_calls", "usage": [10, 5, 15]},
+                {"frames": [{"text": "Sent it."}], "finish": "stop", "usage": [20, 7, 27]},
+                {"frames": [{"text": "Second answer."}, {"raw": json!({"choices": [], "usage": {
+                    "prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45,
+                    "prompt_cache_hit_tokens": 32, "prompt_cache_miss_tokens": 8,
+                    "completion_tokens_details": {"reasoning_tokens": 2}}}).to_string()}], "finish": "stop"}
             ]}),
         );
         let config = config(dir.path(), &server.base_url(), "");
@@ -72,6 +75,9 @@ fn a_full_tool_calling_turn_then_a_resumed_turn_on_every_store() {
         assert_eq!(summary["end_reason"], json!({"kind": "completed"}));
         assert_eq!(summary["assistant_text"], "Sent it.");
         assert_eq!(summary["tool_calls"], json!([{"name": "send_message", "code": null}]));
+        let two_steps = json!({"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42});
+        assert_eq!(summary["usage"]["turn"], two_steps, "{store}: both steps' usage, summed");
+        assert_eq!(summary["usage"]["session"], two_steps);
         let sent = std::fs::read_to_string(dir.path().join("sent.log")).unwrap();
         assert_eq!(
             sent, "{\"text\":\"hi team\"} s1 call_1\n",
@@ -83,6 +89,13 @@ fn a_full_tool_calling_turn_then_a_resumed_turn_on_every_store() {
         assert_eq!(code, 0, "{store}: {err}");
         assert_eq!(summary["turn"], 2);
         assert_eq!(summary["assistant_text"], "Second answer.");
+        assert_eq!(
+            summary["usage"]["turn"],
+            json!({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45,
+                   "reasoning_tokens": 2, "cache_hit_tokens": 32, "cache_miss_tokens": 8}),
+            "{store}: DeepSeek's cache and reasoning counts"
+        );
+        assert_eq!(summary["usage"]["session"]["total_tokens"], 87, "{store}: the resumed session's total");
         let requests = logged_requests(dir.path());
         assert_eq!(requests.len(), 3);
         let third: Value = serde_json::from_str(requests[2]["body"].as_str().unwrap()).unwrap();

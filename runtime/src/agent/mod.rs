@@ -91,6 +91,8 @@ pub struct TurnOutcome {
     pub text: String,
     /// Tool calls in commit order: name and error code (None = success).
     pub tool_calls: Vec<(String, Option<ErrorCode>)>,
+    /// Tokens every attempt of the turn reported (failed attempts included: they were billed).
+    pub usage: crate::event::Usage,
 }
 
 #[derive(Debug, Default)]
@@ -119,6 +121,8 @@ pub(crate) struct Shared {
     header_written: AtomicBool,
     disposal: OnceCell<std::result::Result<(), String>>,
     failures: broadcast::Sender<String>,
+    /// Tokens the session's attempts reported, resumed records included.
+    usage: Mutex<crate::event::Usage>,
 }
 
 impl Shared {
@@ -232,6 +236,7 @@ impl Agent {
             config,
             driver: Mutex::default(),
             history: tokio::sync::Mutex::new(History::from_records(&records)),
+            usage: Mutex::new(crate::event::Usage::of_records(&records).1),
             idle: watch::channel(true).0,
             header_written: AtomicBool::new(false),
             disposal: OnceCell::new(),
@@ -245,6 +250,11 @@ impl Agent {
     /// should tell a person (closers written, torn bytes and records dropped).
     pub fn startup_repair(&self) -> Option<&crate::store::Repair> {
         self.repair.as_ref()
+    }
+
+    /// Tokens the whole session's attempts reported so far (what resuming found included).
+    pub fn session_usage(&self) -> crate::event::Usage {
+        *self.shared.usage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Replaces the tool set; the next request advertises it (a `request/header` with reason
@@ -384,7 +394,10 @@ async fn drive(shared: Arc<Shared>) {
         let mut driver = shared.lock();
         driver.current = None;
         match outcome {
-            Ok(outcome) => driver.last_outcome = Some(outcome),
+            Ok(outcome) => {
+                shared.usage.lock().unwrap_or_else(|p| p.into_inner()).add(&outcome.usage);
+                driver.last_outcome = Some(outcome);
+            }
             Err(e) => {
                 shared.report(&e);
                 driver.last_outcome = None;

@@ -43,7 +43,8 @@ pub(super) async fn run_turn(
     let turn = history.last_turn + 1;
     let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
     async {
-        let mut ctx = TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new() };
+        let mut ctx =
+            TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new(), usage: Usage::default() };
         ctx.emit(Event::TurnStart(TurnStart { turn }), None).await?;
         let reason = ctx.steps(message).await?;
         ctx.emit(Event::TurnEnd(TurnEnd { turn, reason: reason.clone() }), None).await?;
@@ -54,7 +55,7 @@ pub(super) async fn run_turn(
             tracing::warn!("the turn's final flush failed; its records stay queued");
             shared.report(&e);
         }
-        Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls })
+        Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls, usage: ctx.usage })
     }
     .instrument(span)
     .await
@@ -67,6 +68,8 @@ struct TurnCtx<'a> {
     cancel: CancellationToken,
     calls: Vec<(String, Option<ErrorCode>)>,
     text: String,
+    /// Tokens this turn's attempts reported.
+    usage: Usage,
 }
 
 impl TurnCtx<'_> {
@@ -243,6 +246,9 @@ impl TurnCtx<'_> {
                 let limit = self.shared.config.answer_bytes_max;
                 if answer_bytes > limit && !crate::testing::bugs::planted("no-answer-limit") {
                     chunk = Chunk::Finish { reason: response_too_large(answer_bytes, limit) };
+                }
+                if let Chunk::Usage { usage } = &chunk {
+                    self.usage.add(usage);
                 }
                 let done = assembler.push(&chunk);
                 let seq = self

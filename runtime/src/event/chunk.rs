@@ -24,6 +24,50 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Total tokens.
     pub total_tokens: u64,
+    /// Reasoning tokens among the completion tokens (OpenAI's
+    /// `completion_tokens_details.reasoning_tokens`; DeepSeek's reasoner reports them too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Prompt tokens served from the provider's cache (DeepSeek's `prompt_cache_hit_tokens`,
+    /// OpenAI's `prompt_tokens_details.cached_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_hit_tokens: Option<u64>,
+    /// Prompt tokens not served from the cache (DeepSeek's `prompt_cache_miss_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_miss_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// Adds `other` (a sum of attempts, turns or sessions). An optional count stays absent
+    /// only while no part reported it.
+    pub fn add(&mut self, other: &Usage) {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+        };
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+        self.reasoning_tokens = sum(self.reasoning_tokens, other.reasoning_tokens);
+        self.cache_hit_tokens = sum(self.cache_hit_tokens, other.cache_hit_tokens);
+        self.cache_miss_tokens = sum(self.cache_miss_tokens, other.cache_miss_tokens);
+    }
+
+    /// The usage every attempt of every turn in `records` reported (failed attempts were
+    /// billed too), per turn and for the whole log.
+    pub fn of_records(records: &[super::Record]) -> (std::collections::BTreeMap<u32, Usage>, Usage) {
+        let mut per_turn: std::collections::BTreeMap<u32, Usage> = std::collections::BTreeMap::new();
+        let mut total = Usage::default();
+        for record in records {
+            if let super::Event::AssistantChunk(chunk) = &record.event {
+                if let Chunk::Usage { usage } = &chunk.chunk {
+                    per_turn.entry(chunk.turn).or_default().add(usage);
+                    total.add(usage);
+                }
+            }
+        }
+        (per_turn, total)
+    }
 }
 
 /// How a stream ended.

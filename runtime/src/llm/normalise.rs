@@ -64,6 +64,30 @@ struct ApiUsage {
     completion_tokens: u64,
     #[serde(default)]
     total_tokens: u64,
+    /// DeepSeek.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+    /// DeepSeek.
+    #[serde(default)]
+    prompt_cache_miss_tokens: Option<u64>,
+    /// OpenAI.
+    #[serde(default)]
+    prompt_tokens_details: Option<ApiPromptDetails>,
+    /// OpenAI (and DeepSeek's reasoner).
+    #[serde(default)]
+    completion_tokens_details: Option<ApiCompletionDetails>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiPromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ApiCompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 /// The normaliser of one attempt's stream.
@@ -117,6 +141,11 @@ impl Normaliser {
                     prompt_tokens: usage.prompt_tokens,
                     completion_tokens: usage.completion_tokens,
                     total_tokens: usage.total_tokens,
+                    reasoning_tokens: usage.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+                    cache_hit_tokens: usage
+                        .prompt_cache_hit_tokens
+                        .or(usage.prompt_tokens_details.and_then(|d| d.cached_tokens)),
+                    cache_miss_tokens: usage.prompt_cache_miss_tokens,
                 },
             });
         }

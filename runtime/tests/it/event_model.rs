@@ -34,7 +34,14 @@ fn samples() -> Vec<Event> {
         chunk(1, 1, 1, tool_delta()),
         chunk(1, 1, 1, Chunk::ToolCallDelta { index: 2, id: None, name: None, arguments_delta: "\"x\"}".into() }),
         chunk(1, 1, 1, Chunk::BlockEnd { index: 0 }),
-        chunk(1, 1, 1, Chunk::Usage { usage: Usage { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } }),
+        chunk(
+            1,
+            1,
+            1,
+            Chunk::Usage {
+                usage: Usage { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7, ..Usage::default() },
+            },
+        ),
         chunk(
             1,
             1,
