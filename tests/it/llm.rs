@@ -92,3 +92,40 @@ fn llm_stream_reports_a_missing_credential_without_sending() {
             || std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap().is_empty()
     );
 }
+
+/// One raw HTTP/1.1 request to the model server; returns the status line and the body.
+fn raw_request(server: &ModelServerProcess, method: &str, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let authority = server.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    let mut socket = std::net::TcpStream::connect(&authority).unwrap();
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}");
+    socket.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    let status = response.lines().next().unwrap_or_default().to_owned();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// As real providers do: `GET /v1/models` lists the model, an unknown path is a 404 — and
+/// neither uses up a scripted response or shows in the request log.
+#[test]
+fn the_model_server_lists_models_and_404s_unknown_paths_without_using_a_script_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "first"}], "finish": "stop"}]}),
+    );
+    let (status, body) = raw_request(&server, "GET", "/v1/models");
+    assert!(status.contains(" 200 "), "{status}");
+    let models: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(models["object"], "list");
+    assert_eq!(models["data"][0]["object"], "model");
+    let (status, _) = raw_request(&server, "POST", "/v1/completions");
+    assert!(status.contains(" 404 "), "{status}");
+    let (code, chunks) = stream(&server, &[]);
+    assert_eq!(code, 0);
+    assert!(chunks.iter().any(|c| c["text"] == "first"), "the first scripted response is still first: {chunks:?}");
+    assert_eq!(logged_requests(dir.path()).len(), 1, "only the chat request is logged");
+}

@@ -76,6 +76,11 @@ pub struct Exchange {
 }
 
 impl State {
+    /// Seconds since the epoch by the server's clock (the `created` field providers send).
+    fn created_s(&self) -> u64 {
+        self.clock.now_ms() / 1000
+    }
+
     fn note_served(&self, n: usize, what: String) {
         self.served.lock().unwrap_or_else(|p| p.into_inner()).insert(n, what);
     }
@@ -202,6 +207,22 @@ fn full(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes, 
 
 async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
     let path = request.uri().path().to_owned();
+    // What real providers answer besides chat: the model list, and 404 for anything else.
+    // Neither is a chat request: no script slot is used and nothing is recorded.
+    if request.method() == hyper::Method::GET && path.ends_with("/models") {
+        return Ok(json_reply(
+            StatusCode::OK,
+            &json!({"object": "list", "data": [
+                {"id": MODEL_ID, "object": "model", "created": state.created_s(), "owned_by": "faultline"}
+            ]}),
+        ));
+    }
+    if request.method() != hyper::Method::POST || !path.ends_with("/chat/completions") {
+        return Ok(json_reply(
+            StatusCode::NOT_FOUND,
+            &json!({"error": {"message": format!("no route for {} {path}", request.method()), "type": "invalid_request_error"}}),
+        ));
+    }
     let had_authorization = request.headers().contains_key(hyper::header::AUTHORIZATION);
     // Held only to echo it back where a hostile script asks for it; never recorded.
     let authorization = header_text(request.headers(), hyper::header::AUTHORIZATION.as_str());
@@ -298,6 +319,18 @@ pub fn echoes_credential(response: &Response) -> bool {
         })
 }
 
+/// The model id the server reports.
+const MODEL_ID: &str = "fake-model";
+
+fn json_reply(status: StatusCode, value: &serde_json::Value) -> Reply {
+    let mut reply = HttpResponse::new(full(value.to_string()));
+    *reply.status_mut() = status;
+    reply
+        .headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    reply
+}
+
 fn plain(status: StatusCode, body: &'static str) -> Reply {
     let mut reply = HttpResponse::new(full(body));
     *reply.status_mut() = status;
@@ -319,7 +352,7 @@ fn reply(state: Arc<State>, n: usize, response: Response) -> Reply {
         .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         .header(
             hyper::header::CONTENT_TYPE,
-            if response.status.is_some() { "application/json" } else { "text/event-stream" },
+            if response.status.is_some() { "application/json" } else { "text/event-stream; charset=utf-8" },
         );
     for (name, value) in &response.headers {
         builder = builder.header(name.as_str(), value.as_str());
@@ -332,7 +365,8 @@ fn chunk_json(n: usize, delta: serde_json::Value, finish: Option<&str>) -> Strin
         "id": format!("chatcmpl-{n}"),
         "object": "chat.completion.chunk",
         "created": 0,
-        "model": "fake-model",
+        "model": MODEL_ID,
+        "system_fingerprint": "fp_faultline",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     })
     .to_string()
