@@ -129,3 +129,63 @@ fn the_model_server_lists_models_and_404s_unknown_paths_without_using_a_script_s
     assert!(chunks.iter().any(|c| c["text"] == "first"), "the first scripted response is still first: {chunks:?}");
     assert_eq!(logged_requests(dir.path()).len(), 1, "only the chat request is logged");
 }
+
+/// `llm stream` to an `https://` base URL with a private CA: a TLS terminator on 127.0.0.1
+/// (certificate generated now) in front of `faultline model-server`.
+#[test]
+fn llm_stream_reaches_a_loopback_tls_server_trusting_a_private_ca() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "secure hello"}], "finish": "stop"}]}),
+    );
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "faultline e2e CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf =
+        CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&leaf_key, &ca_cert, &ca_key).unwrap();
+    let ca_file = dir.path().join("test-ca.pem");
+    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+
+    let upstream = server.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let port = runtime.block_on(async {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(mut plain) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                });
+            }
+        });
+        port
+    });
+    let base = format!("https://127.0.0.1:{port}/v1");
+    let args = ["llm", "stream", "--base-url", &base, "--model", "m", "--prompt", "hi"];
+    let trusted = faultline(&[&args[..], &["--ca-file", ca_file.to_str().unwrap()]].concat());
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    assert!(stdout(&trusted).contains("secure hello"), "{}", stdout(&trusted));
+    let untrusted = faultline(&args);
+    assert_eq!(untrusted.status.code(), Some(2), "{}", stderr(&untrusted));
+    assert!(stdout(&untrusted).contains("TLS_CERTIFICATE"), "{}", stdout(&untrusted));
+    drop(runtime);
+}
