@@ -95,15 +95,25 @@ fn llm_stream_reports_a_missing_credential_without_sending() {
 
 /// One raw HTTP/1.1 request to the model server; returns the status line and the body.
 fn raw_request(server: &ModelServerProcess, method: &str, path: &str) -> (String, String) {
+    raw_request_with(server, method, path, "{}")
+}
+
+/// [`raw_request`] with a body; returns the status line and everything after it.
+fn raw_request_with(server: &ModelServerProcess, method: &str, path: &str, body: &str) -> (String, String) {
     use std::io::{Read, Write};
     let authority = server.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
     let mut socket = std::net::TcpStream::connect(&authority).unwrap();
-    let request =
-        format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     socket.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     socket.read_to_string(&mut response).unwrap();
     let status = response.lines().next().unwrap_or_default().to_owned();
+    if method == "POST" && path.ends_with("/chat/completions") {
+        return (status, response);
+    }
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (status, body)
 }
@@ -188,4 +198,37 @@ fn llm_stream_reaches_a_loopback_tls_server_trusting_a_private_ca() {
     assert_eq!(untrusted.status.code(), Some(2), "{}", stderr(&untrusted));
     assert!(stdout(&untrusted).contains("TLS_CERTIFICATE"), "{}", stdout(&untrusted));
     drop(runtime);
+}
+
+/// The stream's wire shape, field by field, as OpenAI and DeepSeek send it: the first chunk
+/// carries `delta.role`, every chunk `id`, `object`, `created` (the server's clock, not 0),
+/// `model` (echoing the request) and `system_fingerprint`; the content type names the charset.
+#[test]
+fn the_model_server_streams_what_the_real_apis_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop"}]}),
+    );
+    let body = json!({"model": "deepseek-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, response) = raw_request_with(&server, "POST", "/v1/chat/completions", &body.to_string());
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(response.to_ascii_lowercase().contains("content-type: text/event-stream; charset=utf-8"), "{response}");
+    let chunks: Vec<Value> = response
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks.len(), 3, "two deltas and the finish: {chunks:?}");
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(chunks[1]["choices"][0]["delta"].get("role").is_none(), "only the first chunk names the role");
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], "deepseek-chat");
+        assert_eq!(chunk["id"], chunks[0]["id"]);
+        assert!(chunk["created"].as_u64().unwrap() > 1_700_000_000, "created from the clock: {chunk}");
+        assert!(chunk["system_fingerprint"].is_string());
+    }
+    assert!(response.contains("data: [DONE]"));
 }

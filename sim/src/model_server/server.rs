@@ -248,7 +248,8 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         if index >= responses.len() {
             if let Some(good) = responses.iter().rev().find(|r| !r.fails()) {
                 state.note_served(recorded.n, good.describe());
-                return Ok(reply(state.clone(), recorded.n, good.clone()));
+                let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
+                return Ok(reply(state.clone(), meta, good.clone()));
             }
         }
     }
@@ -261,7 +262,8 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         }
     };
     state.note_served(recorded.n, response.describe());
-    Ok(reply(state, recorded.n, echo_credential(response, &authorization)))
+    let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
+    Ok(reply(state, meta, echo_credential(response, &authorization)))
 }
 
 /// A request header as text (empty when absent or not text).
@@ -337,14 +339,14 @@ fn plain(status: StatusCode, body: &'static str) -> Reply {
     reply
 }
 
-fn reply(state: Arc<State>, n: usize, response: Response) -> Reply {
+fn reply(state: Arc<State>, meta: Meta, response: Response) -> Reply {
     let status = response.status.unwrap_or(200);
     let body = match (&response.body, response.status) {
         (Some(text), _) => full(text.clone()),
         (None, Some(_)) => full(""),
         (None, None) => {
             let (sender, frames) = mpsc::channel(FRAME_QUEUE_LEN);
-            tokio::spawn(generate(state, n, response.clone(), sender));
+            tokio::spawn(generate(state, meta, response.clone(), sender));
             ChannelBody { frames }.boxed()
         }
     };
@@ -360,12 +362,36 @@ fn reply(state: Arc<State>, n: usize, response: Response) -> Reply {
     builder.body(body).unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad scripted header"))
 }
 
-fn chunk_json(n: usize, delta: serde_json::Value, finish: Option<&str>) -> String {
+/// What every chunk of one response carries, as real providers send it.
+#[derive(Debug, Clone)]
+struct Meta {
+    /// Request number (the chunk id).
+    n: usize,
+    /// Seconds since the epoch when the response started (the server's clock).
+    created: u64,
+    /// The model the request named.
+    model: String,
+}
+
+impl Meta {
+    /// The model a request body names (clipped; the server's own id when it names none).
+    fn for_request(n: usize, created: u64, body: &str) -> Meta {
+        let named = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>()));
+        Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()) }
+    }
+}
+
+/// Longest model name echoed back, in characters.
+const MODEL_NAME_CHARS_MAX: usize = 256;
+
+fn chunk_json(meta: &Meta, delta: serde_json::Value, finish: Option<&str>) -> String {
     json!({
-        "id": format!("chatcmpl-{n}"),
+        "id": format!("chatcmpl-{}", meta.n),
         "object": "chat.completion.chunk",
-        "created": 0,
-        "model": MODEL_ID,
+        "created": meta.created,
+        "model": meta.model,
         "system_fingerprint": "fp_faultline",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     })
@@ -378,14 +404,22 @@ fn event(data: &str) -> String {
 
 /// Produces the SSE bytes of `response`, honouring its faults.
 /// The SSE event of one frame (`None` for a delay marker) and the delay it asks for.
-fn frame_event(n: usize, frame: &Frame) -> (Option<String>, u64) {
+/// The first content frame also carries `delta.role = "assistant"`, as the real APIs' first
+/// chunk does.
+fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64) {
+    let delta = |mut value: serde_json::Value| {
+        if first {
+            value["role"] = json!("assistant");
+        }
+        value
+    };
     match frame {
-        Frame::Text(text) => (Some(event(&chunk_json(n, json!({"content": text}), None))), 0),
+        Frame::Text(text) => (Some(event(&chunk_json(meta, delta(json!({"content": text})), None))), 0),
         Frame::Filler(bytes) => {
             let text = "x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX));
-            (Some(event(&chunk_json(n, json!({"content": text}), None))), 0)
+            (Some(event(&chunk_json(meta, delta(json!({"content": text})), None))), 0)
         }
-        Frame::Reasoning(text) => (Some(event(&chunk_json(n, json!({"reasoning_content": text}), None))), 0),
+        Frame::Reasoning(text) => (Some(event(&chunk_json(meta, delta(json!({"reasoning_content": text})), None))), 0),
         Frame::ToolCall { index, id, name, arguments } => {
             let mut call = json!({"index": index, "function": {"arguments": arguments}});
             if let Some(id) = id {
@@ -395,7 +429,7 @@ fn frame_event(n: usize, frame: &Frame) -> (Option<String>, u64) {
             if let Some(name) = name {
                 call["function"]["name"] = json!(name);
             }
-            (Some(event(&chunk_json(n, json!({"tool_calls": [call]}), None))), 0)
+            (Some(event(&chunk_json(meta, delta(json!({"tool_calls": [call]})), None))), 0)
         }
         Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
         Frame::Raw(data) => (Some(event(data)), 0),
@@ -404,10 +438,10 @@ fn frame_event(n: usize, frame: &Frame) -> (Option<String>, u64) {
 }
 
 /// The events after the frames: the finish chunk, usage, `[DONE]`.
-fn tail_events(n: usize, response: &Response) -> Vec<String> {
+fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
     let mut tail = Vec::new();
     if let Some(finish) = &response.finish {
-        tail.push(event(&chunk_json(n, json!({}), Some(finish))));
+        tail.push(event(&chunk_json(meta, json!({}), Some(finish))));
     }
     if let Some([prompt, completion, total]) = response.usage {
         let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}});
@@ -422,14 +456,16 @@ fn tail_events(n: usize, response: &Response) -> Vec<String> {
 /// The whole SSE body request `n` gets for `response`, ignoring delays and faults: what a
 /// benchmark serves from memory so that the transport costs nothing measurable.
 pub fn sse_body(n: usize, response: &Response) -> String {
-    let frames = response.frames.iter().filter_map(|frame| frame_event(n, frame).0);
-    frames.chain(tail_events(n, response)).collect()
+    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned() };
+    let frames = response.frames.iter().enumerate().filter_map(|(i, frame)| frame_event(&meta, i == 0, frame).0);
+    frames.chain(tail_events(&meta, response)).collect()
 }
 
-async fn generate(state: Arc<State>, n: usize, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
+async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
     // None = a DelayMs marker handled inline.
-    let (events, delays): (Vec<Option<String>>, Vec<u64>) = response.frames.iter().map(|f| frame_event(n, f)).unzip();
-    let tail = tail_events(n, &response);
+    let (events, delays): (Vec<Option<String>>, Vec<u64>) =
+        response.frames.iter().enumerate().map(|(i, f)| frame_event(&meta, i == 0, f)).unzip();
+    let tail = tail_events(&meta, &response);
 
     let mut sent_frames = 0;
     for (i, text) in events.into_iter().enumerate() {
