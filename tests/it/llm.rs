@@ -232,3 +232,38 @@ fn the_model_server_streams_what_the_real_apis_stream() {
     }
     assert!(response.contains("data: [DONE]"));
 }
+
+/// `stream: false` gets one `chat.completion` object, as from the real APIs; the adapter,
+/// which reads streams only, refuses such a reply with a clear error instead of parsing it
+/// as an empty stream.
+#[test]
+fn a_non_streaming_request_gets_a_completion_object_and_the_adapter_refuses_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": [{"text": "Hel"}, {"text": "lo"},
+                        {"tool_call": {"index": 0, "id": "c1", "name": "send", "arguments": "{\"a\""}},
+                        {"tool_call": {"index": 0, "arguments": ":1}"}}],
+             "finish": "tool_calls", "usage": [3, 4, 7]},
+            {"status": 200, "body": "{\"object\":\"chat.completion\",\"choices\":[]}"}
+        ]}),
+    );
+    let body = json!({"model": "m", "stream": false, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, response) = raw_request_with(&server, "POST", "/v1/chat/completions", &body.to_string());
+    assert!(status.contains(" 200 "), "{status}");
+    let json_body = response.split_once("\r\n\r\n").unwrap().1;
+    let completion: Value = serde_json::from_str(json_body).unwrap();
+    assert_eq!(completion["object"], "chat.completion");
+    let message = &completion["choices"][0]["message"];
+    assert_eq!(message["content"], "Hello");
+    assert_eq!(message["tool_calls"][0]["function"], json!({"name": "send", "arguments": "{\"a\":1}"}));
+    assert_eq!(completion["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(completion["usage"]["total_tokens"], 7);
+
+    let (code, chunks) = stream(&server, &[]);
+    assert_eq!(code, 2, "{chunks:?}");
+    let finish = chunks.last().unwrap();
+    assert_eq!(finish["reason"]["failure"]["code"], "MALFORMED_RESPONSE", "{finish}");
+    assert!(finish.to_string().contains("non-streaming"), "{finish}");
+}

@@ -354,6 +354,18 @@ impl ModelStream {
         };
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
+            // A `chat.completion` JSON object is what an endpoint sends for `stream: false`
+            // (or a proxy that buffers); the adapter reads streams only and says so.
+            let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+            if content_type.is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json")) {
+                return Err(error(
+                    ErrorCode::MalformedResponse,
+                    format!(
+                        "{} answered with a non-streaming JSON reply (HTTP {status}, application/json); faultline reads server-sent event streams only (stream: true)",
+                        endpoint.authority()
+                    ),
+                ));
+            }
             return Ok(response.into_body());
         }
         let (mut parts, body) = response.into_parts();

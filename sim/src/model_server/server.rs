@@ -344,6 +344,9 @@ fn reply(state: Arc<State>, meta: Meta, response: Response) -> Reply {
     let body = match (&response.body, response.status) {
         (Some(text), _) => full(text.clone()),
         (None, Some(_)) => full(""),
+        (None, None) if meta.whole => {
+            return json_reply(StatusCode::OK, &completion_json(&meta, &response));
+        }
         (None, None) => {
             let (sender, frames) = mpsc::channel(FRAME_QUEUE_LEN);
             tokio::spawn(generate(state, meta, response.clone(), sender));
@@ -371,6 +374,8 @@ struct Meta {
     created: u64,
     /// The model the request named.
     model: String,
+    /// The request asked `stream: false`: answer one `chat.completion` object.
+    whole: bool,
 }
 
 impl Meta {
@@ -379,8 +384,50 @@ impl Meta {
         let named = serde_json::from_str::<serde_json::Value>(body)
             .ok()
             .and_then(|v| v["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>()));
-        Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()) }
+        let whole = serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| v["stream"] == json!(false));
+        Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole }
     }
+}
+
+/// The `chat.completion` object a `stream: false` request gets: the frames' text, reasoning
+/// and tool calls put together, the finish reason and the usage.
+fn completion_json(meta: &Meta, response: &Response) -> serde_json::Value {
+    let (mut content, mut reasoning) = (String::new(), String::new());
+    let mut calls: BTreeMap<u32, (Option<String>, Option<String>, String)> = BTreeMap::new();
+    for frame in &response.frames {
+        match frame {
+            Frame::Text(text) => content.push_str(text),
+            Frame::Filler(bytes) => content.push_str(&"x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX))),
+            Frame::Reasoning(text) => reasoning.push_str(text),
+            Frame::ToolCall { index, id, name, arguments } => {
+                let call = calls.entry(*index).or_default();
+                call.0 = call.0.take().or_else(|| id.clone());
+                call.1 = call.1.take().or_else(|| name.clone());
+                call.2.push_str(arguments);
+            }
+            Frame::KeepAlive | Frame::Raw(_) | Frame::DelayMs(_) => {}
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .into_values()
+            .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
+            .collect();
+    }
+    let usage = response.usage.map(|[p, c, t]| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": t}));
+    json!({
+        "id": format!("chatcmpl-{}", meta.n),
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "system_fingerprint": "fp_faultline",
+        "choices": [{"index": 0, "message": message, "finish_reason": response.finish}],
+        "usage": usage,
+    })
 }
 
 /// Longest model name echoed back, in characters.
@@ -456,7 +503,7 @@ fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
 /// The whole SSE body request `n` gets for `response`, ignoring delays and faults: what a
 /// benchmark serves from memory so that the transport costs nothing measurable.
 pub fn sse_body(n: usize, response: &Response) -> String {
-    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned() };
+    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false };
     let frames = response.frames.iter().enumerate().filter_map(|(i, frame)| frame_event(&meta, i == 0, frame).0);
     frames.chain(tail_events(&meta, response)).collect()
 }
