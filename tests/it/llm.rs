@@ -267,3 +267,48 @@ fn a_non_streaming_request_gets_a_completion_object_and_the_adapter_refuses_one(
     assert_eq!(finish["reason"]["failure"]["code"], "MALFORMED_RESPONSE", "{finish}");
     assert!(finish.to_string().contains("non-streaming"), "{finish}");
 }
+
+/// The official `openai` Python SDK as a foreign client: text and tool-call streams, a 429
+/// with Retry-After, and a non-streaming completion, parsed by the SDK itself. The Python is
+/// `FAULTLINE_PYTHON` (`.ci/run` makes a throw-away venv with `pip install openai`), else
+/// `python3`; without the package the test says why and skips.
+#[test]
+fn the_official_openai_sdk_parses_what_the_model_server_sends() {
+    let python = std::env::var("FAULTLINE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let has_sdk =
+        std::process::Command::new(&python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        assert!(std::env::var_os("FAULTLINE_REQUIRE_OPENAI_SDK").is_none(), "{python} has no openai package");
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("skipped: {python} has no `openai` package (pip install openai)");
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": [{"text": "Hel"}, {"text": "lo"}], "finish": "stop"},
+            {"frames": [
+                {"tool_call": {"index": 0, "id": "call_1", "name": "send", "arguments": "{\"te"}},
+                {"tool_call": {"index": 0, "arguments": "xt\":\"hi\"}"}}
+            ], "finish": "tool_calls"},
+            {"status": 429, "headers": {"retry-after": "2"}, "body": "{\"error\":{\"message\":\"slow down\",\"type\":\"rate_limit\"}}"},
+            {"frames": [{"text": "whole answer"}], "finish": "stop", "usage": [3, 2, 5]}
+        ]}),
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_conformance.py");
+    let output = std::process::Command::new(&python).arg(&script).arg(server.base_url()).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let parsed: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(parsed["text"], "Hello");
+    assert_eq!(parsed["text_finish"], "stop");
+    assert_eq!(parsed["text_model"], "deepseek-chat");
+    assert_eq!(parsed["tool_calls"], json!([{"id": "call_1", "name": "send", "arguments": "{\"text\":\"hi\"}"}]));
+    assert_eq!(parsed["rate_limit"], json!({"status": 429, "retry_after": "2"}));
+    assert_eq!(
+        parsed["whole"],
+        json!({"object": "chat.completion", "content": "whole answer", "finish": "stop", "total_tokens": 5})
+    );
+}
