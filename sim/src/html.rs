@@ -83,6 +83,8 @@ struct Item {
     lane: String,
     kind: Kind,
     label: String,
+    /// Further items of the same burst folded into this one.
+    more: usize,
 }
 
 /// A partition window on the faults lane.
@@ -234,29 +236,17 @@ pub fn timeline_fragment(result: &RunResult) -> String {
             swarm = Some(described.to_owned());
             continue;
         }
-        if let Some((lane, kind)) = classify(rest) {
-            items.push(Item { ms, lane, kind, label: rest.to_owned() });
-        }
-    }
-    // Chunks of one attempt land at the same ms: one item per burst keeps the lane readable.
-    let mut merged: Vec<Item> = Vec::with_capacity(items.len());
-    for item in items {
-        let is_chunk = item.label.contains("assistant/chunk");
-        if let Some(last) = merged
-            .last_mut()
-            .filter(|l| is_chunk && l.lane == item.lane && l.ms == item.ms && l.label.contains("assistant/chunk"))
+        let Some((lane, kind)) = classify(rest) else { continue };
+        // Chunks of one attempt land at the same ms: one item per burst keeps the lane readable.
+        let is_chunk = rest.contains("assistant/chunk");
+        if let Some(last) =
+            items.last_mut().filter(|l| is_chunk && l.lane == lane && l.ms == ms && l.label.contains("assistant/chunk"))
         {
-            if !last.label.ends_with(" more)") {
-                last.label.push_str(" (+0 more)");
-            }
-            let (head, count) = last.label.rsplit_once(" (+").expect("just added");
-            let n: usize = count.trim_end_matches(" more)").parse().unwrap_or(0) + 1;
-            last.label = format!("{head} (+{n} more)");
+            last.more += 1;
             continue;
         }
-        merged.push(item);
+        items.push(Item { ms, lane, kind, label: rest.to_owned(), more: 0 });
     }
-    let mut items = merged;
     for exchange in &result.model_exchanges {
         let failed = !exchange.served.starts_with("stream of") || exchange.served.contains("no [DONE]");
         items.push(Item {
@@ -264,16 +254,17 @@ pub fn timeline_fragment(result: &RunResult) -> String {
             lane: "model".into(),
             kind: if failed { Kind::Fault } else { Kind::Exchange },
             label: format!("request #{}: {}", exchange.n, exchange.served),
+            more: 0,
         });
     }
     for (ms, lane, first, last) in repairs(result) {
         let label = format!("crash repair wrote seq {first}..={last} (the closers of the interrupted turn)");
-        items.push(Item { ms, lane, kind: Kind::Repair, label });
+        items.push(Item { ms, lane, kind: Kind::Repair, label, more: 0 });
     }
     for &(ms, first, last) in &result.durable_batches {
         let label =
             if first == last { format!("durable: seq {first}") } else { format!("durable: seq {first}..={last}") };
-        items.push(Item { ms, lane: "disk".into(), kind: Kind::Durable, label });
+        items.push(Item { ms, lane: "disk".into(), kind: Kind::Durable, label, more: 0 });
     }
     for violation in &result.violations {
         items.push(Item {
@@ -281,6 +272,7 @@ pub fn timeline_fragment(result: &RunResult) -> String {
             lane: "faults".into(),
             kind: Kind::Violation,
             label: format!("VIOLATED {}: {}", violation.invariant, violation.detail),
+            more: 0,
         });
     }
 
@@ -332,7 +324,8 @@ pub fn timeline_fragment(result: &RunResult) -> String {
         let level = stack.entry((item.lane.clone(), item.ms)).or_default();
         let y = LANE_HEIGHT * row as f64 + 8.0 + (*level % 3) as f64 * 8.0;
         *level += 1;
-        let detail = escape(&format!("{} ms · {} · {}", item.ms, item.lane, item.label));
+        let more = if item.more > 0 { format!(" (+{} more)", item.more) } else { String::new() };
+        let detail = escape(&format!("{} ms · {} · {}{more}", item.ms, item.lane, item.label));
         let class = item.kind.class();
         let cx = x(item.ms);
         match item.kind {

@@ -44,8 +44,8 @@ impl std::fmt::Debug for Proxy {
     }
 }
 
-/// Parses `http://[user[:pass]@]host[:port]` (port 80 by default, 443 for `https://`... but a
-/// TLS connection *to* the proxy is not supported: the proxy URL must be `http://`).
+/// Parses `http://[user[:pass]@]host[:port]` (port 80 by default). The proxy itself is reached
+/// over plain HTTP: an `https://` proxy URL is refused.
 pub(crate) fn parse(url: &str) -> Result<Proxy, String> {
     let rest = url
         .strip_prefix("http://")

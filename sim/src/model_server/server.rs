@@ -381,10 +381,9 @@ struct Meta {
 impl Meta {
     /// The model a request body names (clipped; the server's own id when it names none).
     fn for_request(n: usize, created: u64, body: &str) -> Meta {
-        let named = serde_json::from_str::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| v["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>()));
-        let whole = serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| v["stream"] == json!(false));
+        let request = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
+        let named = request["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>());
+        let whole = request["stream"] == json!(false);
         Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole }
     }
 }
