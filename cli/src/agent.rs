@@ -175,6 +175,7 @@ fn start_agent(
         config.agent.tool_concurrency.unwrap_or(faultline_runtime::agent::TOOL_CONCURRENCY_DEFAULT);
     agent_config.system = config.agent.system.clone();
     agent_config.proxy_env = faultline_runtime::production::proxy_env();
+    agent_config.platform_roots = faultline_runtime::production::platform_roots();
     let live = Arc::new(LiveProvider::new(config.provider.clone()));
     let open = if resume { Open::Resume } else { Open::Create };
     let agent = Agent::builder(live.clone(), Arc::new(EnvCredentials))

@@ -110,7 +110,8 @@ fn stream(args: &StreamArgs) -> ExitCode {
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(EnvCredentials))
             .with_scrubber(seams.secrets.clone())
             .with_fs(seams.fs.clone())
-            .with_proxy_env(production::proxy_env());
+            .with_proxy_env(production::proxy_env())
+            .with_platform_roots(production::platform_roots());
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
         tokio::spawn(async move {

@@ -64,6 +64,9 @@ pub struct AgentConfig {
     pub answer_bytes_max: usize,
     /// The environment's proxies (`production::proxy_env()`); default: none.
     pub proxy_env: crate::llm::ProxyEnv,
+    /// The platform's trusted certificates (`production::platform_roots()`); default: none,
+    /// so only the bundled roots and a route's `ca_file` are trusted.
+    pub platform_roots: crate::llm::PlatformRoots,
 }
 
 impl Default for AgentConfig {
@@ -75,6 +78,7 @@ impl Default for AgentConfig {
             write_behind: WriteBehindConfig::default(),
             answer_bytes_max: crate::store::ANSWER_BYTES_MAX,
             proxy_env: crate::llm::ProxyEnv::default(),
+            platform_roots: crate::llm::PlatformRoots::default(),
         }
     }
 }
@@ -226,7 +230,8 @@ impl Agent {
         let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials)
             .with_scrubber(seams.secrets.clone())
             .with_fs(seams.fs.clone())
-            .with_proxy_env(config.proxy_env.clone());
+            .with_proxy_env(config.proxy_env.clone())
+            .with_platform_roots(config.platform_roots.clone());
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
             session,

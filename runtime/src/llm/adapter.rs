@@ -39,6 +39,8 @@ pub struct Adapter {
     /// Reads a route's `ca_file`; without it only the bundled roots are trusted.
     fs: Option<Arc<dyn Fs>>,
     tls: Arc<super::tls::TlsConfigs>,
+    /// The platform's trusted certificates, as the process captured them at start.
+    platform_roots: super::tls::PlatformRoots,
     /// `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` as the process started with them.
     proxy_env: super::proxy::ProxyEnv,
 }
@@ -59,8 +61,15 @@ impl Adapter {
             secrets: Scrubber::new(),
             fs: None,
             tls: Arc::default(),
+            platform_roots: super::tls::PlatformRoots::default(),
             proxy_env: super::proxy::ProxyEnv::default(),
         }
+    }
+
+    /// Trusts the platform's certificate store too (`production::platform_roots()`).
+    pub fn with_platform_roots(mut self, roots: super::tls::PlatformRoots) -> Self {
+        self.platform_roots = roots;
+        self
     }
 
     /// Tunnels through the environment's proxies (a route's own `proxy` still wins).
@@ -283,7 +292,7 @@ impl ModelStream {
             let config = self
                 .adapter
                 .tls
-                .get(self.route.ca_file.as_deref(), self.adapter.fs.as_deref())
+                .get(self.route.ca_file.as_deref(), self.adapter.fs.as_deref(), &self.adapter.platform_roots)
                 .map_err(|f| error(f.code, f.message))?;
             Some(config)
         } else {

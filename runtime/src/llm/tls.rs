@@ -1,8 +1,10 @@
 //! TLS for `https://` endpoints, over whatever byte stream the `Net` seam gives (a real socket
 //! in production, a turmoil stream in the simulator).
 //!
-//! rustls with the ring provider; trust = the bundled Mozilla roots (`webpki-roots`) plus the
-//! route's `ca_file` (PEM, read through the `Fs` seam) for private CAs. SNI is the endpoint's
+//! rustls with the ring provider; trust = the bundled Mozilla roots (`webpki-roots`), the
+//! platform's certificate store as `production::platform_roots()` captured it (the runtime core
+//! reads no OS store itself), plus the route's `ca_file` (PEM, read through the `Fs` seam) for
+//! private CAs. SNI is the endpoint's
 //! host; ALPN offers `http/1.1` only (the adapter speaks HTTP/1.1). A certificate the client
 //! cannot trust is `TLS_CERTIFICATE`, never retried: retrying cannot make it trustworthy. A
 //! handshake the network cut is `TRANSPORT`, retried like any broken connection.
@@ -32,6 +34,36 @@ fn failure(code: ErrorCode, message: String) -> TlsFailure {
     TlsFailure { code, message }
 }
 
+/// The certificates the platform's store trusts (DER), captured once outside the runtime core
+/// (`production::platform_roots()`); empty in the simulator and by default.
+#[derive(Clone, Default)]
+pub struct PlatformRoots {
+    der: Arc<Vec<Vec<u8>>>,
+}
+
+impl PlatformRoots {
+    /// Roots from DER-encoded certificates.
+    pub fn from_der(certificates: Vec<Vec<u8>>) -> Self {
+        Self { der: Arc::new(certificates) }
+    }
+
+    /// How many certificates the platform store gave.
+    pub fn len(&self) -> usize {
+        self.der.len()
+    }
+
+    /// Whether the platform store gave none.
+    pub fn is_empty(&self) -> bool {
+        self.der.is_empty()
+    }
+}
+
+impl std::fmt::Debug for PlatformRoots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PlatformRoots({} certificates)", self.der.len())
+    }
+}
+
 /// Client configurations, built once per `ca_file` (building one parses every root).
 #[derive(Debug, Default)]
 pub(crate) struct TlsConfigs {
@@ -39,17 +71,23 @@ pub(crate) struct TlsConfigs {
 }
 
 impl TlsConfigs {
-    /// The configuration trusting the bundled roots plus `ca_file`, read through `fs`.
+    /// The configuration trusting the bundled roots, the platform's and `ca_file`, read
+    /// through `fs`. The platform roots are fixed for the life of one adapter.
     pub(crate) fn get(
         &self,
         ca_file: Option<&str>,
         fs: Option<&dyn Fs>,
+        platform: &PlatformRoots,
     ) -> Result<Arc<rustls::ClientConfig>, TlsFailure> {
         let key = ca_file.map(str::to_owned);
         if let Some(config) = self.built.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(config.clone());
         }
         let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        // A platform store may hold certificates webpki cannot use (odd encodings, v1
+        // certificates): those are skipped, as every other client of the store does.
+        let (_, _unusable) =
+            roots.add_parsable_certificates(platform.der.iter().map(|der| CertificateDer::from(der.as_slice())));
         if let Some(path) = ca_file {
             let fs = fs.ok_or_else(|| {
                 failure(ErrorCode::InvalidRequest, format!("ca_file {path}: this adapter has no filesystem to read it"))
