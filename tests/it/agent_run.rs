@@ -49,6 +49,37 @@ fn agent_run(config: &Path, sessions: &Path, store: &str, extra: &[&str]) -> (i3
     (output.status.code().unwrap(), summary, stderr(&output))
 }
 
+/// A two-step tool turn on recorded provider streams (DeepSeek's tool call with usage in its
+/// finish chunk, then OpenAI's answer with a `choices: []` usage chunk): the turn's usage is
+/// the sum of the figures the recordings carry, read from the fixtures, not from our server.
+#[test]
+fn agent_run_sums_the_usage_of_recorded_deepseek_and_openai_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"recorded": "deepseek-chat-tool-calls"}, {"recorded": "openai-include-usage"}]}),
+    );
+    let weather = r#"
+[[tools]]
+name = "get_weather"
+description = "Weather for a place"
+parameters = { type = "object", properties = { location = { type = "string" } } }
+command = ["sh", "-c", "cat > /dev/null; echo sunny"]
+"#;
+    let config = config(dir.path(), &server.base_url(), weather);
+    let (code, summary, err) =
+        agent_run(&config, &dir.path().join("sessions"), "jsonl", &["--session", "w", "--prompt", "weather in Tokyo?"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(summary["tool_calls"], json!([{"name": "get_weather", "code": null}]));
+    assert_eq!(summary["assistant_text"], "The capital of the UK is London.");
+    // 161/25/186 with 128 cached and 33 not (DeepSeek), plus 78/9/87 with 0 cached and 0
+    // reasoning (OpenAI's details).
+    let summed = json!({"prompt_tokens": 239, "completion_tokens": 34, "total_tokens": 273,
+                        "reasoning_tokens": 0, "cache_hit_tokens": 128, "cache_miss_tokens": 33});
+    assert_eq!(summary["usage"]["turn"], summed);
+    assert_eq!(summary["usage"]["session"], summed);
+}
+
 #[test]
 fn a_full_tool_calling_turn_then_a_resumed_turn_on_every_store() {
     for store in ["jsonl", "zstd", "sqlite"] {

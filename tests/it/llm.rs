@@ -148,7 +148,7 @@ fn llm_stream_reaches_a_loopback_tls_server_trusting_a_private_ca() {
     let dir = tempfile::tempdir().unwrap();
     let server = ModelServerProcess::start(
         dir.path(),
-        &json!({"responses": [{"frames": [{"text": "secure hello"}], "finish": "stop"}]}),
+        &json!({"responses": [{"frames": [{"text": "secure hello"}], "finish": "stop"}], "repeat_last": true}),
     );
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -197,6 +197,15 @@ fn llm_stream_reaches_a_loopback_tls_server_trusting_a_private_ca() {
     let untrusted = faultline(&args);
     assert_eq!(untrusted.status.code(), Some(2), "{}", stderr(&untrusted));
     assert!(stdout(&untrusted).contains("TLS_CERTIFICATE"), "{}", stdout(&untrusted));
+    // The platform's store: the CA installed there (SSL_CERT_FILE, as OpenSSL reads it) is
+    // trusted without --ca-file.
+    let platform = std::process::Command::new(faultline_e2e::faultline_bin())
+        .args(args)
+        .env("SSL_CERT_FILE", &ca_file)
+        .output()
+        .unwrap();
+    assert_eq!(platform.status.code(), Some(0), "{}{}", stderr(&platform), stdout(&platform));
+    assert!(stdout(&platform).contains("secure hello"), "{}", stdout(&platform));
     drop(runtime);
 }
 
@@ -208,8 +217,44 @@ fn the_model_server_streams_what_the_real_apis_stream() {
     let dir = tempfile::tempdir().unwrap();
     let server = ModelServerProcess::start(
         dir.path(),
-        &json!({"responses": [{"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop"}]}),
+        &json!({"repeat_last": true, "responses": [
+            {"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop", "usage": [3, 2, 5]},
+            {"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop", "usage": [3, 2, 5]},
+            {"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop", "usage": [3, 2, 5], "usage_in_finish": true},
+            {"frames": [{"text": "a"}, {"text": "b"}], "finish": "stop", "usage": [3, 2, 5], "usage_in_finish": true},
+        ]}),
     );
+    let chunks_of = |include_usage: bool| -> Vec<Value> {
+        let mut body =
+            json!({"model": "deepseek-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+        if include_usage {
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        let (status, response) = raw_request_with(&server, "POST", "/v1/chat/completions", &body.to_string());
+        assert!(status.contains(" 200 "), "{status}");
+        response
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    };
+    let total = |chunk: &Value| chunk["usage"]["total_tokens"].as_u64();
+    // OpenAI: no usage unless asked; asked, `"usage": null` on every chunk, then a chunk with
+    // no choices and the usage.
+    let unasked = chunks_of(false);
+    assert!(unasked.iter().all(|c| c.get("usage").is_none()), "{unasked:?}");
+    let asked = chunks_of(true);
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(asked[..3].iter().all(|c| c["usage"].is_null() && c.get("usage").is_some()), "{asked:?}");
+    assert_eq!((asked[3]["choices"].as_array().map(Vec::len), total(&asked[3])), (Some(0), Some(5)));
+    // DeepSeek: the usage rides the finish chunk, asked for or not.
+    for include_usage in [false, true] {
+        let chunks = chunks_of(include_usage);
+        assert_eq!(chunks.len(), 3, "{chunks:?}");
+        assert_eq!((chunks[2]["choices"][0]["finish_reason"].as_str(), total(&chunks[2])), (Some("stop"), Some(5)));
+        assert!(chunks[..2].iter().all(|c| c.get("usage").is_some() == include_usage && total(c).is_none()));
+    }
     let body = json!({"model": "deepseek-chat", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let (status, response) = raw_request_with(&server, "POST", "/v1/chat/completions", &body.to_string());
     assert!(status.contains(" 200 "), "{status}");

@@ -62,21 +62,26 @@ fn mentions_context_overflow(text: &str) -> bool {
         .any(|w| lower.contains(w))
 }
 
+/// The code of an HTTP status and the provider's message (FAILURE-DEEPSEEK-HTTP): also what
+/// an error event inside a 200 stream means when it names a status.
+pub(crate) fn code_for_status(status: u16, message: &str) -> ErrorCode {
+    if status == 402 || mentions_quota(message) {
+        return ErrorCode::Quota;
+    }
+    match status {
+        401 | 403 => ErrorCode::Auth,
+        429 => ErrorCode::RateLimit,
+        400 if mentions_context_overflow(message) => ErrorCode::ContextWindowExceeded,
+        400 | 422 => ErrorCode::InvalidRequest,
+        500..=599 => ErrorCode::Server,
+        other => ErrorCode::Http(other),
+    }
+}
+
 /// Classifies a non-2xx response.
 pub fn classify_status(status: u16, headers: &HeaderMap, body: &str, now_ms: u64) -> Failure {
     let message = provider_message(body);
-    let code = if status == 402 || mentions_quota(&message) {
-        ErrorCode::Quota
-    } else {
-        match status {
-            401 | 403 => ErrorCode::Auth,
-            429 => ErrorCode::RateLimit,
-            400 if mentions_context_overflow(&message) => ErrorCode::ContextWindowExceeded,
-            400 | 422 => ErrorCode::InvalidRequest,
-            500..=599 => ErrorCode::Server,
-            other => ErrorCode::Http(other),
-        }
-    };
+    let code = code_for_status(status, &message);
     let message = if message.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {message}") };
     tracing::debug!(status, code = %code, "response classified");
     Failure {

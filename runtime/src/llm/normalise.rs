@@ -90,6 +90,28 @@ struct ApiCompletionDetails {
     reasoning_tokens: Option<u64>,
 }
 
+/// An error event inside a 200 stream. Providers that say what it is (`status_code` or
+/// `status`, else OpenAI's error `type`) get the code that status or type means, so an invalid
+/// request reported mid-stream is not retried as a server fault; anything else is `SERVER`.
+fn mid_stream_failure(error: &serde_json::Value) -> Failure {
+    let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("error event in the stream");
+    let status = ["status_code", "status"]
+        .iter()
+        .find_map(|key| error.get(*key).and_then(serde_json::Value::as_u64))
+        .and_then(|s| u16::try_from(s).ok())
+        .filter(|s| (100..=999).contains(s));
+    let code = match (status, error.get("type").and_then(|t| t.as_str())) {
+        (Some(status), _) => super::classify::code_for_status(status, message),
+        (None, Some("invalid_request_error")) => ErrorCode::InvalidRequest,
+        (None, Some("rate_limit_error" | "rate_limit_exceeded" | "tokens")) => ErrorCode::RateLimit,
+        (None, Some("insufficient_quota")) => ErrorCode::Quota,
+        (None, Some("authentication_error" | "permission_error")) => ErrorCode::Auth,
+        _ => ErrorCode::Server,
+    };
+    let said = status.map_or_else(String::new, |s| format!(" (status {s})"));
+    Failure::new(code, format!("provider reported an error mid-stream{said}: {message}"))
+}
+
 /// The normaliser of one attempt's stream.
 #[derive(Debug, Default)]
 pub struct Normaliser {
@@ -124,8 +146,7 @@ impl Normaliser {
         let chunk: ApiChunk = serde_json::from_str(data)
             .map_err(|e| Failure::new(ErrorCode::MalformedResponse, format!("undecodable stream event: {e}")))?;
         if let Some(error) = chunk.error {
-            let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("error event in the stream");
-            return Err(Failure::new(ErrorCode::Server, format!("provider reported an error mid-stream: {message}")));
+            return Err(mid_stream_failure(&error));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {

@@ -39,9 +39,19 @@ pub struct Response {
     /// `finish_reason` of the last chunk (`stop`, `length`, `tool_calls`, ...); none = omit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish: Option<String>,
-    /// A usage chunk before `[DONE]`.
+    /// Usage `[prompt, completion, total]`: as OpenAI sends it, a `choices: []` chunk before
+    /// `[DONE]` when the request asked (`stream_options.include_usage`), with `"usage": null` on
+    /// every other chunk; nothing when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<[u64; 3]>,
+    /// DeepSeek's way instead: the usage rides the finish chunk, asked for or not (and the
+    /// other chunks carry `"usage": null` when the request asked).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub usage_in_finish: bool,
+    /// Replay a recorded provider stream byte for byte as the body (`frames`, `finish` and
+    /// `usage` are ignored; `write_bytes` still splits it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<super::Recorded>,
     /// End with `data: [DONE]` (default true).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub done: bool,
@@ -70,6 +80,9 @@ impl Response {
         }
         if self.body.is_some() {
             return "raw body".into();
+        }
+        if let Some(recorded) = self.recorded {
+            return format!("recorded stream {}", recorded.file_name());
         }
         let frames = self.frames.len();
         if let Some(k) = self.disconnect_after_frames {
@@ -141,6 +154,9 @@ impl Response {
     /// raw or empty body, a disconnect, a stall, no clean end, malformed data, or an empty
     /// completion). A healed model server skips these.
     pub fn fails(&self) -> bool {
+        if let Some(recorded) = self.recorded {
+            return recorded.fails() || self.status.is_some();
+        }
         self.status.is_some()
             || self.body.is_some()
             || self.disconnect_after_frames.is_some()

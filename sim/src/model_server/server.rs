@@ -344,7 +344,7 @@ fn reply(state: Arc<State>, meta: Meta, response: Response) -> Reply {
     let body = match (&response.body, response.status) {
         (Some(text), _) => full(text.clone()),
         (None, Some(_)) => full(""),
-        (None, None) if meta.whole => {
+        (None, None) if meta.whole && response.recorded.is_none() => {
             return json_reply(StatusCode::OK, &completion_json(&meta, &response));
         }
         (None, None) => {
@@ -376,6 +376,8 @@ struct Meta {
     model: String,
     /// The request asked `stream: false`: answer one `chat.completion` object.
     whole: bool,
+    /// The request asked `stream_options.include_usage`.
+    include_usage: bool,
 }
 
 impl Meta {
@@ -384,7 +386,8 @@ impl Meta {
         let request = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
         let named = request["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>());
         let whole = request["stream"] == json!(false);
-        Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole }
+        let include_usage = request["stream_options"]["include_usage"] == json!(true);
+        Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole, include_usage }
     }
 }
 
@@ -417,7 +420,7 @@ fn completion_json(meta: &Meta, response: &Response) -> serde_json::Value {
             .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
             .collect();
     }
-    let usage = response.usage.map(|[p, c, t]| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": t}));
+    let usage = response.usage.map(usage_json);
     json!({
         "id": format!("chatcmpl-{}", meta.n),
         "object": "chat.completion",
@@ -432,16 +435,26 @@ fn completion_json(meta: &Meta, response: &Response) -> serde_json::Value {
 /// Longest model name echoed back, in characters.
 const MODEL_NAME_CHARS_MAX: usize = 256;
 
-fn chunk_json(meta: &Meta, delta: serde_json::Value, finish: Option<&str>) -> String {
-    json!({
+/// The usage object of `[prompt, completion, total]`.
+fn usage_json([prompt, completion, total]: [u64; 3]) -> serde_json::Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total})
+}
+
+/// One `chat.completion.chunk`. `usage` is set on the chunk that carries it; every other chunk
+/// says `"usage": null` when the request asked for usage, as both providers do.
+fn chunk_json(meta: &Meta, delta: serde_json::Value, finish: Option<&str>, usage: Option<serde_json::Value>) -> String {
+    let mut chunk = json!({
         "id": format!("chatcmpl-{}", meta.n),
         "object": "chat.completion.chunk",
         "created": meta.created,
         "model": meta.model,
         "system_fingerprint": "fp_faultline",
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    })
-    .to_string()
+    });
+    if usage.is_some() || meta.include_usage {
+        chunk["usage"] = usage.unwrap_or(serde_json::Value::Null);
+    }
+    chunk.to_string()
 }
 
 fn event(data: &str) -> String {
@@ -460,12 +473,14 @@ fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64)
         value
     };
     match frame {
-        Frame::Text(text) => (Some(event(&chunk_json(meta, delta(json!({"content": text})), None))), 0),
+        Frame::Text(text) => (Some(event(&chunk_json(meta, delta(json!({"content": text})), None, None))), 0),
         Frame::Filler(bytes) => {
             let text = "x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX));
-            (Some(event(&chunk_json(meta, delta(json!({"content": text})), None))), 0)
+            (Some(event(&chunk_json(meta, delta(json!({"content": text})), None, None))), 0)
         }
-        Frame::Reasoning(text) => (Some(event(&chunk_json(meta, delta(json!({"reasoning_content": text})), None))), 0),
+        Frame::Reasoning(text) => {
+            (Some(event(&chunk_json(meta, delta(json!({"reasoning_content": text})), None, None))), 0)
+        }
         Frame::ToolCall { index, id, name, arguments } => {
             let mut call = json!({"index": index, "function": {"arguments": arguments}});
             if let Some(id) = id {
@@ -475,7 +490,7 @@ fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64)
             if let Some(name) = name {
                 call["function"]["name"] = json!(name);
             }
-            (Some(event(&chunk_json(meta, delta(json!({"tool_calls": [call]})), None))), 0)
+            (Some(event(&chunk_json(meta, delta(json!({"tool_calls": [call]})), None, None))), 0)
         }
         Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
         Frame::Raw(data) => (Some(event(data)), 0),
@@ -486,12 +501,22 @@ fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64)
 /// The events after the frames: the finish chunk, usage, `[DONE]`.
 fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
     let mut tail = Vec::new();
+    let usage = response.usage.map(usage_json);
     if let Some(finish) = &response.finish {
-        tail.push(event(&chunk_json(meta, json!({}), Some(finish))));
+        let in_finish = if response.usage_in_finish { usage.clone() } else { None };
+        tail.push(event(&chunk_json(meta, json!({}), Some(finish), in_finish)));
     }
-    if let Some([prompt, completion, total]) = response.usage {
-        let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}});
-        tail.push(event(&usage.to_string()));
+    if let (Some(usage), false, true) = (usage, response.usage_in_finish, meta.include_usage) {
+        let chunk = json!({
+            "id": format!("chatcmpl-{}", meta.n),
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "system_fingerprint": "fp_faultline",
+            "choices": [],
+            "usage": usage,
+        });
+        tail.push(event(&chunk.to_string()));
     }
     if response.done {
         tail.push(event("[DONE]"));
@@ -502,12 +527,19 @@ fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
 /// The whole SSE body request `n` gets for `response`, ignoring delays and faults: what a
 /// benchmark serves from memory so that the transport costs nothing measurable.
 pub fn sse_body(n: usize, response: &Response) -> String {
-    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false };
+    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false, include_usage: true };
     let frames = response.frames.iter().enumerate().filter_map(|(i, frame)| frame_event(&meta, i == 0, frame).0);
     frames.chain(tail_events(&meta, response)).collect()
 }
 
 async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
+    if let Some(recorded) = response.recorded {
+        // Byte for byte as the provider sent it.
+        if !send(&response, recorded.body(), &sender).await {
+            finish_abandoned(&state, &sender);
+        }
+        return;
+    }
     // None = a DelayMs marker handled inline.
     let (events, delays): (Vec<Option<String>>, Vec<u64>) =
         response.frames.iter().enumerate().map(|(i, f)| frame_event(&meta, i == 0, f)).unzip();

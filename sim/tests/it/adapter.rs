@@ -11,7 +11,7 @@ use std::time::Duration;
 use faultline_runtime::event::{BlockKind, Chunk, ErrorCode, FinishReason, Message, RequestPrefix};
 use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
 use faultline_runtime::{Clock, Net};
-use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
+use faultline_sim::model_server::{Frame, ModelServer, Recorded, RecordedRequest, Response, Script};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::sim_builder;
@@ -423,5 +423,144 @@ fn credentials_are_resolved_per_request_and_never_sent_when_missing() {
     both(keyless, |out, world| {
         assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
         assert!(!out.requests[0].had_authorization);
+    });
+}
+
+/// What a recorded stream says, read straight from its bytes (not through the adapter): the
+/// expected text, reasoning, tool calls and usage of each fixture.
+fn recorded_case(recorded: Recorded, write_bytes: Option<usize>) -> Case {
+    let mut case =
+        Case::new(vec![Response { recorded: Some(recorded), write_bytes, done: true, ..Response::default() }]);
+    // The reasoner's fixture is the longest; a byte-at-a-time replay needs time.
+    case.idle_ms = 2_000;
+    case
+}
+
+fn reasoning(out: &Outcome) -> Vec<String> {
+    out.chunks
+        .iter()
+        .filter_map(|c| if let Chunk::ReasoningDelta { text, .. } = c { Some(text.clone()) } else { None })
+        .collect()
+}
+
+/// `(id, name, arguments)` of each tool call, the fragments joined.
+fn tool_calls(out: &Outcome) -> Vec<(Option<String>, Option<String>, String)> {
+    let mut calls: BTreeMap<u32, (Option<String>, Option<String>, String)> = BTreeMap::new();
+    for chunk in &out.chunks {
+        if let Chunk::ToolCallDelta { index, id, name, arguments_delta } = chunk {
+            let call = calls.entry(*index).or_default();
+            call.0 = call.0.take().or_else(|| id.clone());
+            call.1 = call.1.take().or_else(|| name.clone());
+            call.2.push_str(arguments_delta);
+        }
+    }
+    calls.into_values().collect()
+}
+
+fn usage(out: &Outcome) -> Vec<faultline_runtime::event::Usage> {
+    out.chunks.iter().filter_map(|c| if let Chunk::Usage { usage } = c { Some(*usage) } else { None }).collect()
+}
+
+/// The fake server replays a recorded stream byte for byte (status, content type, body).
+#[test]
+fn the_model_server_replays_recorded_streams_byte_for_byte() {
+    use http_body_util::BodyExt;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let seams = faultline_runtime::production::seams();
+        for recorded in Recorded::ALL {
+            let script = recorded_case(recorded, Some(7)).script;
+            let server =
+                ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", script, None).await.unwrap();
+            let stream = seams.net.connect(&server.addr().to_string()).await.unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+            tokio::spawn(connection);
+            let request = hyper::Request::post("/v1/chat/completions")
+                .header("host", "model")
+                .body(http_body_util::Full::new(body()))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), 200);
+            assert_eq!(response.headers()["content-type"], "text/event-stream; charset=utf-8");
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(bytes.as_ref(), recorded.body().as_bytes(), "{}", recorded.file_name());
+        }
+    });
+}
+
+/// DeepSeek `deepseek-chat`, recorded: text, then a tool call whose arguments arrive in six
+/// pieces, usage (cache hit and miss) inside the finish chunk. Whole and 7 bytes at a time.
+#[test]
+fn a_recorded_deepseek_tool_call_stream_normalises_in_both_worlds() {
+    for write_bytes in [None, Some(7)] {
+        both(recorded_case(Recorded::DeepseekChatToolCalls, write_bytes), |out, world| {
+            assert_eq!(out.text(), "I'll check the current weather in Tokyo for you.", "{world}");
+            assert_eq!(
+                tool_calls(out),
+                vec![(
+                    Some("call_00_Sq0n5HVeFHkS1mBrIGbwBQcK".to_owned()),
+                    Some("get_weather".to_owned()),
+                    r#"{"location": "Tokyo"}"#.to_owned()
+                )],
+                "{world}"
+            );
+            let usage = usage(out);
+            assert_eq!(usage.len(), 1, "{world}");
+            assert_eq!((usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens), (161, 25, 186));
+            assert_eq!((usage[0].cache_hit_tokens, usage[0].cache_miss_tokens), (Some(128), Some(33)), "{world}");
+            assert_eq!(out.finish(), &FinishReason::ToolCalls, "{world}");
+        });
+    }
+}
+
+/// DeepSeek `deepseek-reasoner`, recorded: 39 reasoning deltas (the usage says 39 reasoning
+/// tokens), `content: null`, a tool call, `"usage": null` on every chunk but the finish one.
+#[test]
+fn a_recorded_deepseek_reasoner_stream_keeps_its_reasoning_in_both_worlds() {
+    for write_bytes in [None, Some(1)] {
+        both(recorded_case(Recorded::DeepseekReasoner, write_bytes), |out, world| {
+            let reasoning = reasoning(out);
+            assert_eq!(reasoning.iter().filter(|t| !t.is_empty()).count(), 39, "{world}");
+            assert!(reasoning.concat().starts_with("The user"), "{world}");
+            assert_eq!(out.text(), "", "{world}: content was null throughout");
+            let calls = tool_calls(out);
+            assert_eq!(calls.len(), 1, "{world}");
+            assert_eq!(calls[0].1.as_deref(), Some("weather"), "{world}");
+            assert_eq!(calls[0].2, r#"{"location": "San Francisco"}"#, "{world}");
+            let usage = usage(out);
+            assert_eq!(usage.len(), 1, "{world}: usage: null is no usage");
+            assert_eq!((usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens), (339, 83, 422));
+            assert_eq!(usage[0].reasoning_tokens, Some(39), "{world}");
+            assert_eq!((usage[0].cache_hit_tokens, usage[0].cache_miss_tokens), (Some(320), Some(19)), "{world}");
+            assert_eq!(out.finish(), &FinishReason::ToolCalls, "{world}");
+        });
+    }
+}
+
+/// OpenAI with `include_usage`, recorded: `"usage": null` on every chunk, then a `choices: []`
+/// chunk with the usage and its `*_tokens_details`.
+#[test]
+fn a_recorded_openai_stream_with_include_usage_normalises_in_both_worlds() {
+    both(recorded_case(Recorded::OpenaiIncludeUsage, Some(5)), |out, world| {
+        assert_eq!(out.text(), "The capital of the UK is London.", "{world}");
+        let usage = usage(out);
+        assert_eq!(usage.len(), 1, "{world}");
+        assert_eq!((usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens), (78, 9, 87));
+        assert_eq!((usage[0].reasoning_tokens, usage[0].cache_hit_tokens), (Some(0), Some(0)), "{world}");
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+    });
+}
+
+/// An error event inside a 200 stream, recorded (Groq's OpenAI-compatible API): `event: error`
+/// and a body naming status 400. It is the invalid request it says it is, not a retryable
+/// server fault, and the text before it is still what the stream said.
+#[test]
+fn a_recorded_error_event_mid_stream_is_classified_by_its_status_in_both_worlds() {
+    both(recorded_case(Recorded::GroqErrorMidStream, None), |out, world| {
+        assert_eq!(out.text(), "maybe", "{world}");
+        let failure = out.finish().failure().expect("an error finish");
+        assert_eq!(failure.code, ErrorCode::InvalidRequest, "{world}: {failure:?}");
+        assert!(failure.message.contains("Tool choice is required"), "{world}: {}", failure.message);
     });
 }
