@@ -1,6 +1,7 @@
-//! The adapter against the fake model server: every case runs twice, over real HTTP on
-//! 127.0.0.1 (production seams) and inside turmoil (simulated seams), and must classify the
-//! same way in both worlds (FAILURE-DEEPSEEK-HTTP, FAILURE-DEEPSEEK-STREAM,
+//! The adapter against the fake model server: every case runs three times, over real HTTP on
+//! 127.0.0.1 (production seams), over real HTTPS on 127.0.0.1 (the same server behind TLS with
+//! a certificate generated now, trusted through `ca_file`) and inside turmoil (simulated
+//! seams), and must classify the same way in every world (FAILURE-DEEPSEEK-HTTP, FAILURE-DEEPSEEK-STREAM,
 //! FAILURE-WIRE-RECOVERY-TEST).
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // drives a real runtime too
 
@@ -73,6 +74,10 @@ impl Outcome {
 }
 
 fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
+    route_trusting(base_url, case, None)
+}
+
+fn route_trusting(base_url: &str, case: &Case, ca_file: Option<String>) -> Arc<ResolvedProvider> {
     Arc::new(ResolvedProvider {
         name: "test".into(),
         preset: Preset::OpenaiCompatible,
@@ -81,7 +86,7 @@ fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
         api_key_env: case.key.map(|_| KEY_VAR.to_owned()),
         idle_timeout: Duration::from_millis(case.idle_ms),
         retry: RetryPolicy::default(),
-        ca_file: None,
+        ca_file,
         proxy: None,
     })
 }
@@ -117,24 +122,33 @@ async fn drive(adapter: Adapter, route: Arc<ResolvedProvider>, case: &Case) -> V
     chunks
 }
 
-fn run_real(case: &Case) -> Outcome {
+/// Over real sockets: plain HTTP, or with `tls` HTTPS to the same server behind TLS.
+fn run_real(case: &Case, tls: bool) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let seams = faultline_runtime::production::seams();
-        let server =
-            ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", case.script.clone(), None)
-                .await
-                .unwrap();
+        let loopback = tls.then(crate::support::tls::LoopbackTls::new);
+        let server_net = loopback.as_ref().map_or_else(|| seams.net.clone(), |l| l.net());
+        let server = ModelServer::start(server_net, seams.clock.clone(), "127.0.0.1:0", case.script.clone(), None)
+            .await
+            .unwrap();
+        let scheme = if tls { "https" } else { "http" };
         let base = if case.no_server {
             let listener = seams.net.bind("127.0.0.1:0").await.unwrap();
             let port = listener.local_addr().unwrap().port();
             drop(listener);
-            format!("http://127.0.0.1:{port}/v1")
+            format!("{scheme}://127.0.0.1:{port}/v1")
         } else {
-            format!("http://{}/v1", server.addr())
+            format!("{scheme}://{}/v1", server.addr())
         };
-        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials(case));
-        let chunks = drive(adapter, route(&base, case), case).await;
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = loopback.as_ref().map(|l| {
+            let path = dir.path().join("ca.pem");
+            std::fs::write(&path, &l.ca_pem).unwrap();
+            path.display().to_string()
+        });
+        let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials(case)).with_fs(seams.fs.clone());
+        let chunks = drive(adapter, route_trusting(&base, case, ca_file), case).await;
         // Let the server notice a connection the client dropped.
         seams.clock.sleep(Duration::from_millis(50)).await;
         Outcome { chunks, requests: server.requests(), abandoned: server.abandoned_streams() }
@@ -183,9 +197,10 @@ fn run_sim(case: &Case) -> Outcome {
     Outcome { chunks, requests: server.requests(), abandoned: server.abandoned_streams() }
 }
 
-/// Runs `case` in both worlds and checks both with `check`.
+/// Runs `case` in every world (real HTTP, real HTTPS, turmoil) and checks each with `check`.
 fn both(case: Case, check: impl Fn(&Outcome, &str)) {
-    check(&run_real(&case), "real HTTP");
+    check(&run_real(&case, false), "real HTTP");
+    check(&run_real(&case, true), "real HTTPS");
     check(&run_sim(&case), "turmoil");
 }
 
@@ -255,7 +270,7 @@ fn crlf_and_byte_by_byte_writes_yield_the_same_chunks() {
     let mut sloppy = plain.clone();
     sloppy.script.responses[0].crlf = true;
     sloppy.script.responses[0].write_bytes = Some(1);
-    let expected = run_real(&plain).chunks;
+    let expected = run_real(&plain, false).chunks;
     both(sloppy, |out, world| assert_eq!(out.chunks, expected, "{world}"));
 }
 
@@ -312,7 +327,7 @@ fn retry_after_as_an_http_date_is_measured_against_the_clock() {
     let after = out.finish().failure().unwrap().provider_retry_after_ms.unwrap();
     assert!((6_900..=7_000).contains(&after), "{after}");
     // On the real clock that date is long past: ignored.
-    assert_eq!(run_real(&case).finish().failure().unwrap().provider_retry_after_ms, None);
+    assert_eq!(run_real(&case, false).finish().failure().unwrap().provider_retry_after_ms, None);
 }
 
 #[test]
@@ -492,7 +507,7 @@ fn the_model_server_replays_recorded_streams_byte_for_byte() {
 /// DeepSeek `deepseek-chat`, recorded: text, then a tool call whose arguments arrive in six
 /// pieces, usage (cache hit and miss) inside the finish chunk. Whole and 7 bytes at a time.
 #[test]
-fn a_recorded_deepseek_tool_call_stream_normalises_in_both_worlds() {
+fn a_recorded_deepseek_tool_call_stream_normalises_in_every_world() {
     for write_bytes in [None, Some(7)] {
         both(recorded_case(Recorded::DeepseekChatToolCalls, write_bytes), |out, world| {
             assert_eq!(out.text(), "I'll check the current weather in Tokyo for you.", "{world}");
@@ -517,7 +532,7 @@ fn a_recorded_deepseek_tool_call_stream_normalises_in_both_worlds() {
 /// DeepSeek `deepseek-reasoner`, recorded: 39 reasoning deltas (the usage says 39 reasoning
 /// tokens), `content: null`, a tool call, `"usage": null` on every chunk but the finish one.
 #[test]
-fn a_recorded_deepseek_reasoner_stream_keeps_its_reasoning_in_both_worlds() {
+fn a_recorded_deepseek_reasoner_stream_keeps_its_reasoning_in_every_world() {
     for write_bytes in [None, Some(1)] {
         both(recorded_case(Recorded::DeepseekReasoner, write_bytes), |out, world| {
             let reasoning = reasoning(out);
@@ -541,7 +556,7 @@ fn a_recorded_deepseek_reasoner_stream_keeps_its_reasoning_in_both_worlds() {
 /// OpenAI with `include_usage`, recorded: `"usage": null` on every chunk, then a `choices: []`
 /// chunk with the usage and its `*_tokens_details`.
 #[test]
-fn a_recorded_openai_stream_with_include_usage_normalises_in_both_worlds() {
+fn a_recorded_openai_stream_with_include_usage_normalises_in_every_world() {
     both(recorded_case(Recorded::OpenaiIncludeUsage, Some(5)), |out, world| {
         assert_eq!(out.text(), "The capital of the UK is London.", "{world}");
         let usage = usage(out);
@@ -556,7 +571,7 @@ fn a_recorded_openai_stream_with_include_usage_normalises_in_both_worlds() {
 /// and a body naming status 400. It is the invalid request it says it is, not a retryable
 /// server fault, and the text before it is still what the stream said.
 #[test]
-fn a_recorded_error_event_mid_stream_is_classified_by_its_status_in_both_worlds() {
+fn a_recorded_error_event_mid_stream_is_classified_by_its_status_in_every_world() {
     both(recorded_case(Recorded::GroqErrorMidStream, None), |out, world| {
         assert_eq!(out.text(), "maybe", "{world}");
         let failure = out.finish().failure().expect("an error finish");

@@ -30,3 +30,98 @@ impl faultline_runtime::Entropy for ScriptedEntropy {
         self.0.lock().unwrap().pop_front().unwrap_or(0)
     }
 }
+
+/// TLS on loopback for the tests: a CA and a server certificate for `127.0.0.1` generated now,
+/// and a `Net` whose listeners complete the TLS handshake before handing a stream over, so an
+/// unchanged server (the fake model server) speaks `https://`.
+pub mod tls {
+    #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real sockets
+
+    use std::io;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    use faultline_runtime::{BoxFuture, ByteStream, Listener, Net};
+
+    /// A CA (its PEM, for the client's `ca_file`) and the acceptor of a certificate it signed.
+    pub struct LoopbackTls {
+        /// The CA certificate, PEM.
+        pub ca_pem: String,
+        acceptor: tokio_rustls::TlsAcceptor,
+    }
+
+    impl LoopbackTls {
+        /// A fresh CA and a certificate for `127.0.0.1`.
+        pub fn new() -> Self {
+            use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+            let ca_key = KeyPair::generate().unwrap();
+            let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            ca.distinguished_name.push(DnType::CommonName, "faultline sim test CA");
+            let ca_cert = ca.self_signed(&ca_key).unwrap();
+            let leaf_key = KeyPair::generate().unwrap();
+            let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+                .unwrap()
+                .signed_by(&leaf_key, &ca_cert, &ca_key)
+                .unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![leaf.der().clone()],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+                )
+                .unwrap();
+            Self { ca_pem: ca_cert.pem(), acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)) }
+        }
+
+        /// Real TCP whose listeners speak TLS.
+        pub fn net(&self) -> Arc<dyn Net> {
+            Arc::new(TlsNet { acceptor: self.acceptor.clone() })
+        }
+    }
+
+    struct TlsNet {
+        acceptor: tokio_rustls::TlsAcceptor,
+    }
+
+    struct TlsListener {
+        inner: tokio::net::TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+    }
+
+    impl Net for TlsNet {
+        fn connect(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn ByteStream>>> {
+            faultline_runtime::production::TokioNet.connect(addr)
+        }
+
+        fn bind(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn Listener>>> {
+            let (addr, acceptor) = (addr.to_owned(), self.acceptor.clone());
+            Box::pin(async move {
+                let inner = tokio::net::TcpListener::bind(addr).await?;
+                Ok(Box::new(TlsListener { inner, acceptor }) as Box<dyn Listener>)
+            })
+        }
+    }
+
+    impl Listener for TlsListener {
+        fn accept(&self) -> BoxFuture<'_, io::Result<(Box<dyn ByteStream>, SocketAddr)>> {
+            Box::pin(async move {
+                loop {
+                    let (tcp, peer) = self.inner.accept().await?;
+                    tcp.set_nodelay(true)?;
+                    // A client that gives up mid-handshake is not the server's failure.
+                    if let Ok(tls) = self.acceptor.accept(tcp).await {
+                        return Ok((Box::new(tls) as Box<dyn ByteStream>, peer));
+                    }
+                }
+            })
+        }
+
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            self.inner.local_addr()
+        }
+    }
+}
