@@ -7,6 +7,7 @@
 //! family, so adding a knob does not reshuffle the others).
 
 pub mod gateway;
+mod life;
 mod oracle;
 mod probe;
 mod rot;
@@ -17,21 +18,17 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
-use faultline_runtime::event::{Event, Record, ToolSchema};
-use faultline_runtime::llm::{from_toml, LiveProvider, ProviderConfig, StaticCredentials};
-use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
-use faultline_runtime::store::{FileStore, Format, SessionId, Store};
-use faultline_runtime::{BoxFuture, Clock, Entropy, Fs};
+use faultline_runtime::event::Record;
+use faultline_runtime::llm::{from_toml, ProviderConfig};
+use faultline_runtime::{Clock, Entropy, Fs};
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 pub use gateway::{Receipt, Receipts};
 pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
-use crate::scenario::{FsErrorKind, RotTarget, Scenario, ToolKind};
+use crate::scenario::{FsErrorKind, RotTarget, Scenario};
 use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
@@ -40,8 +37,6 @@ const SESSIONS_DIR: &str = "/data/sessions";
 const OUTBOX_PATH: &str = "/data/outbox.jsonl";
 /// The simulated session id.
 const SESSION: &str = "sim";
-/// What the user sends while a cancel is under way (`cancel_then_submit`).
-const MESSAGE_DURING_ABORT: &str = "and this, which arrived during the abort";
 /// Simulated network latency per hop.
 const LATENCY_MS: u64 = 1;
 
@@ -138,8 +133,7 @@ fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
 }
 
 fn trace(world: &Shared, line: String) {
-    let at = turmoil::sim_elapsed().map_or(0, |d| d.as_millis());
-    lock(world).trace.push(format!("{at:>7} {line}"));
+    lock(world).trace.push(format!("{:>7} {line}", sim_ms()));
 }
 
 /// FNV-1a 64: stable across builds and platforms.
@@ -416,13 +410,8 @@ struct AgentLife {
 
 impl AgentLife {
     async fn run(self) {
-        let life = {
-            let mut w = lock(&self.world);
-            w.incarnation += 1;
-            w.incarnation
-        };
+        let life = lock(&self.world).begin_life();
         trace(&self.world, format!("agent#{life} starts"));
-        lock(&self.world).accepted.clear();
         let faults = if life == 1 { self.first_life_fs.clone() } else { FsFaults::new() };
         {
             let mut w = lock(&self.world);
@@ -468,7 +457,7 @@ impl AgentLife {
         }
         let acked: Vec<Record> = lock(&self.world).acked.values().cloned().collect();
         let path = match target {
-            RotTarget::Session => Path::new(SESSIONS_DIR).join(SESSION).join(Format::Jsonl.file_name()),
+            RotTarget::Session => life::session_file(Path::new(SESSIONS_DIR)),
             RotTarget::Journal => Path::new(OUTBOX_PATH).to_path_buf(),
         };
         let entropy = crate::Seed::new(self.seed).fault("rot/where");
@@ -486,7 +475,7 @@ impl AgentLife {
 
     /// The raw bytes of the session file and the journal, as they are now.
     fn disk_now(&self, seams: &faultline_runtime::Seams) -> Vec<(String, Vec<u8>)> {
-        let session = Path::new(SESSIONS_DIR).join(SESSION).join(Format::Jsonl.file_name());
+        let session = life::session_file(Path::new(SESSIONS_DIR));
         [session, Path::new(OUTBOX_PATH).to_path_buf()]
             .into_iter()
             .filter_map(|path| seams.fs.read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
@@ -494,221 +483,88 @@ impl AgentLife {
     }
 
     async fn start(&self, seams: &faultline_runtime::Seams, life: u64) -> Result<(), String> {
-        let outbox: Arc<dyn Outbox> =
-            Arc::new(JournalOutbox::open(seams.clone(), OUTBOX_PATH).map_err(|e| e.to_string())?);
-        // The receiver's token is a secret the agent holds, like the provider key.
-        let token = gateway_token(self.seed);
-        seams.secrets.register(&token);
-        let deliverer = Arc::new(gateway::GatewayDeliverer {
-            token,
-            net: seams.net.clone(),
-            clock: seams.clock.clone(),
-            authority: "gateway:80".into(),
-            probe: seams.probe.clone(),
-        });
-        let report = drain(outbox.as_ref(), deliverer.as_ref()).await.map_err(|e| e.to_string())?;
-        for id in &report.recovered_unknown {
-            trace(&self.world, format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
-        }
-        let store = FileStore::new(seams.clone(), Path::new(SESSIONS_DIR), Format::Jsonl)
-            .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
-        let id = SessionId::new(SESSION).expect("valid id");
-        let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
-        let route = self.route.clone()?;
-        let mut tools = ToolSet::new();
-        for tool in &self.plan.tools {
-            let schema = ToolSchema {
-                name: tool.name.clone(),
-                description: tool.kind.as_str().to_owned(),
-                parameters: serde_json::json!({"type": "object"}),
-            };
-            tools = match tool.kind {
-                ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
-                _ => tools.with(Arc::new(LocalTool {
-                    schema,
-                    timeout_ms: tool.timeout_ms,
-                    work_ms: tool.work_ms,
-                    ignore_abort: tool.ignore_abort,
-                    output_bytes: tool.output_bytes,
-                    // A careless tool prints a secret its process holds (the gateway token).
-                    leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(self.seed)),
-                    clock: seams.clock.clone(),
-                })),
-            };
-        }
-        let open = if exists { Open::Resume } else { Open::Create };
-        let live = Arc::new(LiveProvider::new(route));
-        if let (Some(update), 1) = (self.plan.faults.config_update.clone(), life) {
-            let (live, clock, world) = (live.clone(), seams.clock.clone(), self.world.clone());
-            tokio::spawn(async move {
-                clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
-                let text = provider_file(&update.provider);
-                let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
-                let (family, line) = match applied {
-                    Ok(()) => ("config-applied", "config update applied".to_owned()),
-                    Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
-                };
-                lock(&world).faults_fired.insert(family.into());
-                trace(&world, line);
-            });
-        }
-        let mut config = AgentConfig::default();
-        config.tool_concurrency = self.plan.tool_concurrency;
-        config.answer_bytes_max =
-            self.plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
-        let credentials =
-            Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(self.seed))].into_iter().collect()));
-        let agent = Agent::builder(live, credentials)
-            .seams(seams.clone())
-            .open(open)
-            .tools(tools)
-            .config(config)
-            .start(&store, &id)
-            .map_err(|e| e.to_string())?;
-        {
-            let mut records = agent.subscribe();
-            let world = self.world.clone();
-            tokio::spawn(async move {
-                while let Ok(record) = records.recv().await {
-                    trace(&world, format!("agent#{life} {} {}", record.seq, describe(&record)));
-                    lock(&world).accepted.insert(record.seq, record);
-                }
-            });
-            // Whatever the barrier acknowledged durable is remembered outside the host: the
-            // oracle checks it survived every later crash byte for byte.
-            let mut watermark = agent.durable_watermark();
-            let world = self.world.clone();
-            tokio::spawn(async move {
-                while watermark.changed().await.is_ok() {
-                    let through = *watermark.borrow_and_update();
-                    let mut w = lock(&world);
-                    let durable: Vec<Record> = w.accepted.range(..through).map(|(_, r)| r.clone()).collect();
-                    let now_ms = turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64);
-                    for record in durable {
-                        w.durable_at.entry(record.seq).or_insert(now_ms);
-                        w.acked.insert(record.seq, record);
-                    }
-                }
-            });
-        }
-        // The user resubmits what a crash lost: the plan's messages not yet in the durable
-        // log, and the message sent during a cancel if it never became durable.
-        let extra = faultline_runtime::event::Message::user_text(MESSAGE_DURING_ABORT);
-        // A session this life created holds no messages yet: skip re-reading it.
-        let records = if exists { store.inspect(&id).map_err(|e| e.to_string())?.records } else { Vec::new() };
-        let logged: Vec<faultline_runtime::event::Message> = records
-            .into_iter()
-            .filter_map(|r| if let Event::UserMessage(m) = r.event { Some(m.message) } else { None })
-            .collect();
-        let extra_logged = logged.contains(&extra);
-        let done = logged.len() - usize::from(extra_logged);
-        // A message the dead agent refused was never accepted: the user saw the refusal, and
-        // resending it would be a second submission the oracle does not owe a turn.
-        let extra_owed = {
+        let earlier = {
             let w = lock(&self.world);
-            w.faults_fired.contains("cancel") && !w.extra_refused
+            life::Earlier { cancel_fired: w.faults_fired.contains("cancel"), extra_refused: w.extra_refused }
         };
-        if extra_owed && self.plan.faults.cancel_then_submit && !extra_logged {
-            agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
-            agent.when_idle().await;
-        }
-        if let Some(at) = self.plan.faults.cancel_at_ms {
-            let (agent, clock, world, then_submit) =
-                (agent.clone(), seams.clock.clone(), self.world.clone(), self.plan.faults.cancel_then_submit);
-            if life == 1 {
-                tokio::spawn(async move {
-                    clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
-                    lock(&world).faults_fired.insert("cancel".into());
-                    if then_submit {
-                        agent.cancel_keep_inbox();
-                        // A cancel that lands after the workload ended finds the agent disposed:
-                        // its message was refused, never accepted, and is not owed a turn.
-                        if agent.submit(MESSAGE_DURING_ABORT).is_err() {
-                            lock(&world).extra_refused = true;
-                        }
-                    } else {
-                        agent.cancel();
-                    }
-                    trace(&world, "cancel".into());
-                });
-            }
-        }
-        for message in self.plan.messages.iter().skip(done) {
-            agent.submit(message.clone()).map_err(|e| e.to_string())?;
-            agent.when_idle().await;
-        }
-        agent.when_idle().await;
-        agent.dispose().await.map_err(|e| e.to_string())?;
-        let final_log = store.inspect(&id).map_err(|e| e.to_string())?;
+        let setup = life::LifeSetup {
+            plan: &self.plan,
+            route: self.route.clone(),
+            seed: self.seed,
+            life,
+            seams: seams.clone(),
+            sessions_dir: SESSIONS_DIR.into(),
+            outbox_path: OUTBOX_PATH.into(),
+            gateway: "gateway:80".into(),
+            earlier,
+        };
+        let report = Arc::new(SimReport { world: self.world.clone(), life });
+        let transcript = life::live(setup, report).await?;
         // Every byte the agent left on its disk, for the oracle's secret scan.
         let disk = self.disk_now(seams);
         let mut w = lock(&self.world);
         w.disk = disk;
-        w.transcript = Some(final_log.records);
+        w.transcript = Some(transcript);
         w.done = true;
         Ok(())
     }
 }
 
-fn describe(record: &Record) -> String {
-    match &record.event {
-        Event::TurnEnd(end) => format!("turn/end {}", serde_json::to_string(&end.reason).unwrap_or_default()),
-        Event::LlmRetry(retry) => format!("llm/retry {} {}ms {}", retry.retry, retry.delay_ms, retry.failure.code),
-        Event::ToolResult(result) => format!(
-            "tool/result {} {}",
-            result.call_id,
-            result.error.as_ref().map_or("ok".to_owned(), |e| e.code.to_string())
-        ),
-        Event::AssistantChunk(chunk) => format!("assistant/chunk attempt {}", chunk.attempt),
-        other => other.type_name().to_owned(),
+/// Simulated ms now (0 outside the simulation).
+fn sim_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An incarnation's reports, straight into the world's shared state at simulated time.
+struct SimReport {
+    world: Shared,
+    life: u64,
+}
+
+impl life::LifeReport for SimReport {
+    fn trace(&self, line: String) {
+        trace(&self.world, line);
+    }
+
+    fn accepted(&self, record: &Record) {
+        lock(&self.world).note_accepted(sim_ms(), self.life, record);
+    }
+
+    fn durable(&self, through: u64) {
+        lock(&self.world).note_durable(through, sim_ms());
+    }
+
+    fn fault(&self, family: &str) {
+        lock(&self.world).faults_fired.insert(family.to_owned());
+    }
+
+    fn extra_refused(&self) {
+        lock(&self.world).extra_refused = true;
     }
 }
 
-/// A tool without side effects: answers at once, or works for `work_ms` (cooperatively
-/// unless `ignore_abort`).
-struct LocalTool {
-    schema: ToolSchema,
-    timeout_ms: Option<u64>,
-    work_ms: u64,
-    ignore_abort: bool,
-    output_bytes: Option<usize>,
-    /// For `leaky`: the secret the tool prints.
-    leaks: Option<String>,
-    clock: Arc<dyn Clock>,
-}
-
-impl Tool for LocalTool {
-    fn schema(&self) -> ToolSchema {
-        self.schema.clone()
+impl World {
+    /// A new incarnation starts: its number. Records accepted by the one before it that never
+    /// became durable died with it.
+    fn begin_life(&mut self) -> u64 {
+        self.incarnation += 1;
+        self.accepted.clear();
+        self.incarnation
     }
 
-    fn timeout(&self) -> Option<Duration> {
-        self.timeout_ms.map(Duration::from_millis)
+    /// Incarnation `life` accepted `record` at `at_ms`.
+    fn note_accepted(&mut self, at_ms: u64, life: u64, record: &Record) {
+        self.trace.push(format!("{at_ms:>7} agent#{life} {} {}", record.seq, life::describe(record)));
+        self.accepted.insert(record.seq, record.clone());
     }
 
-    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
-        let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
-        let (output_bytes, leaks) = (self.output_bytes, self.leaks.clone());
-        Box::pin(async move {
-            if let Some(secret) = leaks {
-                return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
-            }
-            if let Some(bytes) = output_bytes {
-                // A tool that prints more than a record should hold (the runtime truncates it).
-                return ToolOutput::Ok("y".repeat(bytes));
-            }
-            if work.is_zero() {
-                return ToolOutput::Ok(format!("echo {}", invocation.arguments));
-            }
-            if ignore {
-                clock.sleep(work).await;
-                return ToolOutput::Ok("finished after its slow cleanup".into());
-            }
-            tokio::select! {
-                () = clock.sleep(work) => ToolOutput::Ok("done".into()),
-                () = cancel.cancelled() => ToolOutput::Aborted("stopped on request".into()),
-            }
-        })
+    /// Everything accepted below seq `through` was acknowledged durable at `at_ms`.
+    fn note_durable(&mut self, through: u64, at_ms: u64) {
+        let durable: Vec<Record> = self.accepted.range(..through).map(|(_, r)| r.clone()).collect();
+        for record in durable {
+            self.durable_at.entry(record.seq).or_insert(at_ms);
+            self.acked.insert(record.seq, record);
+        }
     }
 }
 

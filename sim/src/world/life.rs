@@ -1,0 +1,277 @@
+//! One incarnation of the agent host: the runtime under test, its tools, its delivery queue
+//! and the simulated user, on whatever seams it is given. The simulator runs it on a turmoil
+//! host; `faultline run --real` runs the very same function in a real child process on the
+//! production seams (`crate::real`), so the two worlds differ only below the seams.
+//!
+//! What the incarnation tells the world around it (records accepted, the durable watermark,
+//! faults that fired, trace lines) goes through [`LifeReport`]: into the simulator's shared
+//! state, or down a pipe to the real harness.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::event::{Event, Record, ToolSchema};
+use faultline_runtime::llm::{from_toml, LiveProvider, ResolvedProvider, StaticCredentials};
+use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
+use faultline_runtime::store::{FileStore, Format, SessionId, Store};
+use faultline_runtime::{BoxFuture, Clock, Seams};
+use tokio_util::sync::CancellationToken;
+
+use super::seeded::Plan;
+use super::{gateway, gateway_token, provider_file, sim_secret, ProviderFile, SESSION, SIM_KEY_VAR};
+use crate::scenario::ToolKind;
+
+/// What the user sends while a cancel is under way (`cancel_then_submit`).
+pub(crate) const MESSAGE_DURING_ABORT: &str = "and this, which arrived during the abort";
+
+/// What an incarnation reports as it runs. Implementations stamp each report with their own
+/// world's time.
+pub(crate) trait LifeReport: Send + Sync {
+    /// A line for the run's trace.
+    fn trace(&self, line: String);
+    /// The agent accepted `record` (not yet durable).
+    fn accepted(&self, record: &Record);
+    /// Every record below seq `through` is acknowledged durable.
+    fn durable(&self, through: u64);
+    /// A fault family fired (`cancel`, `config-applied`, `config-rejected`).
+    fn fault(&self, family: &str);
+    /// The message sent with a late cancel was refused (the agent was already disposed).
+    fn extra_refused(&self);
+}
+
+/// What earlier incarnations left that this one must know.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Earlier {
+    /// The planned cancel fired in an earlier life.
+    pub cancel_fired: bool,
+    /// ... and the message sent with it was refused.
+    pub extra_refused: bool,
+}
+
+/// Everything one incarnation needs.
+pub(crate) struct LifeSetup<'a> {
+    pub plan: &'a Plan,
+    /// The model route (resolved once per run), or why it is invalid.
+    pub route: Result<ResolvedProvider, String>,
+    pub seed: u64,
+    /// 1-based incarnation number.
+    pub life: u64,
+    /// The host's seams (fault-injecting filesystem and crash probe included).
+    pub seams: Seams,
+    /// Where sessions live, and the delivery queue's journal.
+    pub sessions_dir: PathBuf,
+    pub outbox_path: PathBuf,
+    /// `host:port` of the gateway.
+    pub gateway: String,
+    pub earlier: Earlier,
+}
+
+/// The session file of `sessions_dir`.
+pub(crate) fn session_file(sessions_dir: &std::path::Path) -> PathBuf {
+    sessions_dir.join(SESSION).join(Format::Jsonl.file_name())
+}
+
+/// Runs one incarnation to the end of the workload: drains the delivery queue, opens or
+/// resumes the session, submits what the user still owes and disposes the agent. Returns the
+/// recovered transcript, or why the incarnation stopped (a refusal names "corrupt").
+pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> Result<Vec<Record>, String> {
+    let LifeSetup { plan, route, seed, life, seams, sessions_dir, outbox_path, gateway, earlier } = setup;
+    let outbox: Arc<dyn Outbox> =
+        Arc::new(JournalOutbox::open(seams.clone(), &outbox_path).map_err(|e| e.to_string())?);
+    // The receiver's token is a secret the agent holds, like the provider key.
+    let token = gateway_token(seed);
+    seams.secrets.register(&token);
+    let deliverer = Arc::new(gateway::GatewayDeliverer {
+        token,
+        net: seams.net.clone(),
+        clock: seams.clock.clone(),
+        authority: gateway,
+        probe: seams.probe.clone(),
+    });
+    let drained = drain(outbox.as_ref(), deliverer.as_ref()).await.map_err(|e| e.to_string())?;
+    for id in &drained.recovered_unknown {
+        report.trace(format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
+    }
+    let store = FileStore::new(seams.clone(), &sessions_dir, Format::Jsonl)
+        .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
+    let id = SessionId::new(SESSION).expect("valid id");
+    let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
+    let route = route?;
+    let mut tools = ToolSet::new();
+    for tool in &plan.tools {
+        let schema = ToolSchema {
+            name: tool.name.clone(),
+            description: tool.kind.as_str().to_owned(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        tools = match tool.kind {
+            ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
+            _ => tools.with(Arc::new(LocalTool {
+                schema,
+                timeout_ms: tool.timeout_ms,
+                work_ms: tool.work_ms,
+                ignore_abort: tool.ignore_abort,
+                output_bytes: tool.output_bytes,
+                // A careless tool prints a secret its process holds (the gateway token).
+                leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
+                clock: seams.clock.clone(),
+            })),
+        };
+    }
+    let open = if exists { Open::Resume } else { Open::Create };
+    let live = Arc::new(LiveProvider::new(route));
+    if let (Some(update), 1) = (plan.faults.config_update.clone(), life) {
+        let (live, clock, report) = (live.clone(), seams.clock.clone(), report.clone());
+        tokio::spawn(async move {
+            clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
+            let text = provider_file(&update.provider);
+            let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
+            let (family, line) = match applied {
+                Ok(()) => ("config-applied", "config update applied".to_owned()),
+                Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
+            };
+            report.fault(family);
+            report.trace(line);
+        });
+    }
+    let mut config = AgentConfig::default();
+    config.tool_concurrency = plan.tool_concurrency;
+    config.answer_bytes_max = plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
+    let credentials = Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(seed))].into_iter().collect()));
+    let agent = Agent::builder(live, credentials)
+        .seams(seams.clone())
+        .open(open)
+        .tools(tools)
+        .config(config)
+        .start(&store, &id)
+        .map_err(|e| e.to_string())?;
+    {
+        let mut records = agent.subscribe();
+        let report_records = report.clone();
+        tokio::spawn(async move {
+            while let Ok(record) = records.recv().await {
+                report_records.accepted(&record);
+            }
+        });
+        // Whatever the barrier acknowledged durable is reported outside the host at once: the
+        // oracle checks it survived every later crash byte for byte, and that each effect
+        // came after its intent.
+        let mut watermark = agent.durable_watermark();
+        let report_durable = report.clone();
+        tokio::spawn(async move {
+            while watermark.changed().await.is_ok() {
+                let through = *watermark.borrow_and_update();
+                report_durable.durable(through);
+            }
+        });
+    }
+    // The user resubmits what a crash lost: the plan's messages not yet in the durable log,
+    // and the message sent during a cancel if it never became durable.
+    let extra = faultline_runtime::event::Message::user_text(MESSAGE_DURING_ABORT);
+    // A session this life created holds no messages yet: skip re-reading it.
+    let records = if exists { store.inspect(&id).map_err(|e| e.to_string())?.records } else { Vec::new() };
+    let logged: Vec<faultline_runtime::event::Message> = records
+        .into_iter()
+        .filter_map(|r| if let Event::UserMessage(m) = r.event { Some(m.message) } else { None })
+        .collect();
+    let extra_logged = logged.contains(&extra);
+    let done = logged.len() - usize::from(extra_logged);
+    // A message the dead agent refused was never accepted: the user saw the refusal, and
+    // resending it would be a second submission the oracle does not owe a turn.
+    let extra_owed = earlier.cancel_fired && !earlier.extra_refused;
+    if extra_owed && plan.faults.cancel_then_submit && !extra_logged {
+        agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
+        agent.when_idle().await;
+    }
+    if let (Some(at), 1) = (plan.faults.cancel_at_ms, life) {
+        let (agent, clock, report, then_submit) =
+            (agent.clone(), seams.clock.clone(), report.clone(), plan.faults.cancel_then_submit);
+        tokio::spawn(async move {
+            clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
+            report.fault("cancel");
+            if then_submit {
+                agent.cancel_keep_inbox();
+                // A cancel that lands after the workload ended finds the agent disposed: its
+                // message was refused, never accepted, and is not owed a turn.
+                if agent.submit(MESSAGE_DURING_ABORT).is_err() {
+                    report.extra_refused();
+                }
+            } else {
+                agent.cancel();
+            }
+            report.trace("cancel".into());
+        });
+    }
+    for message in plan.messages.iter().skip(done) {
+        agent.submit(message.clone()).map_err(|e| e.to_string())?;
+        agent.when_idle().await;
+    }
+    agent.when_idle().await;
+    agent.dispose().await.map_err(|e| e.to_string())?;
+    Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
+}
+
+/// A record in a few words, for the trace.
+pub(crate) fn describe(record: &Record) -> String {
+    match &record.event {
+        Event::TurnEnd(end) => format!("turn/end {}", serde_json::to_string(&end.reason).unwrap_or_default()),
+        Event::LlmRetry(retry) => format!("llm/retry {} {}ms {}", retry.retry, retry.delay_ms, retry.failure.code),
+        Event::ToolResult(result) => format!(
+            "tool/result {} {}",
+            result.call_id,
+            result.error.as_ref().map_or("ok".to_owned(), |e| e.code.to_string())
+        ),
+        Event::AssistantChunk(chunk) => format!("assistant/chunk attempt {}", chunk.attempt),
+        other => other.type_name().to_owned(),
+    }
+}
+
+/// A tool without side effects: answers at once, or works for `work_ms` (cooperatively
+/// unless `ignore_abort`).
+struct LocalTool {
+    schema: ToolSchema,
+    timeout_ms: Option<u64>,
+    work_ms: u64,
+    ignore_abort: bool,
+    output_bytes: Option<usize>,
+    /// For `leaky`: the secret the tool prints.
+    leaks: Option<String>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Tool for LocalTool {
+    fn schema(&self) -> ToolSchema {
+        self.schema.clone()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout_ms.map(Duration::from_millis)
+    }
+
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
+        let (output_bytes, leaks) = (self.output_bytes, self.leaks.clone());
+        Box::pin(async move {
+            if let Some(secret) = leaks {
+                return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
+            }
+            if let Some(bytes) = output_bytes {
+                // A tool that prints more than a record should hold (the runtime truncates it).
+                return ToolOutput::Ok("y".repeat(bytes));
+            }
+            if work.is_zero() {
+                return ToolOutput::Ok(format!("echo {}", invocation.arguments));
+            }
+            if ignore {
+                clock.sleep(work).await;
+                return ToolOutput::Ok("finished after its slow cleanup".into());
+            }
+            tokio::select! {
+                () = clock.sleep(work) => ToolOutput::Ok("done".into()),
+                () = cancel.cancelled() => ToolOutput::Aborted("stopped on request".into()),
+            }
+        })
+    }
+}
