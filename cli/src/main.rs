@@ -11,6 +11,7 @@ mod demo;
 mod llm;
 mod outbox;
 mod progress;
+mod real;
 mod shrink;
 mod sweep;
 mod transcript;
@@ -59,6 +60,9 @@ enum Command {
     Scenarios,
     /// Run one scenario with one seed: verdict, trace hash, optionally the whole trace.
     Run(sweep::RunArgs),
+    /// One incarnation of a real run's agent (started by `faultline run --real`).
+    #[command(hide = true)]
+    RealAgentHost(real::AgentHostArgs),
     /// Hunt a planted bug (builds with `--features planted-bugs`): seeds until the sweep
     /// catches it, and the replay command.
     Hunt(sweep::HuntArgs),
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
         Command::Run(args) => sweep::run_one(&args),
+        Command::RealAgentHost(args) => real::agent_host(&args),
         Command::Hunt(args) => sweep::hunt(&args),
         Command::Shrink(args) => shrink::run(&args),
         Command::Transcript(args) => transcript::run(&args),

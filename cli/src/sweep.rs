@@ -36,6 +36,13 @@ pub struct RunArgs {
     /// Write the run as a self-contained HTML timeline here.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Run it for real (real processes, files, sockets, SIGKILL) and compare the recovered
+    /// transcript with the simulator's for the same seed.
+    #[arg(long, conflicts_with_all = ["check_determinism", "html"])]
+    real: bool,
+    /// With `--real`: keep the working directory here (session, journal, each agent's stderr).
+    #[arg(long, requires = "real")]
+    keep: Option<PathBuf>,
 }
 
 /// Arguments of `faultline hunt`.
@@ -144,6 +151,9 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.real {
+        return crate::real::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone());
+    }
     let result = world::run(&scenario, args.seed);
     if let Some(path) = &args.html {
         if let Err(e) = std::fs::write(path, faultline_sim::html::run_page(&result)) {

@@ -58,6 +58,18 @@ struct State {
     hole: Option<u64>,
     /// The file a hole was left in.
     hole_left: Option<PathBuf>,
+    /// Called when the planned crash-before-op is reached (a real host kills itself there).
+    on_crash: Option<CrashHook>,
+}
+
+/// What a real host does at its planned crash-before-op: report and SIGKILL itself.
+#[derive(Clone)]
+struct CrashHook(Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for CrashHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CrashHook")
+    }
 }
 
 /// Shared control of one host's filesystem faults.
@@ -75,6 +87,15 @@ impl FsFaults {
     /// Crash before mutating operation `op` (0-based).
     pub fn crash_before(&self, op: u64) -> &Self {
         self.lock().crash_before = Some(op);
+        self
+    }
+
+    /// Calls `hook` with the operation's index when the planned crash-before-op is reached,
+    /// before the operation is refused. In the simulator the driver crashes the host after the
+    /// fact; a real host (`faultline run --real`) kills itself in the hook, so nothing after
+    /// that instant happens either way.
+    pub fn on_crash(&self, hook: Arc<dyn Fn(u64) + Send + Sync>) -> &Self {
+        self.lock().on_crash = Some(CrashHook(hook));
         self
     }
 
@@ -136,6 +157,10 @@ impl FsFaults {
         let index = state.next_op;
         if state.crash_before == Some(index) {
             state.crashed = true;
+            if let Some(CrashHook(hook)) = state.on_crash.clone() {
+                drop(state);
+                hook(index);
+            }
             return Err(io::Error::other("host crashed (simulated)"));
         }
         state.next_op += 1;

@@ -58,12 +58,55 @@ pub struct Scenario {
     /// failures, a cancel) from the seed with the proptest strategies of `generate.rs`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub generated: bool,
+    /// How the scenario runs for real (`faultline run --real`): its time scale, or why it
+    /// cannot.
+    #[serde(default, skip_serializing_if = "RealPlan::is_default")]
+    pub real: RealPlan,
     /// A regression case written by `faultline shrink`: which planted bug and invariant it
     /// reproduces, at which seed. CI replays it against the clean build (it must pass) and,
     /// with the `planted-bugs` feature, with its bug (it must fail the same invariant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regression: Option<Regression>,
 }
+
+/// A scenario's real run (`faultline run SCENARIO --real`): the same plan executed with
+/// real processes, files, sockets and SIGKILL, then compared with the simulator's run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RealPlan {
+    /// Why this scenario cannot run for real: a fault this machine cannot realise (a torn
+    /// write needs a power loss, not a SIGKILL). `--real` skips it and prints the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim_only: Option<String>,
+    /// Simulated ms per real ms: backoffs, timeouts, tool work and restarts run this much
+    /// faster for real, in the same order. Range 1..=[`REAL_TIME_SCALE_MAX`]; default 1.
+    #[serde(default = "one_u32", skip_serializing_if = "is_one")]
+    pub time_scale: u32,
+}
+
+impl Default for RealPlan {
+    fn default() -> Self {
+        Self { sim_only: None, time_scale: 1 }
+    }
+}
+
+impl RealPlan {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+/// Largest `real.time_scale`: beyond it a millisecond of real scheduling noise is more than
+/// the simulator's 10 ms tick, and events of one tick may reorder.
+pub const REAL_TIME_SCALE_MAX: u32 = 8;
 
 /// Where a regression scenario came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -530,6 +573,15 @@ impl Scenario {
             if !faultline_runtime::testing::bugs::CATALOG.iter().any(|(known, _)| *known == bug) {
                 return Err(format!("scenario {name}: regression.bug {bug:?} is not in the planted-bug catalog"));
             }
+        }
+        if !(1..=REAL_TIME_SCALE_MAX).contains(&self.real.time_scale) {
+            return Err(format!(
+                "scenario {name}: real.time_scale must be 1..={REAL_TIME_SCALE_MAX}, got {}",
+                self.real.time_scale
+            ));
+        }
+        if self.real.sim_only.as_deref().is_some_and(|why| why.trim().is_empty()) {
+            return Err(format!("scenario {name}: real.sim_only must say why"));
         }
         if self.messages.len() > MESSAGES_MAX {
             return Err(format!("scenario {name}: at most {MESSAGES_MAX} messages, got {}", self.messages.len()));

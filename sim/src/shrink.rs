@@ -52,6 +52,7 @@ pub fn materialise(scenario: &Scenario, seed: u64) -> Scenario {
         faults: plan.faults,
         expect: plan.expect,
         generated: false,
+        real: scenario.real.clone(),
         regression: None,
     }
 }

@@ -57,6 +57,8 @@ struct State {
     /// Set by [`ModelServer::heal`]: connections are no longer refused and failing responses
     /// are skipped.
     healed: AtomicBool,
+    /// Wakes a server waiting out its refusal window when the run heals.
+    heal_now: tokio::sync::Notify,
     /// Index of the next scripted response. Equal to the request count until the heal, after
     /// which failing responses are stepped over.
     cursor: AtomicUsize,
@@ -113,6 +115,7 @@ impl ModelServer {
         script: Script,
         on_request: Option<RequestObserver>,
     ) -> io::Result<ModelServer> {
+        let requested = addr;
         let listener = net.bind(addr).await?;
         let addr = listener.local_addr()?;
         let started = clock.now();
@@ -124,17 +127,36 @@ impl ModelServer {
             on_request,
             connections_closed: AtomicUsize::new(0),
             healed: AtomicBool::new(false),
+            heal_now: tokio::sync::Notify::new(),
             cursor: AtomicUsize::new(0),
             served: Mutex::default(),
         });
         let serving = state.clone();
+        // Where to listen again after a refusal window: the address asked for, on the port
+        // the first bind got (port 0 picks one).
+        let again = addr_with_port(requested, addr.port());
         tokio::spawn(async move {
+            let mut listener = listener;
+            if serving.script.refuse_until_ms > 0 {
+                // Refused as a real server that is not up yet refuses: nobody listens on the
+                // port, so a connect fails at once (ECONNREFUSED), until the window ends or
+                // the run heals.
+                drop(listener);
+                let healed = serving.heal_now.notified();
+                if !serving.healed.load(Ordering::SeqCst) {
+                    let until = serving.started.saturating_add(Duration::from_millis(serving.script.refuse_until_ms));
+                    tokio::select! {
+                        () = serving.clock.sleep_until(until) => {}
+                        () = healed => {}
+                    }
+                }
+                listener = match net.bind(&again).await {
+                    Ok(listener) => listener,
+                    Err(_) => return,
+                };
+            }
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                if serving.elapsed_ms() < serving.script.refuse_until_ms && !serving.healed.load(Ordering::SeqCst) {
-                    drop(stream);
-                    continue;
-                }
                 let state = serving.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request| respond(state.clone(), request));
@@ -176,12 +198,25 @@ impl ModelServer {
     /// repeats.
     pub fn heal(&self) {
         self.state.healed.store(true, Ordering::SeqCst);
+        self.state.heal_now.notify_waiters();
     }
 
     /// Streamed responses whose connection went away before the stream ended (the client
     /// stopped reading and closed the transport).
     pub fn abandoned_streams(&self) -> usize {
         self.state.connections_closed.load(Ordering::SeqCst)
+    }
+}
+
+/// `requested` (`ip:port`) with `port` instead of its own; `requested` itself if it is not an
+/// address (a host name: the simulator's `model:80` keeps its port anyway).
+fn addr_with_port(requested: &str, port: u16) -> String {
+    match requested.parse::<SocketAddr>() {
+        Ok(mut addr) => {
+            addr.set_port(port);
+            addr.to_string()
+        }
+        Err(_) => requested.to_owned(),
     }
 }
 

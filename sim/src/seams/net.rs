@@ -24,11 +24,22 @@ impl Listener for SimListener {
     }
 }
 
+/// turmoil reports a refused connection with the peer's address as its message; the OS says
+/// "Connection refused (os error 111)". The runtime stores that text in its failures, so the
+/// simulator says what production says (found by parity with the real run of
+/// `model-partition-heals`).
+fn as_the_os_reports(error: io::Error) -> io::Error {
+    match error.kind() {
+        io::ErrorKind::ConnectionRefused => io::Error::from_raw_os_error(nix::errno::Errno::ECONNREFUSED as i32),
+        _ => error,
+    }
+}
+
 impl Net for SimNet {
     fn connect(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn ByteStream>>> {
         let addr = addr.to_owned();
         Box::pin(async move {
-            let stream = turmoil::net::TcpStream::connect(addr.as_str()).await?;
+            let stream = turmoil::net::TcpStream::connect(addr.as_str()).await.map_err(as_the_os_reports)?;
             Ok(Box::new(stream) as Box<dyn ByteStream>)
         })
     }

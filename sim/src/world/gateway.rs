@@ -40,7 +40,17 @@ pub async fn serve(
     receipts: Receipts,
     echo: bool,
 ) -> std::io::Result<()> {
-    let listener = net.bind(addr).await?;
+    serve_on(net.bind(addr).await?, clock, receipts, echo).await
+}
+
+/// Serves the gateway on a listener already bound (the real harness binds port 0 first to
+/// learn the port).
+pub async fn serve_on(
+    listener: Box<dyn faultline_runtime::Listener>,
+    clock: Arc<dyn Clock>,
+    receipts: Receipts,
+    echo: bool,
+) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let (clock, receipts) = (clock.clone(), receipts.clone());

@@ -63,6 +63,8 @@ pub(crate) struct LifeSetup<'a> {
     /// Where sessions live, and the delivery queue's journal.
     pub sessions_dir: PathBuf,
     pub outbox_path: PathBuf,
+    /// The model host's base URL (a live config update names it too).
+    pub model_url: String,
     /// `host:port` of the gateway.
     pub gateway: String,
     pub earlier: Earlier,
@@ -77,7 +79,7 @@ pub(crate) fn session_file(sessions_dir: &std::path::Path) -> PathBuf {
 /// resumes the session, submits what the user still owes and disposes the agent. Returns the
 /// recovered transcript, or why the incarnation stopped (a refusal names "corrupt").
 pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> Result<Vec<Record>, String> {
-    let LifeSetup { plan, route, seed, life, seams, sessions_dir, outbox_path, gateway, earlier } = setup;
+    let LifeSetup { plan, route, seed, life, seams, sessions_dir, outbox_path, model_url, gateway, earlier } = setup;
     let outbox: Arc<dyn Outbox> =
         Arc::new(JournalOutbox::open(seams.clone(), &outbox_path).map_err(|e| e.to_string())?);
     // The receiver's token is a secret the agent holds, like the provider key.
@@ -126,7 +128,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         let (live, clock, report) = (live.clone(), seams.clock.clone(), report.clone());
         tokio::spawn(async move {
             clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
-            let text = provider_file(&update.provider);
+            let text = provider_file(&model_url, &update.provider);
             let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
             let (family, line) = match applied {
                 Ok(()) => ("config-applied", "config update applied".to_owned()),

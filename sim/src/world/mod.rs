@@ -10,6 +10,7 @@ pub mod gateway;
 mod life;
 mod oracle;
 mod probe;
+pub mod real;
 mod rot;
 pub mod seeded;
 
@@ -215,7 +216,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         });
     }
     {
-        let route = resolve_route(&plan.provider);
+        let route = resolve_route(SIM_MODEL_URL, &plan.provider);
         let (world, control, first_life_fs, plan) =
             (world.clone(), control.clone(), first_life_fs.clone(), plan.clone());
         sim.host("agent", move || {
@@ -314,16 +315,49 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     }
     let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let model = model_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let control = control.lock().unwrap_or_else(|p| p.into_inner());
+    let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+    world.crashes_fired = control.fired + disk_op_crashes;
+    conclude(Concluded {
+        scenario,
+        plan: &plan,
+        seed,
+        world,
+        receipts,
+        model,
+        crash_point_hits,
+        fs_ops,
+        end_ms: sim_ms,
+    })
+}
+
+/// What a run left behind, in either world: the evidence the oracle judges.
+struct Concluded<'a> {
+    pub scenario: &'a Scenario,
+    pub plan: &'a seeded::Plan,
+    pub seed: u64,
+    pub world: World,
+    /// What the gateway received.
+    pub receipts: Vec<Receipt>,
+    /// The model server (its request log), if it started.
+    pub model: Option<ModelServer>,
+    /// Crash points reached, across incarnations.
+    pub crash_point_hits: BTreeMap<String, u32>,
+    pub fs_ops: u64,
+    /// The run's end, in ms of its world's clock.
+    pub end_ms: u64,
+}
+
+/// Judges a finished run: the oracle over the evidence, and the result to report.
+fn conclude(run: Concluded<'_>) -> RunResult {
+    let Concluded { scenario, plan, seed, mut world, receipts, model, crash_point_hits, fs_ops, end_ms } = run;
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
     }
-    let request_bodies: Vec<String> = model_slot
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
-    let model_exchanges =
-        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or_else(Vec::new, |s| s.exchanges());
+    let request_bodies: Vec<String> =
+        model.as_ref().map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
+    let model_exchanges = model.as_ref().map_or_else(Vec::new, ModelServer::exchanges);
     let mut durable_batches: Vec<(u64, u64, u64)> = Vec::new();
     for (&seq, &at) in &world.durable_at {
         match durable_batches.last_mut() {
@@ -332,15 +366,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         }
     }
     let model_requests = request_bodies.len();
-    let control = control.lock().unwrap_or_else(|p| p.into_inner());
-    let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
-    world.crashes_fired = control.fired + disk_op_crashes;
     let transcript = world.transcript.clone().unwrap_or_default();
     let mut faults_fired = world.faults_fired.clone();
     faults_fired.extend(plan.families.iter().cloned());
-    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, sim_ms);
-    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, sim_ms));
-    violations.extend(oracle::check(&plan, &world, &transcript, &receipts, model_requests, sim_ms));
+    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, end_ms);
+    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, end_ms));
+    violations.extend(oracle::check(plan, &world, &transcript, &receipts, model_requests, end_ms));
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),
@@ -356,7 +387,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         crash_point_hits,
         faults_fired,
         sometimes,
-        sim_ms,
+        sim_ms: end_ms,
         fs_ops,
         model_exchanges,
         durable_batches,
@@ -369,10 +400,13 @@ struct ProviderFile {
     provider: ProviderConfig,
 }
 
-/// The agent's provider file: the simulated model host plus the scenario's extra lines.
-fn provider_file(extra: &str) -> String {
+/// The simulated model host's base URL.
+const SIM_MODEL_URL: &str = "http://model:80/v1";
+
+/// The agent's provider file: the model host at `base_url` plus the scenario's extra lines.
+fn provider_file(base_url: &str, extra: &str) -> String {
     format!(
-        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"http://model:80/v1\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
+        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
     )
 }
 
@@ -392,8 +426,8 @@ pub fn sim_secret(seed: u64) -> String {
 
 /// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
 /// once per run: every incarnation reads the same file.
-fn resolve_route(provider: &str) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
-    from_toml::<ProviderFile>(&provider_file(provider))
+fn resolve_route(base_url: &str, provider: &str) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
+    from_toml::<ProviderFile>(&provider_file(base_url, provider))
         .and_then(|f| f.provider.resolve("provider"))
         .map_err(|e| e.to_string())
 }
@@ -451,25 +485,11 @@ impl AgentLife {
     /// The planned bit rot, once, on the disk of a host that is down (before anything of the
     /// new incarnation runs).
     fn rot_while_down(&self) {
-        let Some(target) = self.plan.faults.bit_rot else { return };
-        if lock(&self.world).rotted.is_some() {
-            return;
-        }
-        let acked: Vec<Record> = lock(&self.world).acked.values().cloned().collect();
-        let path = match target {
-            RotTarget::Session => life::session_file(Path::new(SESSIONS_DIR)),
-            RotTarget::Journal => Path::new(OUTBOX_PATH).to_path_buf(),
-        };
-        let entropy = crate::Seed::new(self.seed).fault("rot/where");
-        match rot::rot(&SimFs, &path, target, &acked, &entropy) {
-            Ok(Some(rotted)) => {
-                trace(&self.world, format!("bit rot at byte {} of {}", rotted.offset, rotted.path));
-                let mut w = lock(&self.world);
-                w.faults_fired.insert("bit-rot".into());
-                w.rotted = Some(rotted);
-            }
-            Ok(None) => trace(&self.world, format!("bit rot found no durable line in {}", path.display())),
-            Err(e) => trace(&self.world, format!("bit rot could not write {}: {e}", path.display())),
+        let session = life::session_file(Path::new(SESSIONS_DIR));
+        let line =
+            rot_while_down(&mut lock(&self.world), &self.plan, self.seed, &SimFs, &session, Path::new(OUTBOX_PATH));
+        if let Some(line) = line {
+            trace(&self.world, line);
         }
     }
 
@@ -495,6 +515,7 @@ impl AgentLife {
             seams: seams.clone(),
             sessions_dir: SESSIONS_DIR.into(),
             outbox_path: OUTBOX_PATH.into(),
+            model_url: SIM_MODEL_URL.into(),
             gateway: "gateway:80".into(),
             earlier,
         };
@@ -566,6 +587,38 @@ impl World {
             self.acked.insert(record.seq, record);
         }
     }
+}
+
+/// The plan's bit rot of a durable file of `fs`, once per run (what a disk does to a host
+/// that is down). Returns the line to trace, if the plan has a rot.
+fn rot_while_down(
+    world: &mut World,
+    plan: &seeded::Plan,
+    seed: u64,
+    fs: &dyn Fs,
+    session: &Path,
+    journal: &Path,
+) -> Option<String> {
+    let target = plan.faults.bit_rot?;
+    if world.rotted.is_some() {
+        return None;
+    }
+    let acked: Vec<Record> = world.acked.values().cloned().collect();
+    let path = match target {
+        RotTarget::Session => session,
+        RotTarget::Journal => journal,
+    };
+    let entropy = crate::Seed::new(seed).fault("rot/where");
+    Some(match rot::rot(fs, path, target, &acked, &entropy) {
+        Ok(Some(rotted)) => {
+            let line = format!("bit rot at byte {} of {}", rotted.offset, rotted.path);
+            world.faults_fired.insert("bit-rot".into());
+            world.rotted = Some(rotted);
+            line
+        }
+        Ok(None) => format!("bit rot found no durable line in {}", path.display()),
+        Err(e) => format!("bit rot could not write {}: {e}", path.display()),
+    })
 }
 
 /// The script the model host serves.

@@ -1,0 +1,160 @@
+//! `faultline run SCENARIO --real` and the hidden `faultline real-agent-host` it starts: the
+//! same scenario with real processes, files, sockets and SIGKILL, then parity with the
+//! simulator.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use faultline_sim::world::real::{self, parity, FsFaultArm, HostArgs, RealOptions};
+use faultline_sim::{world, Scenario};
+
+/// Arguments of the hidden `faultline real-agent-host` (one incarnation of a real run's agent;
+/// the harness starts it).
+#[derive(Debug, Args)]
+pub struct AgentHostArgs {
+    #[arg(long)]
+    scenario_file: PathBuf,
+    #[arg(long)]
+    seed: u64,
+    #[arg(long)]
+    life: u64,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    model_url: String,
+    #[arg(long)]
+    gateway: String,
+    #[arg(long)]
+    origin_ns: u64,
+    #[arg(long)]
+    cancel_fired: bool,
+    #[arg(long)]
+    extra_refused: bool,
+}
+
+/// `faultline real-agent-host`. The crash arming comes from the environment, which only this
+/// binary reads: the library never arms a crash by default.
+pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
+    let armed = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
+    let crash_at = match armed(real::CRASH_AT_VAR).map(|v| real::parse_crash_at(&v)).transpose() {
+        Ok(c) => c,
+        Err(e) => return bad(&e),
+    };
+    let fs_fault = match armed(real::FS_FAULT_VAR).map(|v| FsFaultArm::parse(&v)).transpose() {
+        Ok(f) => f,
+        Err(e) => return bad(&e),
+    };
+    let host = HostArgs {
+        scenario_file: args.scenario_file.clone(),
+        seed: args.seed,
+        life: args.life,
+        dir: args.dir.clone(),
+        model_url: args.model_url.clone(),
+        gateway: args.gateway.clone(),
+        origin_ns: args.origin_ns,
+        cancel_fired: args.cancel_fired,
+        extra_refused: args.extra_refused,
+        crash_at,
+        fs_fault,
+    };
+    ExitCode::from(u8::try_from(real::agent_host(&host)).unwrap_or(1))
+}
+
+fn bad(e: &str) -> ExitCode {
+    eprintln!("faultline real-agent-host: {e}");
+    ExitCode::from(1)
+}
+
+/// The `faultline` binary itself: the harness starts its agents from it.
+pub fn options(keep: Option<PathBuf>) -> Result<RealOptions, String> {
+    let agent_exe = std::env::current_exe().map_err(|e| format!("finding the faultline binary: {e}"))?;
+    Ok(RealOptions { agent_exe, keep })
+}
+
+/// One scenario and seed for real, then the simulator's run of it, and their parity.
+pub struct Compared {
+    /// The real run.
+    pub real: real::RealRun,
+    /// Parity with the simulator's run.
+    pub parity: parity::Parity,
+}
+
+impl Compared {
+    /// Whether the real run kept every invariant and matched the simulator.
+    pub fn passed(&self) -> bool {
+        self.real.result.passed() && self.parity.equal
+    }
+}
+
+/// Runs `scenario` at `seed` for real and in the simulator, and compares them.
+pub fn compare(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<Compared, String> {
+    let real = real::run(scenario, seed, options)?;
+    let sim = world::run(scenario, seed);
+    let parity = parity::compare(&sim, &real);
+    Ok(Compared { real, parity })
+}
+
+/// `faultline run SCENARIO --seed N --real [--json] [--trace] [--keep DIR]`.
+pub fn run_one(scenario: &Scenario, seed: u64, json: bool, trace: bool, keep: Option<PathBuf>) -> ExitCode {
+    if let Some(why) = &scenario.real.sim_only {
+        eprintln!("faultline run --real: {} is sim-only: {why}", scenario.name);
+        return ExitCode::from(1);
+    }
+    let compared = match options(keep).and_then(|options| compare(scenario, seed, &options)) {
+        Ok(compared) => compared,
+        Err(e) => {
+            eprintln!("faultline run --real: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = &compared.real.result;
+    if json {
+        let mut value = serde_json::to_value(result).expect("results serialise");
+        if !trace {
+            value.as_object_mut().map(|o| o.remove("trace"));
+        }
+        value["real"] = serde_json::json!(true);
+        value["passed"] = serde_json::json!(compared.passed());
+        value["parity"] = serde_json::to_value(&compared.parity).expect("parity serialises");
+        value["wall_ms"] = serde_json::json!(compared.real.wall_ms);
+        println!("{value}");
+    } else {
+        if trace {
+            for line in &result.trace {
+                println!("{line}");
+            }
+        }
+        let verdict = if result.passed() { "PASS" } else { "FAIL" };
+        println!(
+            "{verdict} {} seed {} for real ({} ms wall, {} ms on the run's clock, time scale {})",
+            result.scenario, result.seed, compared.real.wall_ms, result.sim_ms, scenario.real.time_scale
+        );
+        for v in &result.violations {
+            println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
+        }
+        print_parity(&compared.parity);
+        println!("  working directory: {}", compared.real.dir.display());
+    }
+    if compared.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// The parity verdict, with the first difference whole.
+pub fn print_parity(parity: &parity::Parity) {
+    match &parity.first_difference {
+        None if parity.equal => println!("  parity: equal to the simulator ({} records)", parity.real_records),
+        None => println!("  parity: DIFFERS: refused (sim, real) = {:?}", parity.refused),
+        Some(d) => {
+            println!(
+                "  parity: DIFFERS at record {} ({} records simulated, {} real)",
+                d.index, parity.sim_records, parity.real_records
+            );
+            println!("    sim:  {}", d.sim.as_deref().unwrap_or("(no record)"));
+            println!("    real: {}", d.real.as_deref().unwrap_or("(no record)"));
+        }
+    }
+}

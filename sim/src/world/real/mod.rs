@@ -1,0 +1,447 @@
+//! The same scenario, for real (`faultline run SCENARIO --seed N --real`): the plan the seed
+//! draws, executed with real processes, files, sockets and SIGKILL, judged by the same oracle,
+//! and compared record by record with the simulator's run of the same seed (`parity.rs`).
+//!
+//! - The model server and the gateway are the simulator's own servers on 127.0.0.1, serving
+//!   the same script, behind a [`PartitionNet`] that realises the plan's partitions.
+//! - The agent is a child process (`faultline real-agent-host`, see `host.rs`) with real files
+//!   in a working directory, one process per incarnation. A planned crash is a real SIGKILL
+//!   the child sends itself at the planned crash point's hit; the harness then restarts it
+//!   after the planned delay, and it recovers, repairs and resumes as a simulated host does
+//!   after a bounce.
+//! - Time runs on one clock for every process of the run ([`ScaledClock`]), compressed by the
+//!   scenario's `real.time_scale`.
+//! - Faults this machine cannot realise make a scenario `real.sim_only` (the reason is
+//!   printed): a torn write needs a power loss, which a SIGKILL is not.
+//!
+//! The evidence the oracle needs is gathered outside the child, as in the simulator: receipts
+//! at the gateway, requests at the model server, the durable watermark reported down a pipe
+//! at the instant it moved, the files read back from disk by the harness itself.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real processes, sockets, files and time
+
+mod clock;
+pub mod host;
+pub mod parity;
+mod partition;
+pub mod protocol;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use faultline_runtime::event::Record;
+use faultline_runtime::store::{FileStore, Format, SessionId, Store};
+use faultline_runtime::testing::CrashPoint;
+use faultline_runtime::{Clock, Net};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+pub use clock::{monotonic_ns, ScaledClock};
+pub use host::{agent_host, parse_crash_at, FsFaultArm, HostArgs, CRASH_AT_VAR, FS_FAULT_VAR};
+pub use partition::{PartitionNet, PartitionSwitch};
+
+use self::protocol::{EndOutcome, HostReport, HEAL_COMMAND, REPORT_LINE_BYTES_MAX};
+use super::{conclude, gateway, life, rot_while_down, seeded, Concluded, Receipts, RunResult, World, SESSION};
+use crate::model_server::ModelServer;
+use crate::scenario::Scenario;
+
+/// How often the harness looks at the run's clock (partitions, the heal, the budget), real ms.
+const TICK_REAL_MS: u64 = 1;
+/// Simulated ms between a failed start and its restart (as the simulator's supervisor).
+const SUPERVISOR_RESTART_MS: u64 = 200;
+
+/// How to run for real.
+#[derive(Debug, Clone)]
+pub struct RealOptions {
+    /// The `faultline` binary that runs the agent host (`real-agent-host`).
+    pub agent_exe: PathBuf,
+    /// Keep the working directory here (session files, journal, each child's stderr);
+    /// otherwise a temporary directory is removed at the end.
+    pub keep: Option<PathBuf>,
+}
+
+/// A real run: its result (judged by the oracle) and what parity needs to normalise it.
+#[derive(Debug, Clone)]
+pub struct RealRun {
+    /// Verdict, trace, recovered transcript, receipts, as for a simulated run.
+    pub result: RunResult,
+    /// The model server's and the gateway's real addresses (`127.0.0.1:PORT`).
+    pub model_addr: String,
+    /// See `model_addr`.
+    pub gateway_addr: String,
+    /// The agent's working directory (kept only with `--keep`).
+    pub dir: PathBuf,
+    /// Wall time of the run, ms.
+    pub wall_ms: u64,
+}
+
+/// Runs `scenario` with `seed` for real. Refuses a `sim_only` scenario with its reason.
+pub fn run(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<RealRun, String> {
+    if let Some(why) = &scenario.real.sim_only {
+        return Err(format!("scenario {} is sim-only: {why}", scenario.name));
+    }
+    let temp;
+    let dir = match &options.keep {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            if std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?.next().is_some() {
+                return Err(format!("--keep {}: the directory must be empty", dir.display()));
+            }
+            dir.clone()
+        }
+        None => {
+            temp = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
+            temp.path().to_path_buf()
+        }
+    };
+    let scenario_file = dir.join("scenario.toml");
+    std::fs::write(&scenario_file, scenario.to_toml()).map_err(|e| format!("{}: {e}", scenario_file.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a tokio runtime: {e}"))?;
+    let started = monotonic_ns();
+    let run = runtime.block_on(Harness::new(scenario, seed, options, &dir, scenario_file).run())?;
+    let wall_ms = (monotonic_ns() - started) / 1_000_000;
+    Ok(RealRun { wall_ms, ..run })
+}
+
+/// How one child ended.
+enum LifeEnd {
+    /// It reported the end of the workload, a refusal or a failed start.
+    Ended(EndOutcome, Option<String>),
+    /// It SIGKILLed itself at a planned crash.
+    Crashed(Option<CrashPoint>, Option<u64>),
+    /// The budget ran out with it still running (it was killed).
+    OutOfTime,
+    /// It died without saying why (a panic, a signal from elsewhere).
+    Died(String),
+}
+
+struct Harness<'a> {
+    scenario: &'a Scenario,
+    plan: seeded::Plan,
+    seed: u64,
+    exe: PathBuf,
+    dir: PathBuf,
+    scenario_file: PathBuf,
+    clock: Arc<ScaledClock>,
+    world: World,
+    /// Crash-point hits across incarnations (the planned hit counts across restarts).
+    hits: BTreeMap<CrashPoint, u32>,
+    /// Planned crash points still to fire, in order, and their restart delays.
+    crashes: VecDeque<(CrashPoint, u32)>,
+    restart_delays: VecDeque<u64>,
+    healed: bool,
+    /// Which of the plan's partitions is on.
+    partitioned: Vec<bool>,
+    model_switch: PartitionSwitch,
+    gateway_switch: PartitionSwitch,
+}
+
+impl<'a> Harness<'a> {
+    fn new(scenario: &'a Scenario, seed: u64, options: &RealOptions, dir: &Path, scenario_file: PathBuf) -> Self {
+        let plan = seeded::resolve(scenario, seed);
+        let clock = Arc::new(ScaledClock::new(monotonic_ns(), scenario.real.time_scale));
+        Self {
+            scenario,
+            seed,
+            exe: options.agent_exe.clone(),
+            dir: dir.to_path_buf(),
+            scenario_file,
+            clock,
+            world: World::default(),
+            hits: BTreeMap::new(),
+            crashes: plan.faults.crashes.iter().map(|c| (c.point, c.hit)).collect(),
+            restart_delays: plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect(),
+            healed: false,
+            partitioned: vec![false; plan.faults.partitions.len()],
+            model_switch: PartitionSwitch::default(),
+            gateway_switch: PartitionSwitch::default(),
+            plan,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn trace(&mut self, line: String) {
+        let at = self.now_ms();
+        self.world.trace.push(format!("{at:>7} {line}"));
+    }
+
+    fn session_file(&self) -> PathBuf {
+        life::session_file(&self.dir.join("data").join("sessions"))
+    }
+
+    fn journal_file(&self) -> PathBuf {
+        self.dir.join("data").join("outbox.jsonl")
+    }
+
+    async fn run(mut self) -> Result<RealRun, String> {
+        if let Some(swarm) = &self.plan.swarm {
+            self.world.trace.push(format!("{:>7} {swarm}", 0));
+        }
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let model_net: Arc<dyn Net> = Arc::new(PartitionNet::new(self.model_switch.clone()));
+        let model = ModelServer::start(model_net, clock.clone(), "127.0.0.1:0", self.plan.script.clone(), None)
+            .await
+            .map_err(|e| format!("the model server: {e}"))?;
+        let receipts: Receipts = Arc::default();
+        let gateway_listener = PartitionNet::new(self.gateway_switch.clone())
+            .bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("the gateway: {e}"))?;
+        let gateway_addr = gateway_listener.local_addr().map_err(|e| format!("the gateway: {e}"))?.to_string();
+        tokio::spawn(gateway::serve_on(gateway_listener, clock, receipts.clone(), self.plan.faults.gateway_echo));
+        let model_addr = model.addr().to_string();
+        let mut fs_ops = 0;
+        loop {
+            let life = self.world.begin_life();
+            self.trace(format!("agent#{life} starts"));
+            if life > 1 {
+                let (session, journal) = (self.session_file(), self.journal_file());
+                let line = rot_while_down(
+                    &mut self.world,
+                    &self.plan,
+                    self.seed,
+                    &faultline_runtime::production::RealFs,
+                    &session,
+                    &journal,
+                );
+                if let Some(line) = line {
+                    self.trace(line);
+                }
+            }
+            let (end, ops) = self.life(life, &model_addr, &gateway_addr).await?;
+            fs_ops += ops;
+            match end {
+                LifeEnd::Ended(EndOutcome::Done, _) => {
+                    self.world.transcript = Some(self.read_back()?);
+                    break;
+                }
+                LifeEnd::Ended(EndOutcome::Refused, error) => {
+                    let error = error.unwrap_or_default();
+                    self.trace(format!("agent#{life} refused: {error}"));
+                    self.world.refused = Some(error);
+                    break;
+                }
+                LifeEnd::Ended(EndOutcome::Stopped, error) => {
+                    self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
+                    self.trace("restart after a failed start (SIGKILL)".into());
+                    self.world.faults_fired.insert("supervisor-restart".into());
+                    self.pause(SUPERVISOR_RESTART_MS).await;
+                }
+                LifeEnd::Crashed(point, fs_op) => {
+                    let what = match (point, fs_op) {
+                        (Some(point), _) => format!("crash at {point}"),
+                        (None, op) => format!("crash before filesystem op {}", op.unwrap_or_default()),
+                    };
+                    self.trace(format!("{what} (SIGKILL)"));
+                    self.world.faults_fired.insert("crash-point".into());
+                    self.world.crashes_fired += 1;
+                    let delay = if point.is_some() {
+                        self.crashes.pop_front();
+                        self.restart_delays.pop_front().unwrap_or(SUPERVISOR_RESTART_MS)
+                    } else {
+                        SUPERVISOR_RESTART_MS
+                    };
+                    self.pause(delay).await;
+                }
+                LifeEnd::OutOfTime => {
+                    self.trace(format!("agent#{life} still running at the budget: killed"));
+                    break;
+                }
+                LifeEnd::Died(how) => {
+                    self.trace(format!("agent#{life} died unplanned: {how}"));
+                    break;
+                }
+            }
+        }
+        self.world.disk = [self.session_file(), self.journal_file()]
+            .into_iter()
+            .filter_map(|path| std::fs::read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
+            .collect();
+        self.world.done = self.world.transcript.is_some() || self.world.refused.is_some();
+        let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let end_ms = self.now_ms();
+        let crash_point_hits = self.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+        let result = conclude(Concluded {
+            scenario: self.scenario,
+            plan: &self.plan,
+            seed: self.seed,
+            world: std::mem::take(&mut self.world),
+            receipts,
+            model: Some(model),
+            crash_point_hits,
+            fs_ops,
+            end_ms,
+        });
+        Ok(RealRun { result, model_addr, gateway_addr, dir: self.dir.clone(), wall_ms: 0 })
+    }
+
+    /// The recovered transcript, read back from the real disk by the harness itself.
+    fn read_back(&self) -> Result<Vec<Record>, String> {
+        let store = FileStore::new(
+            faultline_runtime::production::seams(),
+            self.dir.join("data").join("sessions"),
+            Format::Jsonl,
+        );
+        let id = SessionId::new(SESSION).expect("valid id");
+        store.inspect(&id).map(|inspection| inspection.records).map_err(|e| format!("reading the transcript back: {e}"))
+    }
+
+    /// Waits `ms` of the run's clock, keeping partitions and the heal on time.
+    async fn pause(&mut self, ms: u64) {
+        let until = self.now_ms() + ms;
+        while self.now_ms() < until {
+            self.tick(None).await;
+            tokio::time::sleep(Duration::from_millis(TICK_REAL_MS)).await;
+        }
+    }
+
+    /// Partitions on or off by the clock, and the heal at `heal_at_ms` (told to the running
+    /// child through its stdin).
+    async fn tick(&mut self, child: Option<&mut tokio::process::ChildStdin>) {
+        let now = self.now_ms();
+        if now >= self.plan.heal_at_ms && !self.healed {
+            // The liveness phase: the fault window is over, everything heals.
+            self.healed = true;
+            self.crashes.clear();
+            self.trace("fault window over: everything heals".into());
+            if let Some(stdin) = child {
+                let _ = stdin.write_all(format!("{HEAL_COMMAND}\n").as_bytes()).await;
+                let _ = stdin.flush().await;
+            }
+        }
+        for i in 0..self.plan.faults.partitions.len() {
+            let p = &self.plan.faults.partitions[i];
+            let active = !self.healed && now >= p.from_ms && now < p.to_ms;
+            if active == self.partitioned[i] {
+                continue;
+            }
+            let (a, b) = (p.a.clone(), p.b.clone());
+            let switch = if b == "gateway" || a == "gateway" { &self.gateway_switch } else { &self.model_switch };
+            switch.set(active);
+            self.partitioned[i] = active;
+            if active {
+                self.world.faults_fired.insert("partition".into());
+                self.trace(format!("partition {a}<->{b}"));
+            } else {
+                self.trace(format!("heal {a}<->{b}"));
+            }
+        }
+    }
+
+    /// One incarnation: spawn the child armed with what is left of the plan, follow its
+    /// reports until it ends, dies or runs out of time.
+    async fn life(&mut self, life: u64, model_addr: &str, gateway_addr: &str) -> Result<(LifeEnd, u64), String> {
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
+            .arg("real-agent-host")
+            .arg("--scenario-file")
+            .arg(&self.scenario_file)
+            .args(["--seed", &self.seed.to_string(), "--life", &life.to_string()])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--model-url", &format!("http://{model_addr}/v1"), "--gateway", gateway_addr])
+            .args(["--origin-ns", &self.clock.origin_ns().to_string()])
+            .env_remove(CRASH_AT_VAR)
+            .env_remove(FS_FAULT_VAR)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if self.world.faults_fired.contains("cancel") {
+            command.arg("--cancel-fired");
+        }
+        if self.world.extra_refused {
+            command.arg("--extra-refused");
+        }
+        if !self.healed {
+            // The next planned crash, counted from this incarnation's first hit.
+            if let Some(&(point, hit)) = self.crashes.front() {
+                let seen = self.hits.get(&point).copied().unwrap_or(0);
+                if hit > seen {
+                    command.env(CRASH_AT_VAR, format!("{point}:{}", hit - seen));
+                }
+            }
+            if let (1, Some(fs)) = (life, &self.plan.faults.fs) {
+                let arm = match (fs.crash_before_op, fs.fail_op, fs.fail_kind) {
+                    (Some(op), _, _) => Some(FsFaultArm::CrashBeforeOp(op)),
+                    (None, Some(op), Some(kind)) => Some(FsFaultArm::FailOp(op, kind)),
+                    _ => None,
+                };
+                if let Some(arm) = arm {
+                    command.env(FS_FAULT_VAR, arm.to_env());
+                }
+            }
+        }
+        let stderr_path = self.dir.join(format!("agent-{life}.stderr"));
+        let stderr = std::fs::File::create(&stderr_path).map_err(|e| format!("{}: {e}", stderr_path.display()))?;
+        command.stderr(stderr);
+        let mut child = command.spawn().map_err(|e| format!("starting {}: {e}", self.exe.display()))?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = tokio::io::BufReader::with_capacity(64 * 1024, stdout).lines();
+        let mut end: Option<LifeEnd> = None;
+        let mut fs_ops = 0;
+        let mut eof = false;
+        while !eof {
+            if self.now_ms() >= self.plan.budget_ms {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return Ok((LifeEnd::OutOfTime, fs_ops));
+            }
+            tokio::select! {
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => {
+                        if line.len() > REPORT_LINE_BYTES_MAX {
+                            return Err(format!("agent#{life} sent a report of {} bytes", line.len()));
+                        }
+                        let report: HostReport = serde_json::from_str(&line)
+                            .map_err(|e| format!("agent#{life} sent an unreadable report ({e}): {line}"))?;
+                        match report {
+                            HostReport::End { outcome, error, fs_ops: ops } => {
+                                fs_ops = ops;
+                                end = Some(LifeEnd::Ended(outcome, error));
+                            }
+                            HostReport::Crash { point, fs_op, fs_ops: ops } => {
+                                fs_ops = ops;
+                                end = Some(LifeEnd::Crashed(point, fs_op));
+                            }
+                            other => self.on_report(life, other)?,
+                        }
+                    }
+                    Ok(None) | Err(_) => eof = true,
+                },
+                () = tokio::time::sleep(Duration::from_millis(TICK_REAL_MS)) => {}
+            }
+            self.tick(Some(&mut stdin)).await;
+        }
+        let status = child.wait().await.map_err(|e| format!("agent#{life}: {e}"))?;
+        Ok((end.unwrap_or_else(|| LifeEnd::Died(status.to_string())), fs_ops))
+    }
+
+    fn on_report(&mut self, life: u64, report: HostReport) -> Result<(), String> {
+        let now = self.now_ms();
+        match report {
+            HostReport::Trace { line } => self.trace(line),
+            HostReport::Accepted { record } => {
+                let record = Record::decode(&record)
+                    .map_err(|e| format!("agent#{life} reported an undecodable record ({e}): {record}"))?;
+                self.world.note_accepted(now, life, &record);
+            }
+            HostReport::Durable { through, at_ms } => self.world.note_durable(through, at_ms),
+            HostReport::Fault { family } => {
+                self.world.faults_fired.insert(family);
+            }
+            HostReport::ExtraRefused => self.world.extra_refused = true,
+            HostReport::Hit { point } => *self.hits.entry(point).or_insert(0) += 1,
+            HostReport::Crash { .. } | HostReport::End { .. } => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! What a real agent child tells the harness: one JSON object per line on its stdout, written
+//! and flushed synchronously, so that everything reported before a SIGKILL is already in the
+//! pipe when the process dies.
+
+use serde::{Deserialize, Serialize};
+
+use faultline_runtime::testing::CrashPoint;
+
+/// Longest report line the harness reads, in bytes: a record line at the store's limit plus
+/// the envelope.
+pub const REPORT_LINE_BYTES_MAX: usize = faultline_runtime::store::RECORD_LINE_BYTES_MAX + 4096;
+
+/// One report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "kebab-case")]
+pub enum HostReport {
+    /// A line for the run's trace.
+    Trace {
+        /// The line, without its time.
+        line: String,
+    },
+    /// The agent accepted a record (its encoded line).
+    Accepted {
+        /// `Record::encode`.
+        record: String,
+    },
+    /// Every record below `through` is acknowledged durable, at `at_ms` of the run's clock.
+    Durable {
+        /// First seq not yet durable.
+        through: u64,
+        /// When the acknowledgement was observed (ms since the run's origin).
+        at_ms: u64,
+    },
+    /// A fault family fired inside the host.
+    Fault {
+        /// `cancel`, `config-applied`, `config-rejected`.
+        family: String,
+    },
+    /// The message sent with a late cancel was refused.
+    ExtraRefused,
+    /// A crash point was reached.
+    Hit {
+        /// Which.
+        point: CrashPoint,
+    },
+    /// The host is about to SIGKILL itself at its planned crash.
+    Crash {
+        /// The crash point, or `None` for a crash before a disk operation.
+        point: Option<CrashPoint>,
+        /// The disk operation it stopped before (for a crash before a disk operation).
+        fs_op: Option<u64>,
+        /// Mutating disk operations it made.
+        fs_ops: u64,
+    },
+    /// The incarnation ended on its own.
+    End {
+        /// How.
+        outcome: EndOutcome,
+        /// Why it stopped, for `refused` and `stopped`.
+        error: Option<String>,
+        /// Mutating disk operations it made.
+        fs_ops: u64,
+    },
+}
+
+/// How an incarnation ended on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndOutcome {
+    /// The workload ran to its end.
+    Done,
+    /// The log was refused as corrupt (an operator must look: no restart).
+    Refused,
+    /// It could not start (ENOSPC, EIO): a supervisor restarts it.
+    Stopped,
+}
+
+/// What the harness writes on the child's stdin: the fault window is over.
+pub const HEAL_COMMAND: &str = "heal";
