@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use faultline_sim::world::real::{self, parity, FsFaultArm, HostArgs, RealOptions};
-use faultline_sim::{world, Scenario};
+use faultline_sim::Scenario;
 
 /// Arguments of the hidden `faultline real-agent-host` (one incarnation of a real run's agent;
 /// the harness starts it).
@@ -41,8 +41,8 @@ pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return bad(&e),
     };
-    let fs_fault = match armed(real::FS_FAULT_VAR).map(|v| FsFaultArm::parse(&v)).transpose() {
-        Ok(f) => f,
+    let fs_faults = match armed(real::FS_FAULT_VAR).map(|v| FsFaultArm::parse_all(&v)).transpose() {
+        Ok(f) => f.unwrap_or_default(),
         Err(e) => return bad(&e),
     };
     let host = HostArgs {
@@ -56,7 +56,7 @@ pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
         cancel_fired: args.cancel_fired,
         extra_refused: args.extra_refused,
         crash_at,
-        fs_fault,
+        fs_faults,
     };
     ExitCode::from(u8::try_from(real::agent_host(&host)).unwrap_or(1))
 }
@@ -72,52 +72,29 @@ pub fn options(keep: Option<PathBuf>) -> Result<RealOptions, String> {
     Ok(RealOptions { agent_exe, keep })
 }
 
-/// One scenario and seed for real, then the simulator's run of it, and their parity.
-pub struct Compared {
-    /// The real run.
-    pub real: real::RealRun,
-    /// Parity with the simulator's run.
-    pub parity: parity::Parity,
-}
-
-impl Compared {
-    /// Whether the real run kept every invariant and matched the simulator.
-    pub fn passed(&self) -> bool {
-        self.real.result.passed() && self.parity.equal
-    }
-}
-
-/// Runs `scenario` at `seed` for real and in the simulator, and compares them.
-pub fn compare(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<Compared, String> {
-    let real = real::run(scenario, seed, options)?;
-    let sim = world::run(scenario, seed);
-    let parity = parity::compare(&sim, &real);
-    Ok(Compared { real, parity })
-}
-
 /// `faultline run SCENARIO --seed N --real [--json] [--trace] [--keep DIR]`.
 pub fn run_one(scenario: &Scenario, seed: u64, json: bool, trace: bool, keep: Option<PathBuf>) -> ExitCode {
     if let Some(why) = &scenario.real.sim_only {
         eprintln!("faultline run --real: {} is sim-only: {why}", scenario.name);
         return ExitCode::from(1);
     }
-    let compared = match options(keep).and_then(|options| compare(scenario, seed, &options)) {
+    let (real, parity) = match options(keep).and_then(|options| real::run_and_compare(scenario, seed, &options)) {
         Ok(compared) => compared,
         Err(e) => {
             eprintln!("faultline run --real: {e}");
             return ExitCode::from(1);
         }
     };
-    let result = &compared.real.result;
+    let result = &real.result;
+    let passed = result.passed() && parity.equal;
     if json {
         let mut value = serde_json::to_value(result).expect("results serialise");
         if !trace {
             value.as_object_mut().map(|o| o.remove("trace"));
         }
-        value["real"] = serde_json::json!(true);
-        value["passed"] = serde_json::json!(compared.passed());
-        value["parity"] = serde_json::to_value(&compared.parity).expect("parity serialises");
-        value["wall_ms"] = serde_json::json!(compared.real.wall_ms);
+        value["passed"] = serde_json::json!(passed);
+        value["parity"] = serde_json::to_value(&parity).expect("parity serialises");
+        value["wall_ms"] = serde_json::json!(real.wall_ms);
         println!("{value}");
     } else {
         if trace {
@@ -128,15 +105,15 @@ pub fn run_one(scenario: &Scenario, seed: u64, json: bool, trace: bool, keep: Op
         let verdict = if result.passed() { "PASS" } else { "FAIL" };
         println!(
             "{verdict} {} seed {} for real ({} ms wall, {} ms on the run's clock, time scale {})",
-            result.scenario, result.seed, compared.real.wall_ms, result.sim_ms, scenario.real.time_scale
+            result.scenario, result.seed, real.wall_ms, result.sim_ms, scenario.real.time_scale
         );
         for v in &result.violations {
             println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
         }
-        print_parity(&compared.parity);
-        println!("  working directory: {}", compared.real.dir.display());
+        print_parity(&parity);
+        println!("  working directory: {}", real.dir.display());
     }
-    if compared.passed() {
+    if passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -120,8 +120,13 @@ pub struct SweepArgs {
     /// Print one JSON object instead of the table (what `--merge` reads).
     #[arg(long)]
     json: bool,
+    /// Run every parity-capable scenario for real (real processes, files, sockets, SIGKILL)
+    /// and hold each run to the oracle and to parity with the simulator; sim-only scenarios
+    /// are skipped with their reason.
+    #[arg(long)]
+    real: bool,
     /// Do not sweep: merge these `--json` outputs of shards into one report.
-    #[arg(long, num_args = 1.., value_name = "SHARD_JSON", conflicts_with_all = ["scenarios", "seeds", "shard", "jobs"])]
+    #[arg(long, num_args = 1.., value_name = "SHARD_JSON", conflicts_with_all = ["scenarios", "seeds", "shard", "jobs", "real"])]
     merge: Vec<PathBuf>,
 }
 
@@ -236,6 +241,9 @@ fn parse_shard(text: Option<&str>) -> Result<(u64, u64), String> {
     Ok((k, n))
 }
 
+/// Seeds of a real sweep unless `--seeds` says: seeds 0..9, the parity bar.
+const REAL_DEFAULT_SEEDS: u64 = 10;
+
 /// Runs the sweep (or merges shard reports).
 pub fn run(args: &SweepArgs) -> ExitCode {
     let bad = |e: String| {
@@ -288,8 +296,21 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
     } else {
         args.scenarios.clone()
     };
-    let scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
-    let seeds = parse_range(args.seeds.as_deref())?;
+    let mut scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
+    let real = if args.real {
+        // A real run is a few processes and real time: sweep fewer seeds unless told.
+        for s in scenarios.iter().filter(|s| s.real.sim_only.is_some()) {
+            eprintln!("skipped (sim-only) {}: {}", s.name, s.real.sim_only.as_deref().unwrap_or_default());
+        }
+        scenarios.retain(|s| s.real.sim_only.is_none());
+        Some(crate::real::options(None)?)
+    } else {
+        None
+    };
+    let seeds = match (&real, args.seeds.as_deref()) {
+        (Some(_), None) => 0..REAL_DEFAULT_SEEDS,
+        (_, text) => parse_range(text)?,
+    };
     let (shard, shards) = parse_shard(args.shard.as_deref())?;
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let plan = SweepPlan {
@@ -299,7 +320,10 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
         shards,
         jobs,
         want_junit: args.junit.is_some(),
-        full: args.scenarios.is_empty(),
+        // Coverage of every declared site is the simulator's job: a real sweep leaves out the
+        // sim-only scenarios.
+        full: args.scenarios.is_empty() && real.is_none(),
+        real,
     };
     let progress = Progress::new("runs", !args.json);
     let report = sweep(&plan, |done, total, failed| progress.update(done, total, failed));
@@ -339,10 +363,23 @@ fn sweep_html(summary: &SweepSummary) -> String {
 
 fn print_table(summary: &SweepSummary, jobs: usize) {
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{:<36} {:>5} {:>8} {:>12}", "scenario", "runs", "failures", "sim time s");
-    for (name, s) in &summary.scenarios {
-        let name = name.as_str();
-        let _ = writeln!(out, "{name:<36} {:>5} {:>8} {:>12.1}", s.runs, s.failures, s.sim_ms as f64 / 1000.0);
+    if summary.real {
+        let _ = writeln!(
+            out,
+            "{:<36} {:>5} {:>8} {:>8} {:>12}",
+            "scenario (real)", "runs", "failures", "parity", "clock s"
+        );
+        for (name, s) in &summary.scenarios {
+            let parity = format!("{}/{}", s.runs - s.parity_differences, s.runs);
+            let clock_s = s.sim_ms as f64 / 1000.0;
+            let _ = writeln!(out, "{name:<36} {:>5} {:>8} {parity:>8} {clock_s:>12.1}", s.runs, s.failures);
+        }
+    } else {
+        let _ = writeln!(out, "{:<36} {:>5} {:>8} {:>12}", "scenario", "runs", "failures", "sim time s");
+        for (name, s) in &summary.scenarios {
+            let name = name.as_str();
+            let _ = writeln!(out, "{name:<36} {:>5} {:>8} {:>12.1}", s.runs, s.failures, s.sim_ms as f64 / 1000.0);
+        }
     }
     let _ = writeln!(out, "crash points reached: {}", join(&summary.crash_point_hits));
     let _ = writeln!(out, "fault families fired (runs): {}", join(&summary.fault_families_fired));

@@ -243,6 +243,14 @@ pub enum FsErrorKind {
 }
 
 impl FsErrorKind {
+    /// The error the filesystem reports.
+    pub fn io_kind(self) -> std::io::ErrorKind {
+        match self {
+            FsErrorKind::Enospc => std::io::ErrorKind::StorageFull,
+            FsErrorKind::Eio => std::io::ErrorKind::Other,
+        }
+    }
+
     /// The family name in coverage reports.
     pub fn family(self) -> &'static str {
         match self {

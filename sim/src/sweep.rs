@@ -129,6 +129,9 @@ pub struct SweepPlan {
     /// Whether this sweep covers every built-in scenario whole (then a crash point or
     /// sometimes condition that never fired is reported).
     pub full: bool,
+    /// Run each (scenario, seed) for real and hold it to parity with the simulator
+    /// (`sweep --real`); `None` simulates.
+    pub real: Option<crate::world::real::RealOptions>,
 }
 
 /// Longest sweep worker pool.
@@ -143,6 +146,9 @@ pub struct ScenarioSummary {
     pub failures: usize,
     /// Simulated time, summed.
     pub sim_ms: u64,
+    /// Real runs whose recovered transcript differed from the simulator's (`sweep --real`).
+    #[serde(default)]
+    pub parity_differences: usize,
 }
 
 /// What a sweep found.
@@ -177,6 +183,7 @@ impl SweepReport {
         s.runs += 1;
         s.failures += usize::from(!result.passed());
         s.sim_ms += result.sim_ms;
+        s.parity_differences += usize::from(result.violations.iter().any(|v| v.invariant == "parity"));
         for (point, hits) in &result.crash_point_hits {
             *self.crash_points.entry(point.clone()).or_default() += hits;
         }
@@ -208,7 +215,8 @@ impl SweepReport {
 
 /// The command that replays one run.
 pub fn replay(result: &RunResult) -> String {
-    format!("faultline run {} --seed {}", result.scenario, result.seed)
+    let real = if result.real { " --real" } else { "" };
+    format!("faultline run {} --seed {}{real}", result.scenario, result.seed)
 }
 
 /// Runs the plan; `progress(done, total, failed)` is called after every run.
@@ -234,7 +242,10 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&(scenario, seed)) = work.get(i) else { return };
-                let result = world::run(&plan.scenarios[scenario], seed);
+                let result = match &plan.real {
+                    Some(options) => world::real::judged(&plan.scenarios[scenario], seed, options),
+                    None => world::run(&plan.scenarios[scenario], seed),
+                };
                 failed.fetch_add(usize::from(!result.passed()), Ordering::SeqCst);
                 report.lock().unwrap_or_else(|p| p.into_inner()).add(result, plan.want_junit);
                 progress(finished.fetch_add(1, Ordering::SeqCst) + 1, total, failed.load(Ordering::SeqCst));
@@ -321,6 +332,9 @@ pub struct SweepSummary {
     /// One line per run, when the sweep kept them (for a per-run JUnit report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cases: Option<Vec<Case>>,
+    /// Run for real and held to parity with the simulator (`sweep --real`).
+    #[serde(default)]
+    pub real: bool,
 }
 
 impl SweepSummary {
@@ -362,6 +376,7 @@ impl SweepSummary {
             shards_covered: vec![plan.shard],
             shards_total: plan.shards,
             cases: plan.want_junit.then(|| report.junit.clone()),
+            real: plan.real.is_some(),
         }
     }
 
@@ -394,6 +409,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         full: first.full,
         shards_total: first.shards_total,
         cases: Some(Vec::new()),
+        real: first.real,
         ..SweepSummary::default()
     };
     let mut covered = BTreeSet::new();
@@ -404,6 +420,9 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         }
         if let Some(k) = shard.shards_covered.iter().find(|k| **k == 0 || **k > shard.shards_total) {
             return Err(format!("{which} claims shard {k} of {}", shard.shards_total));
+        }
+        if shard.real != first.real {
+            return Err(format!("{which} differs from report 1 in whether it ran for real"));
         }
         if shard.full != first.full {
             return Err(format!("{which} differs from report 1 in whether it swept every built-in scenario"));
@@ -429,6 +448,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
             total.runs += s.runs;
             total.failures += s.failures;
             total.sim_ms += s.sim_ms;
+            total.parity_differences += s.parity_differences;
         }
         let add = |into: &mut BTreeMap<String, u32>, from: &BTreeMap<String, u32>| {
             for (k, v) in from {

@@ -29,7 +29,7 @@ pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
-use crate::scenario::{FsErrorKind, RotTarget, Scenario};
+use crate::scenario::{RotTarget, Scenario};
 use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
@@ -48,6 +48,9 @@ pub struct RunResult {
     pub scenario: String,
     /// Seed.
     pub seed: u64,
+    /// Run for real (`--real`: real processes, files, sockets, SIGKILL), not simulated.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub real: bool,
     /// Broken invariants (empty: the run passed).
     pub violations: Vec<Violation>,
     /// Every traced line: records, faults, restarts, receipts, with simulated times.
@@ -174,11 +177,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let first_life_fs = FsFaults::new();
     if let Some(fs) = &plan.faults.fs {
         if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
-            let kind = match kind {
-                FsErrorKind::Enospc => std::io::ErrorKind::StorageFull,
-                FsErrorKind::Eio => std::io::ErrorKind::Other,
-            };
-            first_life_fs.fail(op, kind);
+            first_life_fs.fail(op, kind.io_kind());
         }
         if let Some(op) = fs.crash_before_op {
             first_life_fs.crash_before(op);
@@ -376,6 +375,7 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     RunResult {
         scenario: scenario.name.clone(),
         seed,
+        real: false,
         violations,
         trace_hash: fnv1a(&world.trace),
         trace: world.trace,

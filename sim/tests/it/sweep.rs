@@ -53,3 +53,12 @@ fn coverage_of_merged_shards_is_judged_on_their_union() {
     out_of_range.shards_covered = vec![3];
     assert!(merge(&[out_of_range]).unwrap_err().contains("claims shard 3 of 2"));
 }
+
+/// A real sweep's shard and a simulated one are different sweeps: merging them is refused.
+#[test]
+fn a_real_shard_does_not_merge_with_a_simulated_one() {
+    let simulated = shard(1, &[], &[]);
+    let real = SweepSummary { real: true, ..shard(2, &[], &[]) };
+    let refused = merge(&[simulated, real]).unwrap_err();
+    assert!(refused.contains("ran for real"), "{refused}");
+}

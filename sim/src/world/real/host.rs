@@ -27,8 +27,8 @@ use crate::{FaultFs, FsFaults};
 /// The variable that arms this incarnation's crash point: `POINT:HIT` (the hit counted within
 /// this incarnation), e.g. `after-side-effect:1`.
 pub const CRASH_AT_VAR: &str = "FAULTLINE_REAL_CRASH_AT";
-/// The variable that arms the first incarnation's disk fault: `crash-before-op:N`,
-/// `fail-op:N:eio` or `fail-op:N:enospc`.
+/// The variable that arms the first incarnation's disk faults, comma-separated:
+/// `crash-before-op:N`, `fail-op:N:eio`, `fail-op:N:enospc`.
 pub const FS_FAULT_VAR: &str = "FAULTLINE_REAL_FS_FAULT";
 
 /// A disk fault of the first incarnation, through the `Fs` seam over real files.
@@ -41,16 +41,21 @@ pub enum FsFaultArm {
 }
 
 impl FsFaultArm {
-    /// The variable's text.
-    pub fn to_env(self) -> String {
-        match self {
+    /// The variable's text of `faults`.
+    pub fn to_env(faults: &[FsFaultArm]) -> String {
+        let one = |fault: &FsFaultArm| match *fault {
             FsFaultArm::CrashBeforeOp(op) => format!("crash-before-op:{op}"),
             FsFaultArm::FailOp(op, kind) => format!("fail-op:{op}:{}", kind.family()),
-        }
+        };
+        faults.iter().map(one).collect::<Vec<_>>().join(",")
     }
 
     /// Parses the variable's text.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse_all(text: &str) -> Result<Vec<Self>, String> {
+        text.split(',').map(Self::parse).collect()
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
         let parts: Vec<&str> = text.split(':').collect();
         let op = |s: &str| s.parse::<u64>().map_err(|e| format!("{FS_FAULT_VAR}={text}: {e}"));
         match parts.as_slice() {
@@ -95,7 +100,7 @@ pub struct HostArgs {
     /// From [`CRASH_AT_VAR`].
     pub crash_at: Option<(CrashPoint, u32)>,
     /// From [`FS_FAULT_VAR`].
-    pub fs_fault: Option<FsFaultArm>,
+    pub fs_faults: Vec<FsFaultArm>,
 }
 
 /// Reports down stdout, one flushed line each.
@@ -192,18 +197,15 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     let report = Arc::new(PipeReport { clock: clock.clone() });
 
     let faults = FsFaults::new();
-    match args.fs_fault {
-        Some(FsFaultArm::CrashBeforeOp(op)) => {
-            faults.crash_before(op);
+    for fault in &args.fs_faults {
+        match *fault {
+            FsFaultArm::CrashBeforeOp(op) => {
+                faults.crash_before(op);
+            }
+            FsFaultArm::FailOp(op, kind) => {
+                faults.fail(op, kind.io_kind());
+            }
         }
-        Some(FsFaultArm::FailOp(op, kind)) => {
-            let kind = match kind {
-                FsErrorKind::Enospc => std::io::ErrorKind::StorageFull,
-                FsErrorKind::Eio => std::io::ErrorKind::Other,
-            };
-            faults.fail(op, kind);
-        }
-        None => {}
     }
     {
         let report = report.clone();
@@ -224,7 +226,11 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         clock,
         net: Arc::new(faultline_runtime::production::TokioNet),
         fs: Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone())),
-        process: Arc::new(faultline_runtime::production::OsProcess::new(entropy.as_ref())),
+        // Its instance id must differ from every other process's: OS entropy, not the seed's
+        // stream (whose draws are the agent's jitter and temp-file names, as in the simulator).
+        process: Arc::new(faultline_runtime::production::OsProcess::new(
+            &faultline_runtime::production::OsEntropy::new(),
+        )),
         entropy,
         probe: probe.clone(),
         secrets: Default::default(),

@@ -26,6 +26,7 @@ mod partition;
 pub mod protocol;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -46,6 +47,8 @@ use super::{conclude, gateway, life, rot_while_down, seeded, Concluded, Receipts
 use crate::model_server::ModelServer;
 use crate::scenario::Scenario;
 
+/// The signal a planned crash kills the agent with.
+const SIGKILL: i32 = nix::sys::signal::Signal::SIGKILL as i32;
 /// How often the harness looks at the run's clock (partitions, the heal, the budget), real ms.
 const TICK_REAL_MS: u64 = 1;
 /// Simulated ms between a failed start and its restart (as the simulator's supervisor).
@@ -106,6 +109,52 @@ pub fn run(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<Real
     let run = runtime.block_on(Harness::new(scenario, seed, options, &dir, scenario_file).run())?;
     let wall_ms = (monotonic_ns() - started) / 1_000_000;
     Ok(RealRun { wall_ms, ..run })
+}
+
+/// A real run of `scenario` at `seed`, the simulator's run of the same seed, and their parity.
+pub fn run_and_compare(
+    scenario: &Scenario,
+    seed: u64,
+    options: &RealOptions,
+) -> Result<(RealRun, parity::Parity), String> {
+    let real = run(scenario, seed, options)?;
+    let sim = super::run(scenario, seed);
+    let parity = parity::compare(&sim, &real);
+    Ok((real, parity))
+}
+
+/// The real run's result as a sweep counts it: a parity difference is a violation
+/// (`parity`), and so is a harness that could not run it at all (`real-run`).
+pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResult {
+    match run_and_compare(scenario, seed, options) {
+        Ok((real, parity)) => {
+            let mut result = real.result;
+            if let Some(violation) = parity.violation(result.sim_ms) {
+                result.violations.push(violation);
+            }
+            result
+        }
+        Err(e) => RunResult {
+            scenario: scenario.name.clone(),
+            seed,
+            real: true,
+            violations: vec![super::Violation { invariant: "real-run", detail: e, at_ms: 0 }],
+            trace: Vec::new(),
+            trace_hash: String::new(),
+            transcript: Vec::new(),
+            refused: None,
+            receipts: Vec::new(),
+            model_requests: 0,
+            crash_point_hits: BTreeMap::new(),
+            faults_fired: std::collections::BTreeSet::new(),
+            sometimes: std::collections::BTreeSet::new(),
+            sim_ms: 0,
+            fs_ops: 0,
+            gateway_requests: 0,
+            model_exchanges: Vec::new(),
+            durable_batches: Vec::new(),
+        },
+    }
 }
 
 /// How one child ended.
@@ -280,7 +329,13 @@ impl<'a> Harness<'a> {
             fs_ops,
             end_ms,
         });
-        Ok(RealRun { result, model_addr, gateway_addr, dir: self.dir.clone(), wall_ms: 0 })
+        Ok(RealRun {
+            result: RunResult { real: true, ..result },
+            model_addr,
+            gateway_addr,
+            dir: self.dir.clone(),
+            wall_ms: 0,
+        })
     }
 
     /// The recovered transcript, read back from the real disk by the harness itself.
@@ -339,6 +394,8 @@ impl<'a> Harness<'a> {
     /// One incarnation: spawn the child armed with what is left of the plan, follow its
     /// reports until it ends, dies or runs out of time.
     async fn life(&mut self, life: u64, model_addr: &str, gateway_addr: &str) -> Result<(LifeEnd, u64), String> {
+        // Partitions that are on from the start are on before the child can connect.
+        self.tick(None).await;
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .arg("real-agent-host")
@@ -369,13 +426,15 @@ impl<'a> Harness<'a> {
                 }
             }
             if let (1, Some(fs)) = (life, &self.plan.faults.fs) {
-                let arm = match (fs.crash_before_op, fs.fail_op, fs.fail_kind) {
-                    (Some(op), _, _) => Some(FsFaultArm::CrashBeforeOp(op)),
-                    (None, Some(op), Some(kind)) => Some(FsFaultArm::FailOp(op, kind)),
-                    _ => None,
-                };
-                if let Some(arm) = arm {
-                    command.env(FS_FAULT_VAR, arm.to_env());
+                let mut arms = Vec::new();
+                if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
+                    arms.push(FsFaultArm::FailOp(op, kind));
+                }
+                if let Some(op) = fs.crash_before_op {
+                    arms.push(FsFaultArm::CrashBeforeOp(op));
+                }
+                if !arms.is_empty() {
+                    command.env(FS_FAULT_VAR, FsFaultArm::to_env(&arms));
                 }
             }
         }
@@ -422,7 +481,15 @@ impl<'a> Harness<'a> {
             self.tick(Some(&mut stdin)).await;
         }
         let status = child.wait().await.map_err(|e| format!("agent#{life}: {e}"))?;
-        Ok((end.unwrap_or_else(|| LifeEnd::Died(status.to_string())), fs_ops))
+        let end = match end {
+            // A planned crash is a real SIGKILL, and the OS says so.
+            Some(LifeEnd::Crashed(..)) if status.signal() != Some(SIGKILL) => {
+                LifeEnd::Died(format!("it reported a planned crash but exited with {status}, not by SIGKILL"))
+            }
+            Some(end) => end,
+            None => LifeEnd::Died(status.to_string()),
+        };
+        Ok((end, fs_ops))
     }
 
     fn on_report(&mut self, life: u64, report: HostReport) -> Result<(), String> {

@@ -40,6 +40,25 @@ pub struct Parity {
     pub first_difference: Option<Difference>,
 }
 
+impl Parity {
+    /// The difference as an oracle violation (`parity`), if there is one.
+    pub fn violation(&self, at_ms: u64) -> Option<crate::world::Violation> {
+        if self.equal {
+            return None;
+        }
+        let detail = match &self.first_difference {
+            Some(d) => format!(
+                "record {} differs from the simulator's: sim {} / real {}",
+                d.index,
+                d.sim.as_deref().unwrap_or("(none)"),
+                d.real.as_deref().unwrap_or("(none)")
+            ),
+            None => format!("refused as corrupt (sim, real) = {:?}", self.refused),
+        };
+        Some(crate::world::Violation { invariant: "parity", detail, at_ms })
+    }
+}
+
 /// What the real run's text says that the simulator says differently: `(real, sim)`.
 fn renames(real: &RealRun) -> Vec<(String, String)> {
     let data = real.dir.join("data").display().to_string();
