@@ -31,11 +31,17 @@ pub struct AgentHostArgs {
     cancel_fired: bool,
     #[arg(long)]
     extra_refused: bool,
+    /// Plant these bugs in this incarnation (a `planted-bugs` build).
+    #[arg(long)]
+    bug: Vec<String>,
 }
 
 /// `faultline real-agent-host`. The crash arming comes from the environment, which only this
 /// binary reads: the library never arms a crash by default.
 pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
+    if let Err(e) = faultline_sim::sweep::plant(&args.bug) {
+        return bad(&e);
+    }
     let armed = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
     let crash_at = match armed(real::CRASH_AT_VAR).map(|v| real::parse_crash_at(&v)).transpose() {
         Ok(c) => c,
@@ -66,19 +72,26 @@ fn bad(e: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// The `faultline` binary itself: the harness starts its agents from it.
-pub fn options(keep: Option<PathBuf>) -> Result<RealOptions, String> {
+/// The `faultline` binary itself: the harness starts its agents from it, planting `bugs`.
+pub fn options(keep: Option<PathBuf>, bugs: &[String]) -> Result<RealOptions, String> {
     let agent_exe = std::env::current_exe().map_err(|e| format!("finding the faultline binary: {e}"))?;
-    Ok(RealOptions { agent_exe, keep })
+    Ok(RealOptions { agent_exe, keep, bugs: bugs.to_vec() })
 }
 
 /// `faultline run SCENARIO --seed N --real [--json] [--trace] [--keep DIR]`.
-pub fn run_one(scenario: &Scenario, seed: u64, json: bool, trace: bool, keep: Option<PathBuf>) -> ExitCode {
+pub fn run_one(
+    scenario: &Scenario,
+    seed: u64,
+    json: bool,
+    trace: bool,
+    keep: Option<PathBuf>,
+    bugs: &[String],
+) -> ExitCode {
     if let Some(why) = &scenario.real.sim_only {
         eprintln!("faultline run --real: {} is sim-only: {why}", scenario.name);
         return ExitCode::from(1);
     }
-    let (real, parity) = match options(keep).and_then(|options| real::run_and_compare(scenario, seed, &options)) {
+    let (real, parity) = match options(keep, bugs).and_then(|options| real::run_and_compare(scenario, seed, &options)) {
         Ok(compared) => compared,
         Err(e) => {
             eprintln!("faultline run --real: {e}");

@@ -157,7 +157,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         }
     };
     if args.real {
-        return crate::real::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone());
+        return crate::real::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone(), &args.bug);
     }
     let result = world::run(&scenario, args.seed);
     if let Some(path) = &args.html {
@@ -303,7 +303,7 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
             eprintln!("skipped (sim-only) {}: {}", s.name, s.real.sim_only.as_deref().unwrap_or_default());
         }
         scenarios.retain(|s| s.real.sim_only.is_none());
-        Some(crate::real::options(None)?)
+        Some(crate::real::options(None, &[])?)
     } else {
         None
     };

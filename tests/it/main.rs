@@ -6,5 +6,6 @@ mod cli;
 mod hostile;
 mod llm;
 mod outbox;
+mod real;
 mod sigkill;
 mod transcript;

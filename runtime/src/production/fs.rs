@@ -16,10 +16,19 @@ pub struct RealFs;
 #[derive(Debug)]
 struct RealFile {
     file: fs::File,
+    /// Only with the planted bug `userspace-buffer-on-sync`: the last write, still in this
+    /// process's memory (a buffered writer flushed on the next write or on drop, never by
+    /// `sync`). Always empty otherwise.
+    held: Vec<u8>,
 }
 
 impl FsFile for RealFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if crate::testing::bugs::planted("userspace-buffer-on-sync") {
+            self.file.write_all(&std::mem::take(&mut self.held))?;
+            self.held = buf.to_vec();
+            return Ok(());
+        }
         self.file.write_all(buf)
     }
 
@@ -46,6 +55,16 @@ impl FsFile for RealFile {
     }
 }
 
+impl Drop for RealFile {
+    fn drop(&mut self) {
+        // The planted buffer reaches the kernel when the file is closed, as a buffered
+        // writer's does; a SIGKILL never closes it.
+        if !self.held.is_empty() {
+            let _ = self.file.write_all(&self.held);
+        }
+    }
+}
+
 impl Fs for RealFs {
     fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Box<dyn FsFile>> {
         let mut std_options = fs::OpenOptions::new();
@@ -58,7 +77,7 @@ impl Fs for RealFs {
         if let Some(mode) = options.mode {
             std_options.mode(mode);
         }
-        Ok(Box::new(RealFile { file: std_options.open(path)? }))
+        Ok(Box::new(RealFile { file: std_options.open(path)?, held: Vec::new() }))
     }
 
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {

@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 14] = [
+pub const CATALOG: [(&str, &str); 15] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -22,7 +22,16 @@ pub const CATALOG: [(&str, &str); 14] = [
     ("any-damage-is-torn", "the seed's torn rule: any damaged line without a later turn/end is a torn tail"),
     ("holes-are-corrupt", "a hole of zero bytes in the last write unit is called corrupt, not torn"),
     ("no-answer-limit", "an answer above the answer limit is stored instead of ending its attempt"),
+    (
+        "userspace-buffer-on-sync",
+        "the production filesystem's sync fsyncs the file but leaves the last write in a userspace buffer",
+    ),
 ];
+
+/// The bugs planted below the seams the simulator replaces (in `production`, the real
+/// filesystem): the simulator cannot see them by construction, only a real run can
+/// (`faultline run --real`, `cli/tests/real_bugs.rs`).
+pub const REAL_ONLY: [&str; 1] = ["userspace-buffer-on-sync"];
 
 #[cfg(feature = "planted-bugs")]
 thread_local! {

@@ -62,6 +62,8 @@ pub struct RealOptions {
     /// Keep the working directory here (session files, journal, each child's stderr);
     /// otherwise a temporary directory is removed at the end.
     pub keep: Option<PathBuf>,
+    /// Planted bugs each agent child plants (`--bug`; a build with `planted-bugs` only).
+    pub bugs: Vec<String>,
 }
 
 /// A real run: its result (judged by the oracle) and what parity needs to normalise it.
@@ -174,6 +176,7 @@ struct Harness<'a> {
     plan: seeded::Plan,
     seed: u64,
     exe: PathBuf,
+    bugs: Vec<String>,
     dir: PathBuf,
     scenario_file: PathBuf,
     clock: Arc<ScaledClock>,
@@ -198,6 +201,7 @@ impl<'a> Harness<'a> {
             scenario,
             seed,
             exe: options.agent_exe.clone(),
+            bugs: options.bugs.clone(),
             dir: dir.to_path_buf(),
             scenario_file,
             clock,
@@ -411,6 +415,9 @@ impl<'a> Harness<'a> {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        for bug in &self.bugs {
+            command.args(["--bug", bug]);
+        }
         if self.world.faults_fired.contains("cancel") {
             command.arg("--cancel-fired");
         }
