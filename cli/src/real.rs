@@ -26,8 +26,6 @@ pub struct AgentHostArgs {
     #[arg(long)]
     gateway: String,
     #[arg(long)]
-    origin_ns: u64,
-    #[arg(long)]
     cancel_fired: bool,
     #[arg(long)]
     extra_refused: bool,
@@ -58,7 +56,6 @@ pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
         dir: args.dir.clone(),
         model_url: args.model_url.clone(),
         gateway: args.gateway.clone(),
-        origin_ns: args.origin_ns,
         cancel_fired: args.cancel_fired,
         extra_refused: args.extra_refused,
         crash_at,

@@ -58,6 +58,83 @@ fn figure(name: &str, value: f64, unit: &str, baseline: Option<f64>, target: Opt
     }
 }
 
+/// A figure held to an absolute floor on its value (not to a ratio).
+fn figure_at_least(name: &str, value: f64, unit: &str, baseline: Option<f64>, (target, min): (&str, f64)) -> Figure {
+    Figure {
+        target: Some(target.to_owned()),
+        meets_target: Some(value >= min),
+        ..figure(name, value, unit, baseline, None)
+    }
+}
+
+/// Recovery on the turn mix (`mix.rs`), as `transcript inspect` does it (read, scan, decode,
+/// validate, closers): against the fastest honest way to read the same events, a typed
+/// decode of each line of the same bytes into a `Record` (no scan rule, no validation), and
+/// held to 2 M events/s.
+fn recovery_mix(dir: &Path, turns: usize) -> Vec<Figure> {
+    let records = super::mix::records(turns);
+    let mut out = Vec::new();
+    for (label, format) in [("jsonl", Format::Jsonl), ("zstd", Format::Zstd)] {
+        let seams = production::seams();
+        let root = dir.join(format!("recovery-mix-{label}"));
+        let store = FileStore::new(seams.clone(), &root, format);
+        let id = SessionId::new("mix").expect("id");
+        let mut log = store.create(&id, 1).expect("create");
+        for chunk in records.chunks(256) {
+            log.append(chunk).expect("append");
+        }
+        log.close().expect("close");
+        let path = store.session_path(&id);
+        let size = std::fs::metadata(&path).expect("size").len() as f64;
+        let typed = || {
+            let start = Instant::now();
+            let bytes = std::fs::read(&path).expect("read");
+            let text = match format {
+                Format::Jsonl => bytes,
+                Format::Zstd => zstd_decode_all(&bytes),
+            };
+            let mut n = 0usize;
+            for line in text.split(|&b| b == b'\n').skip(1).filter(|l| !l.is_empty()) {
+                let _: Record = Record::decode(std::str::from_utf8(line).expect("utf-8")).expect("record");
+                n += 1;
+            }
+            assert_eq!(n, records.len());
+            n as f64 / start.elapsed().as_secs_f64()
+        };
+        let inspect = || {
+            let start = Instant::now();
+            let inspection = store.inspect(&id).expect("inspect");
+            let elapsed = start.elapsed().as_secs_f64();
+            assert_eq!(inspection.records.len(), records.len());
+            records.len() as f64 / elapsed
+        };
+        let (mut base, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..RECOVERY_ROUNDS {
+            base.push(typed());
+            ours.push(inspect());
+        }
+        let (base, ours) = (median(base), median(ours));
+        out.push(figure_at_least(
+            &format!("recovery mix {label}: inspect {} events", records.len()),
+            ours,
+            "events/s",
+            Some(base),
+            ("≥ 2 M events/s", 2e6),
+        ));
+        out.push(figure(
+            &format!("  recovery mix {label}: bytes"),
+            size * ours / records.len() as f64 / 1e6,
+            "MB/s",
+            None,
+            None,
+        ));
+    }
+    out
+}
+
+/// Interleaved rounds of each recovery figure (the median is reported).
+const RECOVERY_ROUNDS: usize = 5;
+
 fn percentile(samples: &mut [f64], p: f64) -> f64 {
     if samples.is_empty() {
         return 0.0;
@@ -627,30 +704,46 @@ pub fn bare_turmoil(seed: u64, work: BareWork) {
     sim.run().expect("bare sim");
 }
 
+/// The groups of figures, in the order they run (`faultline bench --only GROUP`).
+pub const GROUPS: [&str; 5] = ["append", "write-behind", "recovery", "adapter", "simulator"];
+
 /// Runs every figure (`quick`: smaller sizes, same shapes).
 pub fn run_all(quick: bool) -> BenchReport {
-    run_all_with(quick, |_| {})
+    run_all_with(quick, None, |_| {})
 }
 
-/// [`run_all`], calling `phase(name)` as each group of figures starts.
-pub fn run_all_with(quick: bool, phase: impl Fn(&str)) -> BenchReport {
+/// [`run_all`], only the group `only` if given, calling `phase(name)` as each group starts.
+pub fn run_all_with(quick: bool, only: Option<&str>, phase: impl Fn(&str)) -> BenchReport {
     let dir = tempfile_dir();
-    phase("fsync latency, durable append");
+    let wanted = |group: &str| only.is_none_or(|o| o == group);
+    phase("fsync latency");
     let fsync_ms_p50 = fsync_latency(&dir);
     let mut figures = Vec::new();
     let scale = if quick { 1 } else { 4 };
-    for (batch, batches) in [(1, 200 * scale), (16, 100 * scale), (256, 20 * scale)] {
-        figures.extend(durable_append(&dir, batch, batches));
+    if wanted("append") {
+        phase("durable append");
+        for (batch, batches) in [(1, 200 * scale), (16, 100 * scale), (256, 20 * scale)] {
+            figures.extend(durable_append(&dir, batch, batches));
+        }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    phase("write-behind");
-    figures.extend(runtime.block_on(write_behind(&dir, 20_000 * scale)));
-    phase("recovery");
-    figures.extend(recovery(&dir, if quick { 100_000 } else { 200_000 }));
-    phase("adapter");
-    figures.extend(runtime.block_on(adapter(20_000 * scale)));
-    phase("simulator");
-    figures.extend(simulator(if quick { 8 } else { 40 }));
+    if wanted("write-behind") {
+        phase("write-behind");
+        figures.extend(runtime.block_on(write_behind(&dir, 20_000 * scale)));
+    }
+    if wanted("recovery") {
+        phase("recovery");
+        figures.extend(recovery(&dir, if quick { 100_000 } else { 200_000 }));
+        figures.extend(recovery_mix(&dir, 100_000 / super::mix::EVENTS_PER_TURN));
+    }
+    if wanted("adapter") {
+        phase("adapter");
+        figures.extend(runtime.block_on(adapter(20_000 * scale)));
+    }
+    if wanted("simulator") {
+        phase("simulator");
+        figures.extend(simulator(if quick { 8 } else { 40 }));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     BenchReport { cores: std::thread::available_parallelism().map_or(1, |n| n.get()), fsync_ms_p50, figures }
 }

@@ -4,5 +4,6 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // measures wall time on real files
 
 mod figures;
+pub mod mix;
 
-pub use figures::{run_all, run_all_with, BenchReport, Figure};
+pub use figures::{run_all, run_all_with, BenchReport, Figure, GROUPS};

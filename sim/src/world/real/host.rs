@@ -18,7 +18,7 @@ use faultline_runtime::testing::{CrashPoint, Probe};
 use faultline_runtime::{Clock, Seams};
 
 use super::clock::ScaledClock;
-use super::protocol::{EndOutcome, HostReport, HEAL_COMMAND};
+use super::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND};
 use crate::scenario::{FsErrorKind, Scenario};
 use crate::world::life::{self, Earlier, LifeReport, LifeSetup};
 use crate::world::{resolve_route, seeded};
@@ -91,8 +91,6 @@ pub struct HostArgs {
     pub model_url: String,
     /// The gateway's `host:port`.
     pub gateway: String,
-    /// The run's clock origin (`CLOCK_MONOTONIC` ns).
-    pub origin_ns: u64,
     /// What earlier incarnations left.
     pub cancel_fired: bool,
     /// ... see [`Earlier`].
@@ -110,6 +108,10 @@ struct PipeReport {
 
 impl PipeReport {
     fn send(&self, report: &HostReport) {
+        Self::send_line(report);
+    }
+
+    fn send_line(report: &HostReport) {
         let mut line = serde_json::to_string(report).expect("reports serialise");
         line.push('\n');
         let mut out = std::io::stdout().lock();
@@ -155,7 +157,8 @@ fn kill_self() -> ! {
 /// The crash-point probe of a real incarnation: counts hits, reports each, and at the armed
 /// hit reports the crash and kills the process.
 struct KillProbe {
-    armed: Mutex<Option<(CrashPoint, u32)>>,
+    /// The armed crash (cleared by the heal).
+    armed: Arc<Mutex<Option<(CrashPoint, u32)>>>,
     hits: Mutex<BTreeMap<CrashPoint, u32>>,
     report: Arc<PipeReport>,
     /// The incarnation's disk (its operation count goes into the crash report).
@@ -180,7 +183,9 @@ impl Probe for KillProbe {
 }
 
 /// Runs one incarnation; returns the process's exit status (0 done, 3 refused, 4 could not
-/// start, 1 bad orders).
+/// start, 1 bad orders). It sets itself up, says it is ready, and starts its workload only
+/// when the harness says `go` with the run's clock origin: the cost of starting a process
+/// never shifts the plan's timing.
 pub fn agent_host(args: &HostArgs) -> i32 {
     let scenario = match std::fs::read_to_string(&args.scenario_file)
         .map_err(|e| format!("{}: {e}", args.scenario_file.display()))
@@ -193,9 +198,13 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         }
     };
     let plan = seeded::resolve(&scenario, args.seed);
-    let clock = Arc::new(ScaledClock::new(args.origin_ns, scenario.real.time_scale));
-    let report = Arc::new(PipeReport { clock: clock.clone() });
-
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "real-agent-host: {e}");
+            return 1;
+        }
+    };
     let faults = FsFaults::new();
     for fault in &args.fs_faults {
         match *fault {
@@ -207,6 +216,37 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             }
         }
     }
+    let armed = Arc::new(Mutex::new(args.crash_at));
+    // The harness's words on stdin: `go ORIGIN` starts the workload on the run's clock,
+    // `heal` ends the fault window (nothing armed fires after it). A plain thread, detached:
+    // a blocking read of stdin cannot be cancelled and must not hold the process up once the
+    // workload is done.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<u64>();
+    let (heal_armed, heal_faults) = (armed.clone(), faults.clone());
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { return };
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
+                (Some(GO_COMMAND), Some(origin)) => {
+                    let _ = go_tx.send(origin);
+                }
+                (Some(HEAL_COMMAND), _) => {
+                    *heal_armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    heal_faults.heal();
+                }
+                _ => {}
+            }
+        }
+    });
+    PipeReport::send_line(&HostReport::Ready);
+    let Ok(origin_ns) = go_rx.recv() else {
+        // The harness went away before the start: there is nothing to run.
+        return 1;
+    };
+    let clock = Arc::new(ScaledClock::new(origin_ns, scenario.real.time_scale));
+    let report = Arc::new(PipeReport { clock: clock.clone() });
     {
         let report = report.clone();
         // The operation that was refused is not counted: `op` is the count so far.
@@ -215,12 +255,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             kill_self();
         }));
     }
-    let probe = Arc::new(KillProbe {
-        armed: Mutex::new(args.crash_at),
-        hits: Mutex::default(),
-        report: report.clone(),
-        faults: faults.clone(),
-    });
+    let probe = Arc::new(KillProbe { armed, hits: Mutex::default(), report: report.clone(), faults: faults.clone() });
     let entropy = Arc::new(crate::Seed::new(args.seed).host("agent", args.life));
     let seams = Seams {
         clock,
@@ -232,34 +267,10 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             &faultline_runtime::production::OsEntropy::new(),
         )),
         entropy,
-        probe: probe.clone(),
+        probe,
         secrets: Default::default(),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "real-agent-host: {e}");
-            return 1;
-        }
-    };
     let data = args.dir.join("data");
-    // The harness says when the fault window is over: nothing armed fires after that. A
-    // plain thread, detached: a blocking read of stdin cannot be cancelled, and must not hold
-    // the process up once the workload is done.
-    let (heal_probe, heal_faults) = (probe.clone(), faults.clone());
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::stdin().lock().lines() {
-            match line {
-                Ok(line) if line.trim() == HEAL_COMMAND => {
-                    *heal_probe.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    heal_faults.heal();
-                }
-                Ok(_) => {}
-                Err(_) => return,
-            }
-        }
-    });
     let outcome = runtime.block_on(async {
         let setup = LifeSetup {
             plan: &plan,

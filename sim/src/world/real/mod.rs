@@ -26,6 +26,7 @@ mod partition;
 pub mod protocol;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -42,7 +43,7 @@ pub use clock::{monotonic_ns, ScaledClock};
 pub use host::{agent_host, parse_crash_at, FsFaultArm, HostArgs, CRASH_AT_VAR, FS_FAULT_VAR};
 pub use partition::{PartitionNet, PartitionSwitch};
 
-use self::protocol::{EndOutcome, HostReport, HEAL_COMMAND, REPORT_LINE_BYTES_MAX};
+use self::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND, REPORT_LINE_BYTES_MAX};
 use super::{conclude, gateway, life, rot_while_down, seeded, Concluded, Receipts, RunResult, World, SESSION};
 use crate::model_server::ModelServer;
 use crate::scenario::Scenario;
@@ -159,6 +160,16 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
     }
 }
 
+/// One incarnation's process: its stdin (the go and the heal) and its report lines.
+struct Child {
+    process: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+/// How long a child may take to set itself up, in real ms (a loaded machine is slow to exec).
+const READY_REAL_MS_MAX: u64 = 30_000;
+
 /// How one child ended.
 enum LifeEnd {
     /// It reported the end of the workload, a refusal or a failed start.
@@ -238,22 +249,27 @@ impl<'a> Harness<'a> {
         if let Some(swarm) = &self.plan.swarm {
             self.world.trace.push(format!("{:>7} {swarm}", 0));
         }
-        let clock: Arc<dyn Clock> = self.clock.clone();
-        let model_net: Arc<dyn Net> = Arc::new(PartitionNet::new(self.model_switch.clone()));
-        let model = ModelServer::start(model_net, clock.clone(), "127.0.0.1:0", self.plan.script.clone(), None)
-            .await
-            .map_err(|e| format!("the model server: {e}"))?;
-        let receipts: Receipts = Arc::default();
-        let gateway_listener = PartitionNet::new(self.gateway_switch.clone())
-            .bind("127.0.0.1:0")
-            .await
-            .map_err(|e| format!("the gateway: {e}"))?;
-        let gateway_addr = gateway_listener.local_addr().map_err(|e| format!("the gateway: {e}"))?.to_string();
-        tokio::spawn(gateway::serve_on(gateway_listener, clock, receipts.clone(), self.plan.faults.gateway_echo));
-        let model_addr = model.addr().to_string();
+        // The ports first: each incarnation is told them at start, before anything serves.
+        let (model_net, model_addr) =
+            PartitionNet::prebound(self.model_switch.clone()).map_err(|e| format!("the model server: {e}"))?;
+        let (gateway_net, gateway_addr) =
+            PartitionNet::prebound(self.gateway_switch.clone()).map_err(|e| format!("the gateway: {e}"))?;
+        let mut servers: Option<(ModelServer, Receipts)> = None;
+        // When the next incarnation starts, on the run's clock (a restart's planned delay).
+        let mut start_at = 0;
         let mut fs_ops = 0;
         loop {
             let life = self.world.begin_life();
+            let mut child = self.spawn(life, &model_addr, &gateway_addr)?;
+            self.ready(life, &mut child).await?;
+            if servers.is_none() {
+                // The run's clock starts now that the first incarnation is up: the servers and
+                // its workload begin together at 0, as in the simulator, whatever the cost of
+                // starting a process (the same handshake keeps every restart on time).
+                self.clock = Arc::new(ScaledClock::new(monotonic_ns(), self.scenario.real.time_scale));
+                servers = Some(self.serve(model_net.clone(), gateway_net.clone()).await?);
+            }
+            self.pause_until(start_at, None).await;
             self.trace(format!("agent#{life} starts"));
             if life > 1 {
                 let (session, journal) = (self.session_file(), self.journal_file());
@@ -269,9 +285,9 @@ impl<'a> Harness<'a> {
                     self.trace(line);
                 }
             }
-            let (end, ops) = self.life(life, &model_addr, &gateway_addr).await?;
+            let (end, ops) = self.follow(life, child).await?;
             fs_ops += ops;
-            match end {
+            let delay = match end {
                 LifeEnd::Ended(EndOutcome::Done, _) => {
                     self.world.transcript = Some(self.read_back()?);
                     break;
@@ -286,7 +302,7 @@ impl<'a> Harness<'a> {
                     self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
                     self.trace("restart after a failed start (SIGKILL)".into());
                     self.world.faults_fired.insert("supervisor-restart".into());
-                    self.pause(SUPERVISOR_RESTART_MS).await;
+                    SUPERVISOR_RESTART_MS
                 }
                 LifeEnd::Crashed(point, fs_op) => {
                     let what = match (point, fs_op) {
@@ -296,13 +312,12 @@ impl<'a> Harness<'a> {
                     self.trace(format!("{what} (SIGKILL)"));
                     self.world.faults_fired.insert("crash-point".into());
                     self.world.crashes_fired += 1;
-                    let delay = if point.is_some() {
+                    if point.is_some() {
                         self.crashes.pop_front();
                         self.restart_delays.pop_front().unwrap_or(SUPERVISOR_RESTART_MS)
                     } else {
                         SUPERVISOR_RESTART_MS
-                    };
-                    self.pause(delay).await;
+                    }
                 }
                 LifeEnd::OutOfTime => {
                     self.trace(format!("agent#{life} still running at the budget: killed"));
@@ -312,13 +327,15 @@ impl<'a> Harness<'a> {
                     self.trace(format!("agent#{life} died unplanned: {how}"));
                     break;
                 }
-            }
+            };
+            start_at = self.now_ms() + delay;
         }
         self.world.disk = [self.session_file(), self.journal_file()]
             .into_iter()
             .filter_map(|path| std::fs::read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
             .collect();
         self.world.done = self.world.transcript.is_some() || self.world.refused.is_some();
+        let (model, receipts) = servers.expect("the servers start with the first incarnation");
         let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let end_ms = self.now_ms();
         let crash_point_hits = self.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
@@ -335,11 +352,28 @@ impl<'a> Harness<'a> {
         });
         Ok(RealRun {
             result: RunResult { real: true, ..result },
-            model_addr,
-            gateway_addr,
+            model_addr: model_addr.to_string(),
+            gateway_addr: gateway_addr.to_string(),
             dir: self.dir.clone(),
             wall_ms: 0,
         })
+    }
+
+    /// The model server and the gateway, on their pre-bound ports and the run's clock.
+    async fn serve(
+        &self,
+        model_net: PartitionNet,
+        gateway_net: PartitionNet,
+    ) -> Result<(ModelServer, Receipts), String> {
+        let clock: Arc<dyn Clock> = self.clock.clone();
+        let model =
+            ModelServer::start(Arc::new(model_net), clock.clone(), "127.0.0.1:0", self.plan.script.clone(), None)
+                .await
+                .map_err(|e| format!("the model server: {e}"))?;
+        let receipts: Receipts = Arc::default();
+        let listener = gateway_net.bind("127.0.0.1:0").await.map_err(|e| format!("the gateway: {e}"))?;
+        tokio::spawn(gateway::serve_on(listener, clock, receipts.clone(), self.plan.faults.gateway_echo));
+        Ok((model, receipts))
     }
 
     /// The recovered transcript, read back from the real disk by the harness itself.
@@ -353,11 +387,15 @@ impl<'a> Harness<'a> {
         store.inspect(&id).map(|inspection| inspection.records).map_err(|e| format!("reading the transcript back: {e}"))
     }
 
-    /// Waits `ms` of the run's clock, keeping partitions and the heal on time.
-    async fn pause(&mut self, ms: u64) {
-        let until = self.now_ms() + ms;
-        while self.now_ms() < until {
-            self.tick(None).await;
+    /// Waits until `until_ms` of the run's clock, keeping partitions and the heal on time
+    /// (telling `child`, if one is waiting, of the heal).
+    async fn pause_until(&mut self, until_ms: u64, mut child: Option<&mut tokio::process::ChildStdin>) {
+        // At least one tick: a partition that is on from 0 is on before anything connects.
+        loop {
+            self.tick(child.as_deref_mut()).await;
+            if self.now_ms() >= until_ms {
+                return;
+            }
             tokio::time::sleep(Duration::from_millis(TICK_REAL_MS)).await;
         }
     }
@@ -395,11 +433,9 @@ impl<'a> Harness<'a> {
         }
     }
 
-    /// One incarnation: spawn the child armed with what is left of the plan, follow its
-    /// reports until it ends, dies or runs out of time.
-    async fn life(&mut self, life: u64, model_addr: &str, gateway_addr: &str) -> Result<(LifeEnd, u64), String> {
-        // Partitions that are on from the start are on before the child can connect.
-        self.tick(None).await;
+    /// Starts incarnation `life`'s process, armed with what is left of the plan; it sets
+    /// itself up and waits for the word to start.
+    fn spawn(&mut self, life: u64, model_addr: &SocketAddr, gateway_addr: &SocketAddr) -> Result<Child, String> {
         let mut command = tokio::process::Command::new(&self.exe);
         command
             .arg("real-agent-host")
@@ -408,8 +444,7 @@ impl<'a> Harness<'a> {
             .args(["--seed", &self.seed.to_string(), "--life", &life.to_string()])
             .arg("--dir")
             .arg(&self.dir)
-            .args(["--model-url", &format!("http://{model_addr}/v1"), "--gateway", gateway_addr])
-            .args(["--origin-ns", &self.clock.origin_ns().to_string()])
+            .args(["--model-url", &format!("http://{model_addr}/v1"), "--gateway", &gateway_addr.to_string()])
             .env_remove(CRASH_AT_VAR)
             .env_remove(FS_FAULT_VAR)
             .stdin(Stdio::piped())
@@ -448,21 +483,44 @@ impl<'a> Harness<'a> {
         let stderr_path = self.dir.join(format!("agent-{life}.stderr"));
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| format!("{}: {e}", stderr_path.display()))?;
         command.stderr(stderr);
-        let mut child = command.spawn().map_err(|e| format!("starting {}: {e}", self.exe.display()))?;
-        let mut stdin = child.stdin.take().expect("piped");
-        let stdout = child.stdout.take().expect("piped");
-        let mut lines = tokio::io::BufReader::with_capacity(64 * 1024, stdout).lines();
+        let mut process = command.spawn().map_err(|e| format!("starting {}: {e}", self.exe.display()))?;
+        let stdin = process.stdin.take().expect("piped");
+        let stdout = process.stdout.take().expect("piped");
+        let lines = tokio::io::BufReader::with_capacity(64 * 1024, stdout).lines();
+        Ok(Child { process, stdin, lines })
+    }
+
+    /// Waits for incarnation `life` to say it is set up (nothing of it has touched the disk
+    /// or the network yet).
+    async fn ready(&mut self, life: u64, child: &mut Child) -> Result<(), String> {
+        let line = tokio::time::timeout(Duration::from_millis(READY_REAL_MS_MAX), child.lines.next_line())
+            .await
+            .map_err(|_| format!("agent#{life} did not start within {READY_REAL_MS_MAX} ms"))?
+            .map_err(|e| format!("agent#{life}: {e}"))?
+            .ok_or_else(|| format!("agent#{life} exited before it was ready (see agent-{life}.stderr)"))?;
+        match serde_json::from_str::<HostReport>(&line) {
+            Ok(HostReport::Ready) => Ok(()),
+            _ => Err(format!("agent#{life} said {line:?} before it was ready")),
+        }
+    }
+
+    /// Starts incarnation `life` on the run's clock and follows its reports until it ends,
+    /// dies or runs out of time.
+    async fn follow(&mut self, life: u64, mut child: Child) -> Result<(LifeEnd, u64), String> {
+        let go = format!("{GO_COMMAND} {}\n", self.clock.origin_ns());
+        child.stdin.write_all(go.as_bytes()).await.map_err(|e| format!("agent#{life}: {e}"))?;
+        child.stdin.flush().await.map_err(|e| format!("agent#{life}: {e}"))?;
         let mut end: Option<LifeEnd> = None;
         let mut fs_ops = 0;
         let mut eof = false;
         while !eof {
             if self.now_ms() >= self.plan.budget_ms {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+                let _ = child.process.start_kill();
+                let _ = child.process.wait().await;
                 return Ok((LifeEnd::OutOfTime, fs_ops));
             }
             tokio::select! {
-                line = lines.next_line() => match line {
+                line = child.lines.next_line() => match line {
                     Ok(Some(line)) => {
                         if line.len() > REPORT_LINE_BYTES_MAX {
                             return Err(format!("agent#{life} sent a report of {} bytes", line.len()));
@@ -485,9 +543,9 @@ impl<'a> Harness<'a> {
                 },
                 () = tokio::time::sleep(Duration::from_millis(TICK_REAL_MS)) => {}
             }
-            self.tick(Some(&mut stdin)).await;
+            self.tick(Some(&mut child.stdin)).await;
         }
-        let status = child.wait().await.map_err(|e| format!("agent#{life}: {e}"))?;
+        let status = child.process.wait().await.map_err(|e| format!("agent#{life}: {e}"))?;
         let end = match end {
             // A planned crash is a real SIGKILL, and the OS says so.
             Some(LifeEnd::Crashed(..)) if status.signal() != Some(SIGKILL) => {
@@ -514,7 +572,7 @@ impl<'a> Harness<'a> {
             }
             HostReport::ExtraRefused => self.world.extra_refused = true,
             HostReport::Hit { point } => *self.hits.entry(point).or_insert(0) += 1,
-            HostReport::Crash { .. } | HostReport::End { .. } => {}
+            HostReport::Ready | HostReport::Crash { .. } | HostReport::End { .. } => {}
         }
         Ok(())
     }

@@ -50,12 +50,18 @@ impl PartitionSwitch {
 #[derive(Debug, Clone)]
 pub struct PartitionNet {
     switch: PartitionSwitch,
+    /// A port bound in advance, handed out by the first `bind` (the agent is told the
+    /// address before the server starts serving).
+    prebound: Arc<std::sync::Mutex<Option<std::net::TcpListener>>>,
 }
 
 impl PartitionNet {
-    /// A network for one server, partitioned by `switch`.
-    pub fn new(switch: PartitionSwitch) -> Self {
-        Self { switch }
+    /// A network for one server, partitioned by `switch`, with a loopback port bound now: its
+    /// address, and the first `bind` gets that port whatever address it names.
+    pub fn prebound(switch: PartitionSwitch) -> io::Result<(Self, SocketAddr)> {
+        let listener = bind_reusable("127.0.0.1:0".parse().expect("an address"))?.into_std()?;
+        let addr = listener.local_addr()?;
+        Ok((Self { switch, prebound: Arc::new(std::sync::Mutex::new(Some(listener))) }, addr))
     }
 }
 
@@ -75,10 +81,17 @@ impl Net for PartitionNet {
     fn bind(&self, addr: &str) -> BoxFuture<'_, io::Result<Box<dyn Listener>>> {
         let addr = addr.to_owned();
         let switch = self.switch.clone();
+        let prebound = self.prebound.lock().unwrap_or_else(|p| p.into_inner()).take();
         Box::pin(async move {
-            let wanted: SocketAddr =
-                addr.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
-            let listener = bind_reusable(wanted)?;
+            let listener = match prebound {
+                Some(listener) => tokio::net::TcpListener::from_std(listener)?,
+                None => {
+                    let wanted: SocketAddr = addr
+                        .parse()
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
+                    bind_reusable(wanted)?
+                }
+            };
             let bound = listener.local_addr()?;
             Ok(Box::new(PartitionListener { bound, socket: Mutex::new(Some(listener)), switch }) as Box<dyn Listener>)
         })

@@ -14,6 +14,8 @@ pub const REPORT_LINE_BYTES_MAX: usize = faultline_runtime::store::RECORD_LINE_B
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "report", rename_all = "kebab-case")]
 pub enum HostReport {
+    /// Set up, nothing touched yet: waiting for [`GO_COMMAND`].
+    Ready,
     /// A line for the run's trace.
     Trace {
         /// The line, without its time.
@@ -77,3 +79,6 @@ pub enum EndOutcome {
 
 /// What the harness writes on the child's stdin: the fault window is over.
 pub const HEAL_COMMAND: &str = "heal";
+/// What the harness writes on the child's stdin to start it: `go ORIGIN_NS`, the run's clock
+/// origin (`CLOCK_MONOTONIC` ns).
+pub const GO_COMMAND: &str = "go";
