@@ -71,8 +71,8 @@ impl Usage {
 }
 
 /// How a stream ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum FinishReason {
     /// The model finished normally.
     Stop,
@@ -104,8 +104,8 @@ impl FinishReason {
 
 /// One normalised stream chunk (SPEC §3). Every attempt's chunks are logged as
 /// `assistant/chunk`; exactly one `finish` ends each attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Chunk {
     /// A content block begins at `index`.
     BlockStart {
@@ -156,4 +156,110 @@ pub enum Chunk {
         /// Why the attempt ended.
         reason: FinishReason,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailureFields {
+    failure: Failure,
+}
+
+impl super::tagged::Tagged for FinishReason {
+    const TAG: &'static str = "kind";
+    const VARIANTS: &'static [&'static str] = &["stop", "tool-calls", "max-tokens", "error", "aborted"];
+    const NAME: &'static str = "FinishReason";
+
+    fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
+        use super::tagged::NoFields;
+        match tag {
+            "stop" => NoFields::deserialize(rest).map(|_| FinishReason::Stop),
+            "tool-calls" => NoFields::deserialize(rest).map(|_| FinishReason::ToolCalls),
+            "max-tokens" => NoFields::deserialize(rest).map(|_| FinishReason::MaxTokens),
+            "error" => FailureFields::deserialize(rest).map(|f| FinishReason::Error { failure: f.failure }),
+            "aborted" => FailureFields::deserialize(rest).map(|f| FinishReason::Aborted { failure: f.failure }),
+            other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FinishReason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        super::tagged::deserialize(deserializer)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BlockStartFields {
+    index: u32,
+    kind: BlockKind,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeltaFields {
+    index: u32,
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallDeltaFields {
+    index: u32,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    arguments_delta: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexFields {
+    index: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageFields {
+    usage: Usage,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishFields {
+    reason: FinishReason,
+}
+
+impl super::tagged::Tagged for Chunk {
+    const TAG: &'static str = "type";
+    const VARIANTS: &'static [&'static str] =
+        &["block-start", "text-delta", "reasoning-delta", "tool-call-delta", "block-end", "usage", "finish"];
+    const NAME: &'static str = "Chunk";
+
+    fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
+        match tag {
+            "block-start" => BlockStartFields::deserialize(rest).map(|f| Chunk::BlockStart { index: f.index, kind: f.kind }),
+            "text-delta" => DeltaFields::deserialize(rest).map(|f| Chunk::TextDelta { index: f.index, text: f.text }),
+            "reasoning-delta" => {
+                DeltaFields::deserialize(rest).map(|f| Chunk::ReasoningDelta { index: f.index, text: f.text })
+            }
+            "tool-call-delta" => ToolCallDeltaFields::deserialize(rest).map(|f| Chunk::ToolCallDelta {
+                index: f.index,
+                id: f.id,
+                name: f.name,
+                arguments_delta: f.arguments_delta,
+            }),
+            "block-end" => IndexFields::deserialize(rest).map(|f| Chunk::BlockEnd { index: f.index }),
+            "usage" => UsageFields::deserialize(rest).map(|f| Chunk::Usage { usage: f.usage }),
+            "finish" => FinishFields::deserialize(rest).map(|f| Chunk::Finish { reason: f.reason }),
+            other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Chunk {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        super::tagged::deserialize(deserializer)
+    }
 }

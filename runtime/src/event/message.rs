@@ -1,8 +1,8 @@
 use serde::{Deserialize, Serialize};
 
 /// One typed content block of a message or a tool result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ContentBlock {
     /// Visible text.
     Text {
@@ -23,6 +23,42 @@ pub enum ContentBlock {
         /// The raw JSON string the model produced (kept verbatim, even if invalid).
         arguments: String,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextFields {
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallFields {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl super::tagged::Tagged for ContentBlock {
+    const TAG: &'static str = "type";
+    const VARIANTS: &'static [&'static str] = &["text", "reasoning", "tool-call"];
+    const NAME: &'static str = "ContentBlock";
+
+    fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
+        match tag {
+            "text" => TextFields::deserialize(rest).map(|f| ContentBlock::Text { text: f.text }),
+            "reasoning" => TextFields::deserialize(rest).map(|f| ContentBlock::Reasoning { text: f.text }),
+            "tool-call" => ToolCallFields::deserialize(rest)
+                .map(|f| ContentBlock::ToolCall { id: f.id, name: f.name, arguments: f.arguments }),
+            other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        super::tagged::deserialize(deserializer)
+    }
 }
 
 impl ContentBlock {

@@ -7,6 +7,7 @@ mod header;
 mod message;
 mod payload;
 mod record;
+mod tagged;
 mod validate;
 
 pub use chunk::{BlockKind, Chunk, FinishReason, Usage};

@@ -25,8 +25,8 @@ pub enum AbortCause {
 }
 
 /// Why a turn ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum TurnEndReason {
     /// The model finished and every tool result was committed.
     Completed,
@@ -53,6 +53,56 @@ pub enum TurnEndReason {
         /// What was achieved and what is left undone, in words the user reads.
         summary: String,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AbortedFields {
+    cause: AbortCause,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ErrorFields {
+    error: Failure,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetFields {
+    budget: String,
+    limit: u32,
+    summary: String,
+}
+
+impl super::tagged::Tagged for TurnEndReason {
+    const TAG: &'static str = "kind";
+    const VARIANTS: &'static [&'static str] =
+        &["completed", "aborted", "error", "max-tokens", "interrupted", "budget-exhausted"];
+    const NAME: &'static str = "TurnEndReason";
+
+    fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
+        use super::tagged::NoFields;
+        match tag {
+            "completed" => NoFields::deserialize(rest).map(|_| TurnEndReason::Completed),
+            "aborted" => AbortedFields::deserialize(rest).map(|f| TurnEndReason::Aborted { cause: f.cause }),
+            "error" => ErrorFields::deserialize(rest).map(|f| TurnEndReason::Error { error: f.error }),
+            "max-tokens" => NoFields::deserialize(rest).map(|_| TurnEndReason::MaxTokens),
+            "interrupted" => NoFields::deserialize(rest).map(|_| TurnEndReason::Interrupted),
+            "budget-exhausted" => BudgetFields::deserialize(rest).map(|f| TurnEndReason::BudgetExhausted {
+                budget: f.budget,
+                limit: f.limit,
+                summary: f.summary,
+            }),
+            other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TurnEndReason {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        super::tagged::deserialize(deserializer)
+    }
 }
 
 impl TurnEndReason {
