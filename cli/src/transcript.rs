@@ -11,8 +11,8 @@ use faultline_runtime::production::SqliteOutbox;
 use faultline_runtime::production::{self, SqliteStore};
 use faultline_runtime::report::RecoveryReport;
 use faultline_runtime::store::{
-    inspect_file_with, repair_file, FileStore, Format, Inspection, NoEvidence, OutcomeEvidence, ScanStatus, SessionId,
-    Store, Takeover,
+    inspect_file_keeping, repair_file, FileStore, Format, Inspection, Keep, NoEvidence, OutcomeEvidence, ScanStatus,
+    SessionId, Store, Takeover,
 };
 use faultline_runtime::{Error, Liveness, Seams};
 use serde_json::json;
@@ -199,14 +199,23 @@ fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, S
     Ok(Resolved::File(path.clone()))
 }
 
-fn inspect_target(resolved: &Resolved, seams: &Seams) -> Result<Inspection, Error> {
-    inspect_with(resolved, seams, Arc::new(NoEvidence))
-}
-
-fn inspect_with(resolved: &Resolved, seams: &Seams, evidence: Arc<dyn OutcomeEvidence>) -> Result<Inspection, Error> {
+/// Inspects without keeping a record: each committed record is shown to `visit` in order (a
+/// file is streamed through a bounded buffer; a SQLite session is read, then shown).
+fn inspect_visiting(
+    resolved: &Resolved,
+    seams: &Seams,
+    evidence: Arc<dyn OutcomeEvidence>,
+    visit: &mut (dyn FnMut(&Record) + Send),
+) -> Result<Inspection, Error> {
     match resolved {
-        Resolved::File(path) => inspect_file_with(seams, path, evidence.as_ref()),
-        Resolved::Sqlite(store, id) => store.clone().with_evidence(evidence).inspect(id),
+        Resolved::File(path) => inspect_file_keeping(seams, path, evidence.as_ref(), Keep::Visit(visit)),
+        Resolved::Sqlite(store, id) => {
+            let mut inspection = store.clone().with_evidence(evidence).inspect(id)?;
+            for record in std::mem::take(&mut inspection.records) {
+                visit(&record);
+            }
+            Ok(inspection)
+        }
     }
 }
 
@@ -226,7 +235,8 @@ fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) 
             Err(e) => return fail(e),
         },
     };
-    let inspection = match inspect_with(&resolved, seams, evidence) {
+    let mut builder = RecoveryReport::builder();
+    let inspection = match inspect_visiting(&resolved, seams, evidence, &mut |record| builder.absorb(record)) {
         Ok(inspection) => inspection,
         Err(e) => return fail(e),
     };
@@ -239,9 +249,10 @@ fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) 
     }
     let session = inspection.header.as_ref().map(|h| h.id.clone()).unwrap_or_default();
     // Report the session as a repair would leave it: salvaged records and closers included.
-    let records: Vec<_> =
-        inspection.records.iter().chain(&inspection.recovered).chain(&inspection.closers).cloned().collect();
-    let report = RecoveryReport::build(&session, &records, &deliveries);
+    for record in inspection.recovered.iter().chain(&inspection.closers) {
+        builder.absorb(record);
+    }
+    let report = builder.finish(&session, &deliveries);
     if as_json {
         println!("{}", serde_json::to_string(&report).expect("reports serialise"));
     } else {
@@ -289,7 +300,7 @@ fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
-    let inspection = match inspect_target(&resolved, seams) {
+    let inspection = match inspect_visiting(&resolved, seams, Arc::new(NoEvidence), &mut |_| {}) {
         Ok(inspection) => inspection,
         Err(e) => return fail(e),
     };
@@ -297,8 +308,8 @@ fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
     let printed = if as_json {
         let value = json!({
             "status": inspection.status,
-            "records": inspection.records.len(),
-            "last_seq": inspection.records.last().map(|r| r.seq),
+            "records": inspection.record_count,
+            "last_seq": inspection.last_seq,
             "torn_bytes": inspection.torn_bytes,
             "dropped_records": inspection.dropped_records,
             "torn_from_seq": inspection.torn_from_seq,
@@ -325,8 +336,8 @@ fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()
         writeln!(out, "error:      at byte {}: {}", error.offset, error.reason)?;
         return Ok(());
     }
-    let last = inspection.records.last().map_or("none".to_owned(), |r| r.seq.to_string());
-    writeln!(out, "records:    {} (last seq {last})", inspection.records.len())?;
+    let last = inspection.last_seq.map_or("none".to_owned(), |seq| seq.to_string());
+    writeln!(out, "records:    {} (last seq {last})", inspection.record_count)?;
     writeln!(out, "torn bytes: {}", inspection.torn_bytes)?;
     if let Some(drop) = inspection.would_drop() {
         writeln!(out, "repair would have {drop}")?;
@@ -362,20 +373,21 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
     };
     let result = match &resolved {
         Resolved::Sqlite(store, id) => store.clone().with_evidence(evidence).load(id).map(|loaded| loaded.repair),
-        Resolved::File(path) => inspect_file_with(seams, path, evidence.as_ref()).and_then(|inspection| {
-            if let Some(owner) = &inspection.owner {
-                if inspection.needs_repair() && seams.process.liveness(owner) == Liveness::Alive {
-                    return Err(Error::SessionLive { id: path.display().to_string(), holder: owner.to_string() });
+        Resolved::File(path) => inspect_file_keeping(seams, path, evidence.as_ref(), Keep::Visit(&mut |_| {}))
+            .and_then(|inspection| {
+                if let Some(owner) = &inspection.owner {
+                    if inspection.needs_repair() && seams.process.liveness(owner) == Liveness::Alive {
+                        return Err(Error::SessionLive { id: path.display().to_string(), holder: owner.to_string() });
+                    }
                 }
-            }
-            let repaired = repair_file(seams, path, &inspection)?;
-            if let (Some(repair), Some(header)) = (&repaired, &inspection.header) {
-                for execution in faultline_runtime::store::repair::never_claimed(&header.id, &repair.closers) {
-                    evidence.cancel_never_claimed(&execution);
+                let repaired = repair_file(seams, path, &inspection)?;
+                if let (Some(repair), Some(header)) = (&repaired, &inspection.header) {
+                    for execution in faultline_runtime::store::repair::never_claimed(&header.id, &repair.closers) {
+                        evidence.cancel_never_claimed(&execution);
+                    }
                 }
-            }
-            Ok(repaired)
-        }),
+                Ok(repaired)
+            }),
     };
     match result {
         Ok(None) => {
@@ -411,17 +423,19 @@ fn cat(target: &Target, seams: &Seams) -> ExitCode {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
-    let inspection = match inspect_target(&resolved, seams) {
+    // Each record goes out as the scan commits it: a session of any size in bounded memory.
+    let mut out = io::BufWriter::new(io::stdout());
+    let mut written: io::Result<()> = Ok(());
+    let inspection = inspect_visiting(&resolved, seams, Arc::new(NoEvidence), &mut |record| {
+        if written.is_ok() {
+            written = writeln!(out, "{}", record.encode());
+        }
+    });
+    let inspection = match inspection {
         Ok(inspection) => inspection,
         Err(e) => return fail(e),
     };
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    for record in &inspection.records {
-        if let Err(e) = writeln!(out, "{}", record.encode()) {
-            return fail(e);
-        }
-    }
-    if let Err(e) = out.flush() {
+    if let Err(e) = written.and_then(|()| out.flush()) {
         return fail(e);
     }
     match inspection.status {

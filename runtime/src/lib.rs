@@ -102,8 +102,8 @@ pub use llm::{Credentials, LiveProvider, Preset, ProviderConfig, ResolvedProvide
 pub use outbox::{Deliverer, JournalOutbox, Outbox, OutboxTool};
 pub use production::{EnvCredentials, SqliteOutbox, SqliteStore};
 pub use seams::{
-    BoxFuture, ByteStream, Clock, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Liveness, Monotonic, Net,
-    OpenOptions, OwnerIdentity, Process, Seams,
+    BoxFuture, ByteStream, Clock, Compute, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Liveness, Monotonic,
+    Net, OpenOptions, OwnerIdentity, Process, Seams, Sequential,
 };
 pub use secrets::{Scrubber, StreamKey, StreamScrubber, SECRETS_COUNT_MAX, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
 pub use store::{FileStore, Format, MemoryStore, SessionId, Store};

@@ -65,45 +65,78 @@ fn text(content: &[ContentBlock]) -> String {
     all[..end].to_owned()
 }
 
-impl RecoveryReport {
-    /// Builds the report from a session's records (after repair, or with the closers a repair
-    /// would append) and the queue's rows.
-    pub fn build(session: &str, records: &[Record], deliveries: &[Delivery]) -> Self {
-        let (usage_per_turn, usage) = crate::event::Usage::of_records(records);
-        let mut report = RecoveryReport { session: session.to_owned(), usage_per_turn, usage, ..Self::default() };
-        let mut names: BTreeMap<(u32, String), String> = BTreeMap::new();
-        for record in records {
-            match &record.event {
-                Event::ToolCall(call) => {
-                    names.insert((call.turn, call.call_id.clone()), call.name.clone());
+/// A [`RecoveryReport`] in the making.
+#[derive(Debug)]
+pub struct ReportBuilder {
+    report: RecoveryReport,
+    /// Tool names by the current turn's call ids (a result names its call's tool).
+    names: BTreeMap<String, String>,
+    /// Each tool result's line, which list it goes to, and its step (its execution id is
+    /// known once the session is).
+    effects: Vec<(EffectKind, EffectLine, u32)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum EffectKind {
+    Kept,
+    Unknown,
+    NeverStarted,
+}
+
+impl ReportBuilder {
+    /// Takes the next record into account.
+    pub fn absorb(&mut self, record: &Record) {
+        let report = &mut self.report;
+        match &record.event {
+            Event::TurnStart(_) => self.names.clear(),
+            Event::AssistantChunk(chunk) => {
+                if let crate::event::Chunk::Usage { usage } = &chunk.chunk {
+                    report.usage_per_turn.entry(chunk.turn).or_default().add(usage);
+                    report.usage.add(usage);
                 }
-                Event::AssistantMessage(message) => {
-                    for (id, name, _) in message.message.tool_calls() {
-                        names.entry((message.turn, id.to_owned())).or_insert_with(|| name.to_owned());
-                    }
+            }
+            Event::ToolCall(call) => {
+                self.names.insert(call.call_id.clone(), call.name.clone());
+            }
+            Event::AssistantMessage(message) => {
+                for (id, name, _) in message.message.tool_calls() {
+                    self.names.entry(id.to_owned()).or_insert_with(|| name.to_owned());
                 }
-                Event::TurnEnd(end) => match end.reason {
-                    TurnEndReason::Completed | TurnEndReason::MaxTokens => report.completed_turns += 1,
-                    TurnEndReason::Interrupted => report.interrupted_turns += 1,
-                    _ => report.other_turns += 1,
-                },
-                Event::ToolResult(result) => {
-                    let line = EffectLine {
-                        turn: result.turn,
-                        call_id: result.call_id.clone(),
-                        tool: names.get(&(result.turn, result.call_id.clone())).cloned().unwrap_or_default(),
-                        execution_id: execution_id(session, result.turn, result.step, &result.call_id),
-                        detail: text(&result.content),
-                    };
-                    match result.error.as_ref().map(|e| e.code) {
-                        Some(ErrorCode::ToolOutcomeUnknown) => report.unknown.push(line),
-                        Some(ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch) => {
-                            report.never_started.push(line)
-                        }
-                        _ => report.kept.push(line),
-                    }
-                }
-                _ => {}
+            }
+            Event::TurnEnd(end) => match end.reason {
+                TurnEndReason::Completed | TurnEndReason::MaxTokens => report.completed_turns += 1,
+                TurnEndReason::Interrupted => report.interrupted_turns += 1,
+                _ => report.other_turns += 1,
+            },
+            Event::ToolResult(result) => {
+                let line = EffectLine {
+                    turn: result.turn,
+                    call_id: result.call_id.clone(),
+                    tool: self.names.get(&result.call_id).cloned().unwrap_or_default(),
+                    execution_id: String::new(),
+                    detail: text(&result.content),
+                };
+                let kind = match result.error.as_ref().map(|e| e.code) {
+                    Some(ErrorCode::ToolOutcomeUnknown) => EffectKind::Unknown,
+                    Some(ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch) => EffectKind::NeverStarted,
+                    _ => EffectKind::Kept,
+                };
+                self.effects.push((kind, line, result.step));
+            }
+            _ => {}
+        }
+    }
+
+    /// The report of session `session`, with the queue's rows of it still in flight.
+    pub fn finish(self, session: &str, deliveries: &[Delivery]) -> RecoveryReport {
+        let mut report = self.report;
+        report.session = session.to_owned();
+        for (kind, mut line, step) in self.effects {
+            line.execution_id = execution_id(session, line.turn, step, &line.call_id);
+            match kind {
+                EffectKind::Kept => report.kept.push(line),
+                EffectKind::Unknown => report.unknown.push(line),
+                EffectKind::NeverStarted => report.never_started.push(line),
             }
         }
         let prefix = format!("{session}:");
@@ -116,6 +149,24 @@ impl RecoveryReport {
             .map(|d| (d.execution_id.clone(), d.status))
             .collect();
         report
+    }
+}
+
+impl RecoveryReport {
+    /// Builds the report from a session's records (after repair, or with the closers a repair
+    /// would append) and the queue's rows.
+    pub fn build(session: &str, records: &[Record], deliveries: &[Delivery]) -> Self {
+        let mut builder = Self::builder();
+        for record in records {
+            builder.absorb(record);
+        }
+        builder.finish(session, deliveries)
+    }
+
+    /// A report built one record at a time (a session streamed from disk is never held
+    /// whole): [`ReportBuilder::absorb`] every record in order, then [`ReportBuilder::finish`].
+    pub fn builder() -> ReportBuilder {
+        ReportBuilder { report: RecoveryReport::default(), names: BTreeMap::new(), effects: Vec::new() }
     }
 
     /// The report in words, for a person.

@@ -248,6 +248,11 @@ impl FsFile for FaultFile {
         self.inner.read_all()
     }
 
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.faults.read_allowed()?;
+        self.inner.read_at(offset, buf)
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         let was_crashed = self.faults.crashed();
         if let Err(e) = self.faults.admit(FsOp::Sync, &self.path) {

@@ -202,7 +202,7 @@ impl Agent {
         let (log, records, repair) = match open {
             Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new(), None),
             Open::Resume => {
-                let opened = store.open(id, Takeover::IfDead)?;
+                let opened = store.open_conversation(id, Takeover::IfDead)?;
                 (opened.log, opened.loaded.records, opened.loaded.repair)
             }
         };

@@ -309,7 +309,7 @@ impl TurnCtx<'_> {
                         delay_ms,
                         failure,
                     };
-                    self.emit(Event::LlmRetry(event), None).await?;
+                    self.emit(Event::LlmRetry(Box::new(event)), None).await?;
                     tracing::info!(step, retry, delay_ms, "retrying the step");
                     tokio::select! {
                         biased;

@@ -239,7 +239,9 @@ impl super::tagged::Tagged for Chunk {
 
     fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
         match tag {
-            "block-start" => BlockStartFields::deserialize(rest).map(|f| Chunk::BlockStart { index: f.index, kind: f.kind }),
+            "block-start" => {
+                BlockStartFields::deserialize(rest).map(|f| Chunk::BlockStart { index: f.index, kind: f.kind })
+            }
             "text-delta" => DeltaFields::deserialize(rest).map(|f| Chunk::TextDelta { index: f.index, text: f.text }),
             "reasoning-delta" => {
                 DeltaFields::deserialize(rest).map(|f| Chunk::ReasoningDelta { index: f.index, text: f.text })

@@ -48,8 +48,11 @@ impl super::tagged::Tagged for ContentBlock {
         match tag {
             "text" => TextFields::deserialize(rest).map(|f| ContentBlock::Text { text: f.text }),
             "reasoning" => TextFields::deserialize(rest).map(|f| ContentBlock::Reasoning { text: f.text }),
-            "tool-call" => ToolCallFields::deserialize(rest)
-                .map(|f| ContentBlock::ToolCall { id: f.id, name: f.name, arguments: f.arguments }),
+            "tool-call" => ToolCallFields::deserialize(rest).map(|f| ContentBlock::ToolCall {
+                id: f.id,
+                name: f.name,
+                arguments: f.arguments,
+            }),
             other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
         }
     }

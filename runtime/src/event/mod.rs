@@ -19,7 +19,7 @@ pub use payload::{
     RequestPrefix, StepRef, ToolCall, ToolError, ToolResult, ToolSchema, TurnEnd, TurnEndReason, TurnStart,
     UserMessage,
 };
-pub use record::{Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
+pub use record::{DecodeBytesError, Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
 pub use validate::{Rule, Validator, Violation};
 
 /// How an attempt's terminal chunk ended, as far as citations care.

@@ -108,8 +108,9 @@ events! {
     ToolCall(ToolCall) = "tool/call",
     /// `tool/result`
     ToolResult(ToolResult) = "tool/result",
-    /// `llm/retry`
-    LlmRetry(LlmRetry) = "llm/retry",
+    /// `llm/retry` (boxed: the largest payload and a rare one; unboxed it would make every
+    /// record as large as it, and recovery moves records by the hundred thousand)
+    LlmRetry(Box<LlmRetry>) = "llm/retry",
     /// `llm/retry-started`
     LlmRetryStarted(LlmRetryStarted) = "llm/retry-started",
 }
@@ -198,6 +199,17 @@ pub enum RecordError {
     },
 }
 
+/// Why a line's bytes are not a valid record.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeBytesError {
+    /// Not UTF-8.
+    #[error("line is not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    /// UTF-8, but not a record.
+    #[error(transparent)]
+    Record(RecordError),
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Envelope<'a> {
@@ -230,6 +242,20 @@ impl Record {
             Some(record) => Ok(record),
             None => Self::decode_two_pass(line),
         }
+    }
+
+    /// [`Record::decode`] of a line's bytes. The one-pass path reads the bytes as they are (the
+    /// JSON reader checks every string it reads is UTF-8, and nothing else may be anything but
+    /// ASCII), so a recovery does not validate each line twice; anything it cannot read whole
+    /// goes the reference way, which refuses a line that is not UTF-8 by saying so.
+    pub fn decode_bytes(line: &[u8]) -> Result<Record, DecodeBytesError> {
+        let mut deserializer = serde_json::Deserializer::from_slice(line);
+        let one_pass = serde::Deserializer::deserialize_map(&mut deserializer, OnePass).ok().flatten();
+        if let Some(record) = one_pass.filter(|_| deserializer.end().is_ok()) {
+            return Ok(record);
+        }
+        let text = std::str::from_utf8(line).map_err(DecodeBytesError::NotUtf8)?;
+        Self::decode_two_pass(text).map_err(DecodeBytesError::Record)
     }
 
     /// The fast path: `Some` only for a record read completely in one pass.
@@ -320,6 +346,15 @@ mod tests {
             let fast = Record::decode(line).map_err(|e| e.to_string());
             let reference = Record::decode_two_pass(line).map_err(|e| e.to_string());
             assert_eq!(fast, reference, "{line}");
+            let bytes = Record::decode_bytes(line.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(bytes, reference, "bytes: {line}");
+        }
+        // Not UTF-8, inside a string or outside one: refused as such by the bytes path.
+        for line in
+            [&b"{\"type\":\"turn/start\",\"seq\":0,\"time\":5,\"data\":{\"turn\":1},\"x\":\"\xff\"}"[..], b"\xff{}"]
+        {
+            let error = Record::decode_bytes(line).unwrap_err().to_string();
+            assert!(error.starts_with("line is not UTF-8"), "{error}");
         }
     }
 }

@@ -143,7 +143,11 @@ mod tests {
         for chunk in [
             Chunk::BlockStart { index: 0, kind: crate::event::BlockKind::ToolCall },
             Chunk::ToolCallDelta { index: 1, id: None, name: Some("n".into()), arguments_delta: "{".into() },
-            Chunk::Finish { reason: FinishReason::Error { failure: crate::event::Failure::new(crate::event::ErrorCode::Timeout, "t") } },
+            Chunk::Finish {
+                reason: FinishReason::Error {
+                    failure: crate::event::Failure::new(crate::event::ErrorCode::Timeout, "t"),
+                },
+            },
         ] {
             let text = serde_json::to_string(&chunk).unwrap();
             assert_eq!(serde_json::from_str::<Chunk>(&text).unwrap(), chunk, "{text}");

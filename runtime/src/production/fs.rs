@@ -42,6 +42,10 @@ impl FsFile for RealFile {
         Ok(out)
     }
 
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(&self.file, buf, offset)
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_all()
     }

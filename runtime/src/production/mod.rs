@@ -9,6 +9,7 @@
 mod clock;
 mod command_deliverer;
 mod command_tool;
+mod compute;
 mod credentials;
 mod entropy;
 mod fs;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 pub use clock::SystemClock;
 pub use command_deliverer::{CommandDeliverer, EXIT_REFUSED};
 pub use command_tool::{CommandTool, COMMAND_KILL_GRACE_MS};
+pub use compute::{Threads, THREADS_MAX};
 pub use credentials::EnvCredentials;
 pub use entropy::OsEntropy;
 pub use fs::RealFs;
@@ -47,6 +49,7 @@ pub fn seams() -> Seams {
         process: Arc::new(OsProcess::new(entropy.as_ref())),
         entropy,
         probe: Arc::new(crate::seams::NoProbe),
+        compute: Arc::new(Threads::new()),
         secrets: Default::default(),
     }
 }

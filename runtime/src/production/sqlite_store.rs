@@ -208,6 +208,8 @@ fn inspect_rows(
         status,
         header: None,
         records: Vec::new(),
+        record_count: 0,
+        last_seq: None,
         torn_bytes: 0,
         dropped_records: 0,
         torn_from_seq: None,
@@ -216,6 +218,7 @@ fn inspect_rows(
         closers: Vec::new(),
         error: Some(ScanError { offset, reason }),
         owner: row.owner.clone(),
+        validator: None,
     };
     let header = match SessionHeader::decode(&row.header) {
         Ok(header) => header,
@@ -248,9 +251,14 @@ fn inspect_rows(
         records.push(record);
     }
     let closers = repair::closers_with(&records, id.as_str(), evidence);
+    for closer in &closers {
+        validator.push_in_place(closer).expect("closers continue the log");
+    }
     Ok(Inspection {
         status: ScanStatus::Clean,
         header: Some(header),
+        record_count: records.len() as u64,
+        last_seq: records.last().map(|r| r.seq),
         records,
         torn_bytes: 0,
         dropped_records: 0,
@@ -260,6 +268,7 @@ fn inspect_rows(
         closers,
         error: None,
         owner: row.owner.clone(),
+        validator: Some(validator),
     })
 }
 

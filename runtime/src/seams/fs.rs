@@ -58,6 +58,10 @@ pub trait FsFile: Send + std::fmt::Debug {
     /// Reads the whole file from offset 0, regardless of the cursor.
     fn read_all(&mut self) -> io::Result<Vec<u8>>;
 
+    /// Reads up to `buf.len()` bytes at `offset`, regardless of the cursor; returns how many
+    /// (0 only at the end of the file). How a reader streams a file larger than it may hold.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+
     /// `fsync`: makes every write and `set_len` so far on this file durable. It does **not**
     /// make the file's *name* durable; that takes [`Fs::sync_dir`] on the parent.
     fn sync(&mut self) -> io::Result<()>;

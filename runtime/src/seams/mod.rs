@@ -7,6 +7,7 @@
 //! runs on a real machine and inside a seeded, deterministic simulation.
 
 mod clock;
+mod compute;
 mod entropy;
 mod fs;
 mod net;
@@ -18,6 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 pub use clock::{Clock, Monotonic};
+pub use compute::{Compute, Sequential};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use net::{ByteStream, Listener, Net};
@@ -44,6 +46,8 @@ pub struct Seams {
     pub process: Arc<dyn Process>,
     /// Named crash points (a no-op in production; the simulator crashes the host there).
     pub probe: Arc<dyn Probe>,
+    /// CPU work on several cores (recovery's decode); one after another in the simulator.
+    pub compute: Arc<dyn Compute>,
     /// Every secret this world holds, scrubbed by value from whatever it writes or prints
     /// (FAILURE-SECRETS). Not a seam to the outside: the one set every component shares.
     pub secrets: crate::Scrubber,

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use super::format::{BatchEncoder, Encoded};
 use super::owner::{self, CurrentOwner};
 use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
+use super::scan::FileSource;
 use super::writer::{LogMedium, SessionWriter};
-use super::{Format, Inspection, Loaded, Opened, Repair, SessionId, SessionLog, Store, Takeover};
+use super::{Format, Inspection, Keep, Loaded, Opened, Repair, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader};
 use crate::seams::{EntropyExt, FsFile, Liveness, OpenOptions, Seams};
 use crate::{Error, Result};
@@ -97,23 +98,38 @@ pub fn inspect_file(seams: &Seams, path: &Path) -> Result<Inspection> {
 
 /// [`inspect_file`], consulting the delivery queue about started calls.
 pub fn inspect_file_with(seams: &Seams, path: &Path, evidence: &dyn OutcomeEvidence) -> Result<Inspection> {
+    inspect_file_keeping(seams, path, evidence, Keep::All)
+}
+
+/// [`inspect_file_with`], handing the committed records to `keep` as they are read: the file
+/// is streamed through a bounded buffer, so a reader that keeps nothing (`Keep::Visit`) holds
+/// one chunk and one turn of a session of any size.
+pub fn inspect_file_keeping(
+    seams: &Seams,
+    path: &Path,
+    evidence: &dyn OutcomeEvidence,
+    keep: Keep<'_>,
+) -> Result<Inspection> {
     let format = Format::of_path(path).ok_or_else(|| {
         Error::io(
             format!("inspecting {}", path.display()),
             io::Error::other("not a session.jsonl or session.jsonl.zst file"),
         )
     })?;
-    let bytes = match seams.fs.read(path) {
-        Ok(bytes) => bytes,
+    let file = match seams.fs.open(path, OpenOptions::read()) {
+        Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(Error::SessionNotFound(path.display().to_string()))
         }
         Err(e) => return Err(io_err("reading", path, e)),
     };
+    let len = file.len().map_err(|e| io_err("measuring", path, e))?;
+    let mut source = FileSource { file, len };
+    let scan = format.scan_from(&mut source, keep, seams.compute.as_ref()).map_err(|e| io_err("reading", path, e))?;
     // A bare file name (`session.jsonl`) has an empty parent: its directory is the current one.
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let owner = owner::current(seams, dir)?.and_then(|c| c.owner).flatten();
-    Ok(Inspection::from_scan(format.scan(&bytes), owner, evidence))
+    Ok(Inspection::from_scan(scan, owner, evidence))
 }
 
 /// Commits the repair `inspection` describes to the file at `path`: truncate the torn tail
@@ -201,17 +217,43 @@ impl FileStore {
         Ok(Loaded { header, records, repair })
     }
 
-    fn writer(&self, id: &SessionId, path: PathBuf, token: u64, records: &[Record]) -> Result<Box<dyn SessionLog>> {
-        let file = self.seams.fs.open(&path, OpenOptions::append()).map_err(|e| io_err("opening", &path, e))?;
-        let len = file.len().map_err(|e| io_err("measuring", &path, e))?;
-        let medium = FileMedium {
+    fn medium(&self, path: &Path) -> Result<Box<dyn LogMedium>> {
+        let file = self.seams.fs.open(path, OpenOptions::append()).map_err(|e| io_err("opening", path, e))?;
+        let len = file.len().map_err(|e| io_err("measuring", path, e))?;
+        Ok(Box::new(FileMedium {
             seams: self.seams.clone(),
             dir: path.parent().expect("session dir").to_path_buf(),
             file,
             len,
             encoder: BatchEncoder::new(self.format),
-        };
-        SessionWriter::boxed(id, token, records, Box::new(medium))
+        }))
+    }
+
+    /// Takes ownership, commits crash repair and returns the writer, continuing from the
+    /// validator of the scan (the session is read once) with the records `keep` kept.
+    fn open_keeping(&self, id: &SessionId, takeover: Takeover, keep: Keep<'_>) -> Result<Opened> {
+        let path = self.require_session(id)?;
+        let dir = path.parent().expect("session dir").to_path_buf();
+        let token = owner::acquire(&self.seams, &dir, id.as_str(), takeover)?;
+        let opened = (|| {
+            let mut inspection = inspect_file_keeping(&self.seams, &path, self.evidence.as_ref(), keep)?;
+            let repair = repair_file(&self.seams, &path, &inspection)?;
+            if let Some(repair) = &repair {
+                for execution in never_claimed(id.as_str(), &repair.closers) {
+                    self.evidence.cancel_never_claimed(&execution);
+                }
+            }
+            let validator = inspection.validator.take();
+            let loaded = self.loaded(id, inspection, repair)?;
+            let validator = validator.expect("usable inspections carry their validator");
+            let log = SessionWriter::continuing(id, token, validator, self.medium(&path)?);
+            Ok(Opened { log, loaded })
+        })();
+        if opened.is_err() {
+            // Never keep a session locked because it could not be opened.
+            let _ = owner::release(&self.seams, &dir, id.as_str(), token);
+        }
+        opened
     }
 }
 
@@ -239,30 +281,15 @@ impl Store for FileStore {
             }
             other => other?,
         }
-        self.writer(id, path, token, &[])
+        Ok(SessionWriter::continuing(id, token, crate::event::Validator::new(), self.medium(&path)?))
     }
 
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
-        let path = self.require_session(id)?;
-        let dir = path.parent().expect("session dir").to_path_buf();
-        let token = owner::acquire(&self.seams, &dir, id.as_str(), takeover)?;
-        let opened = (|| {
-            let inspection = inspect_file_with(&self.seams, &path, self.evidence.as_ref())?;
-            let repair = repair_file(&self.seams, &path, &inspection)?;
-            if let Some(repair) = &repair {
-                for execution in never_claimed(id.as_str(), &repair.closers) {
-                    self.evidence.cancel_never_claimed(&execution);
-                }
-            }
-            let loaded = self.loaded(id, inspection, repair)?;
-            let log = self.writer(id, path.clone(), token, &loaded.records)?;
-            Ok(Opened { log, loaded })
-        })();
-        if opened.is_err() {
-            // Never keep a session locked because it could not be opened.
-            let _ = owner::release(&self.seams, &dir, id.as_str(), token);
-        }
-        opened
+        self.open_keeping(id, takeover, Keep::All)
+    }
+
+    fn open_conversation(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
+        self.open_keeping(id, takeover, Keep::Conversation)
     }
 
     fn inspect(&self, id: &SessionId) -> Result<Inspection> {

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use super::limits::{check_record_line, WRITE_UNIT_BYTES_MAX};
-use super::scan::{scan_jsonl, scan_zstd, Scan};
+use super::scan::{scan_jsonl, scan_jsonl_from, scan_zstd, scan_zstd_from, Keep, Scan, Source};
 use crate::event::{Record, SessionHeader};
+use crate::seams::Compute;
 use crate::Result;
 
 /// zstd level for batches: level 3 is zstd's default and compresses JSON ~5x at a speed far
@@ -42,11 +43,24 @@ impl Format {
         }
     }
 
-    /// Scans a whole file.
+    /// Scans a whole file held in memory, keeping every record.
     pub fn scan(self, bytes: &[u8]) -> Scan {
         match self {
             Format::Jsonl => scan_jsonl(bytes),
             Format::Zstd => scan_zstd(bytes),
+        }
+    }
+
+    /// Scans a file streamed from `source`.
+    pub(crate) fn scan_from(
+        self,
+        source: &mut dyn Source,
+        keep: Keep<'_>,
+        compute: &dyn Compute,
+    ) -> std::io::Result<Scan> {
+        match self {
+            Format::Jsonl => scan_jsonl_from(source, keep, compute),
+            Format::Zstd => scan_zstd_from(source, keep, compute),
         }
     }
 

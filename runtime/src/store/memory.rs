@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::writer::{LogMedium, SessionWriter};
-use super::{Inspection, Loaded, Opened, Repair, Scan, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use super::{Inspection, Loaded, Opened, Repair, Scan, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader};
 use crate::seams::{OwnerIdentity, Process};
 use crate::{Error, Result};
@@ -48,16 +48,7 @@ impl MemoryStore {
     }
 
     fn inspection(session: &MemSession) -> Inspection {
-        let scan = Scan {
-            status: ScanStatus::Clean,
-            header: Some(session.header.clone()),
-            records: session.records.clone(),
-            committed_len: 0,
-            file_len: 0,
-            recovered: Vec::new(),
-            error: None,
-            dropped: Vec::new(),
-        };
+        let scan = Scan::of_records(session.header.clone(), session.records.clone());
         Inspection::from_scan(scan, session.owner.clone(), &super::NoEvidence)
     }
 

@@ -21,7 +21,7 @@ pub(crate) mod zstd_frames;
 use serde::Serialize;
 
 pub(crate) use file::{append_durably, create_dir_all_durable, materialise, truncate_durably};
-pub use file::{inspect_file, inspect_file_with, repair_file, FileStore};
+pub use file::{inspect_file, inspect_file_keeping, inspect_file_with, repair_file, FileStore};
 pub(crate) use format::Encoded;
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
@@ -33,6 +33,7 @@ pub use limits::{
 pub use memory::MemoryStore;
 pub(crate) use owner::check_takeover;
 pub(crate) use scan::Scan;
+pub use scan::{Keep, SCAN_CHUNK_BYTES};
 pub use scan::{ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};
 pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
@@ -119,8 +120,13 @@ pub struct Inspection {
     pub status: ScanStatus,
     /// The header, when readable.
     pub header: Option<SessionHeader>,
-    /// Committed records (header excluded).
+    /// Committed records (header excluded): all of them from [`Store::inspect`]; what a
+    /// streaming reader asked to keep otherwise (see [`inspect_file_keeping`]).
     pub records: Vec<Record>,
+    /// How many records the committed prefix holds, kept or not.
+    pub record_count: u64,
+    /// The seq of the last committed record.
+    pub last_seq: Option<u64>,
     /// Bytes after the committed prefix.
     pub torn_bytes: u64,
     /// Complete, decodable records inside the torn tail that a repair would drop.
@@ -137,6 +143,9 @@ pub struct Inspection {
     pub error: Option<ScanError>,
     /// The recorded owner, if one holds the session now.
     pub owner: Option<OwnerIdentity>,
+    /// The validator after the committed and salvaged records, when the reader kept it: a
+    /// writer continues from it instead of validating the session again.
+    pub(crate) validator: Option<crate::event::Validator>,
 }
 
 impl Inspection {
@@ -171,31 +180,34 @@ impl Inspection {
         if scan.status == ScanStatus::Torn {
             refuse_drop_of_known_effect(&mut scan, evidence);
         }
-        let torn_from_seq = (scan.status == ScanStatus::Torn)
-            .then(|| scan.records.last().map_or(0, |r| r.seq + 1) + scan.recovered.len() as u64);
+        let last_seq = scan.last.map(|(seq, _)| seq);
+        let torn_from_seq =
+            (scan.status == ScanStatus::Torn).then(|| last_seq.map_or(0, |seq| seq + 1) + scan.recovered.len() as u64);
         let dropped_records = scan.dropped.len() as u64;
         let usable = matches!(scan.status, ScanStatus::Clean | ScanStatus::Torn);
         let closers = if usable {
             // Repair looks only at the last turn: clone from its turn/start on, not the whole
             // session (a 200 000-event session used to be deep-copied here on every load).
-            let is_turn_start = |r: &Record| matches!(r.event, crate::event::Event::TurnStart(_));
-            let last_turn: Vec<Record> = match scan.recovered.iter().rposition(is_turn_start) {
-                Some(i) => scan.recovered[i..].to_vec(),
-                None => {
-                    let from = scan.records.iter().rposition(is_turn_start).unwrap_or(scan.records.len());
-                    scan.records[from..].iter().chain(&scan.recovered).cloned().collect()
-                }
-            };
+            let (last_turn, last) = scan.tail_turn();
             let session = scan.header.as_ref().map_or("", |h| h.id.as_str());
-            repair::closers_with(&last_turn, session, evidence)
+            repair::closers_after(&last_turn, last, session, evidence)
         } else {
             Vec::new()
         };
+        // The writer's starting point: the committed prefix, then what repair appends.
+        let validator = scan.validator.clone().filter(|_| usable).map(|mut validator| {
+            for record in scan.recovered.iter().chain(&closers) {
+                validator.push_in_place(record).expect("salvaged records and closers continue the log");
+            }
+            validator
+        });
         Inspection {
             status: scan.status,
             torn_bytes: scan.torn_bytes(),
             header: scan.header,
             records: scan.records,
+            record_count: scan.record_count,
+            last_seq,
             recovered: scan.recovered,
             open_turn: !closers.is_empty(),
             closers,
@@ -203,6 +215,7 @@ impl Inspection {
             owner,
             dropped_records,
             torn_from_seq,
+            validator,
         }
     }
 }
@@ -269,6 +282,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Opens an existing session for writing.
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened>;
+
+    /// [`Store::open`], keeping in `loaded.records` only what a resumed agent builds its next
+    /// request from: every record but the assistant chunks that carry no usage (most of a
+    /// long session's records). File stores stream the session to do it; others keep all.
+    fn open_conversation(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
+        self.open(id, takeover)
+    }
 
     /// Reports the session's state without writing.
     fn inspect(&self, id: &SessionId) -> Result<Inspection>;

@@ -92,7 +92,18 @@ pub fn closers(records: &[Record]) -> Vec<Record> {
 /// [`closers`], consulting `evidence` (keyed by [`execution_id`] within `session`) before
 /// declaring a started call's outcome unknown. The closer text names the evidence it used.
 pub fn closers_with(records: &[Record], session: &str, evidence: &dyn OutcomeEvidence) -> Vec<Record> {
-    let Some(last) = records.last() else { return Vec::new() };
+    closers_after(records, records.last().map(|r| (r.seq, r.time)), session, evidence)
+}
+
+/// [`closers_with`] for the records of the last turn, assistant chunks possibly left out
+/// (they never matter to repair), given the seq and time of the log's last record.
+pub(crate) fn closers_after(
+    records: &[Record],
+    last: Option<(u64, u64)>,
+    session: &str,
+    evidence: &dyn OutcomeEvidence,
+) -> Vec<Record> {
+    let Some((last_seq, last_time)) = last else { return Vec::new() };
     let Some(turn_start) = records.iter().rposition(|r| matches!(r.event, Event::TurnStart(_))) else {
         return Vec::new();
     };
@@ -128,7 +139,7 @@ pub fn closers_with(records: &[Record], session: &str, evidence: &dyn OutcomeEvi
 
     let mut out = Vec::new();
     let mut push = |event: Event, source_seqs: Option<Vec<u64>>| {
-        let mut record = Record::new(last.seq + 1 + out.len() as u64, last.time, event);
+        let mut record = Record::new(last_seq + 1 + out.len() as u64, last_time, event);
         record.source_seqs = source_seqs;
         out.push(record);
     };

@@ -1,14 +1,23 @@
 //! Scanners that turn a session file's bytes into its committed prefix, applying the
 //! torn-versus-corrupt rule (FAILURE-JSONL-RAW-SCAN, FAILURE-JSONL-ZSTD-SCAN,
 //! FAILURE-JSONL-PREFIX).
+//!
+//! A scan streams the file through a bounded buffer ([`SCAN_CHUNK_BYTES`], grown only to hold
+//! one oversize line or frame): the records it commits go to a [`Keep`] policy as they are
+//! validated, so inspecting a 1 GiB transcript holds one chunk and one turn, not the file. The
+//! lines of a chunk (the frames of a zstd batch) are decoded on the [`Compute`] seam's cores;
+//! everything that depends on order — seqs, the validator, the torn rule — runs after, in
+//! order, on the caller's thread. Only a damaged tail is read whole, and only when it is small
+//! enough to be one write unit (the torn rule's bound).
 
-use std::io::Read;
+use std::io::{self, Read};
 
 use serde::Serialize;
 
 use super::limits::{torn_unit_bytes_max, RECORD_LINE_BYTES_MAX};
-use super::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
+use super::zstd_frames::{walk_one, FrameEnd, FrameSpan};
 use crate::event::{Event, HeaderError, Record, SessionHeader, Validator};
+use crate::seams::{Compute, FsFile, Sequential};
 
 /// What a scan concluded about the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,6 +42,29 @@ pub struct ScanError {
     pub reason: String,
 }
 
+/// Which committed records a scan hands back.
+pub enum Keep<'a> {
+    /// Every committed record, in [`Scan::records`].
+    All,
+    /// Every committed record but the assistant chunks that carry no usage (what a resumed
+    /// agent's next request and token count are built from: the chunks of a long session are
+    /// most of its records).
+    Conversation,
+    /// None: each record is shown to `visit` in order and dropped (a bounded-memory reader:
+    /// `transcript cat`, `report`).
+    Visit(&'a mut (dyn FnMut(&Record) + Send)),
+}
+
+impl std::fmt::Debug for Keep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Keep::All => "Keep::All",
+            Keep::Conversation => "Keep::Conversation",
+            Keep::Visit(_) => "Keep::Visit",
+        })
+    }
+}
+
 /// The committed prefix of a session file and what follows it.
 #[derive(Debug, Clone)]
 pub struct Scan {
@@ -40,8 +72,18 @@ pub struct Scan {
     pub status: ScanStatus,
     /// The session header, when readable.
     pub header: Option<SessionHeader>,
-    /// Committed records, in order.
+    /// The committed records the [`Keep`] policy kept, in order.
     pub records: Vec<Record>,
+    /// How many records the committed prefix holds (kept or not).
+    pub record_count: u64,
+    /// The committed records from the last `turn/start` on, chunks left out (what repair
+    /// looks at), when the keep policy did not keep them all.
+    pub(crate) last_turn: Vec<Record>,
+    /// Seq and time of the last committed record.
+    pub(crate) last: Option<(u64, u64)>,
+    /// The validator after the committed prefix: a writer continues from it without
+    /// reading the session again (`None` when the records were not validated here).
+    pub(crate) validator: Option<Validator>,
     /// Byte length of the committed prefix: repair truncates the file to this.
     pub committed_len: u64,
     /// Byte length of the file.
@@ -57,17 +99,36 @@ pub struct Scan {
 }
 
 impl Scan {
-    fn refused(status: ScanStatus, offset: usize, reason: impl Into<String>, file_len: usize) -> Scan {
+    fn new(file_len: u64) -> Scan {
         Scan {
-            status,
+            status: ScanStatus::Clean,
             header: None,
             records: Vec::new(),
+            record_count: 0,
+            last_turn: Vec::new(),
+            last: None,
+            validator: None,
             committed_len: 0,
-            file_len: file_len as u64,
+            file_len,
             recovered: Vec::new(),
-            error: Some(ScanError { offset: offset as u64, reason: reason.into() }),
+            error: None,
             dropped: Vec::new(),
         }
+    }
+
+    /// The scan of a store that cannot tear (memory): its committed records, as they are.
+    pub(crate) fn of_records(header: SessionHeader, records: Vec<Record>) -> Scan {
+        Scan {
+            header: Some(header),
+            record_count: records.len() as u64,
+            last: records.last().map(|r| (r.seq, r.time)),
+            records,
+            ..Scan::new(0)
+        }
+    }
+
+    fn refused(status: ScanStatus, offset: u64, reason: impl Into<String>, file_len: u64) -> Scan {
+        Scan { status, error: Some(ScanError { offset, reason: reason.into() }), ..Scan::new(file_len) }
     }
 
     /// Bytes after the committed prefix.
@@ -77,7 +138,82 @@ impl Scan {
             _ => 0,
         }
     }
+
+    /// The committed records from the last `turn/start` on plus the salvaged ones (chunks
+    /// possibly left out), and the seq and time of the last of them: what repair looks at.
+    pub(crate) fn tail_turn(&self) -> (Vec<Record>, Option<(u64, u64)>) {
+        let is_turn_start = |r: &Record| matches!(r.event, Event::TurnStart(_));
+        let last = self.recovered.last().map(|r| (r.seq, r.time)).or(self.last);
+        if let Some(i) = self.recovered.iter().rposition(is_turn_start) {
+            return (self.recovered[i..].to_vec(), last);
+        }
+        let committed: &[Record] = if self.last_turn.is_empty() {
+            let from = self.records.iter().rposition(is_turn_start).unwrap_or(self.records.len());
+            &self.records[from..]
+        } else {
+            &self.last_turn
+        };
+        (committed.iter().chain(&self.recovered).cloned().collect(), last)
+    }
 }
+
+/// Bytes a scan reads by offset: a file through the `Fs` seam, or bytes in memory.
+pub(crate) trait Source {
+    /// Bytes in all.
+    fn len(&self) -> u64;
+    /// Up to `buf.len()` bytes at `offset` (0 only at the end).
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+}
+
+impl Source for &[u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(<[u8]>::len(self));
+        let n = buf.len().min(<[u8]>::len(self) - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
+/// A file opened through the `Fs` seam, its length fixed when the scan starts.
+pub(crate) struct FileSource {
+    pub(crate) file: Box<dyn FsFile>,
+    pub(crate) len: u64,
+}
+
+impl Source for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.len.saturating_sub(offset);
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        self.file.read_at(offset, &mut buf[..want])
+    }
+}
+
+/// The bytes `[from, to)` of `source`, whole. A file that ends early is an I/O error: it
+/// changed under the scan.
+fn read_range(source: &mut dyn Source, from: u64, to: u64) -> io::Result<Vec<u8>> {
+    let mut out = vec![0u8; usize::try_from(to - from).map_err(|_| io::Error::other("range too large"))?];
+    let mut at = 0;
+    while at < out.len() {
+        let n = source.read_at(from + at as u64, &mut out[at..])?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was scanned"));
+        }
+        at += n;
+    }
+    Ok(out)
+}
+
+/// Bytes a scan reads at a time; with the records decoded from them, the bulk of a scan's
+/// memory (a line or frame larger than this grows the buffer to hold it, no further).
+pub const SCAN_CHUNK_BYTES: usize = 4 * 1024 * 1024;
 
 /// Why one line is not the next committed record.
 enum LineIssue {
@@ -87,25 +223,154 @@ enum LineIssue {
     Invalid(String),
 }
 
-/// Decodes one newline-stripped line as the validator's next record.
-fn decode_next(line: &[u8], validator: &mut Validator) -> Result<Record, LineIssue> {
+/// Decodes one newline-stripped line (no order-dependent check: safe on any core).
+fn decode_line(line: &[u8]) -> Result<Record, String> {
     if line.len() > RECORD_LINE_BYTES_MAX {
-        return Err(LineIssue::Suspect(format!(
-            "line of {} bytes exceeds the {RECORD_LINE_BYTES_MAX}-byte limit",
-            line.len()
-        )));
+        return Err(format!("line of {} bytes exceeds the {RECORD_LINE_BYTES_MAX}-byte limit", line.len()));
     }
-    let text = std::str::from_utf8(line).map_err(|e| LineIssue::Suspect(format!("line is not UTF-8: {e}")))?;
-    let record = Record::decode(text).map_err(|e| LineIssue::Suspect(e.to_string()))?;
-    if record.seq != validator.next_seq() {
-        return Err(LineIssue::Suspect(format!("seq {} where {} was expected", record.seq, validator.next_seq())));
-    }
-    // A violation ends the scan (corrupt), so the validator need not survive it unchanged.
-    validator.push_in_place(&record).map_err(|v| LineIssue::Invalid(format!("log invariant violated: {v}")))?;
-    Ok(record)
+    Record::decode_bytes(line).map_err(|e| e.to_string())
 }
 
-fn header_of(line: &[u8], file_len: usize) -> Result<SessionHeader, Box<Scan>> {
+/// The committed side of a scan: the validator, the keep policy and the last turn.
+struct Committer<'k, 'v> {
+    validator: Validator,
+    keep: &'k mut Keep<'v>,
+    kept: Vec<Record>,
+    last_turn: Vec<Record>,
+    last: Option<(u64, u64)>,
+    count: u64,
+}
+
+impl<'k, 'v> Committer<'k, 'v> {
+    fn new(keep: &'k mut Keep<'v>) -> Self {
+        Committer { validator: Validator::new(), keep, kept: Vec::new(), last_turn: Vec::new(), last: None, count: 0 }
+    }
+
+    /// Room for `n` more kept records (a chunk's worth, so the kept list grows by chunks).
+    fn reserve(&mut self, n: usize) {
+        if matches!(self.keep, Keep::All | Keep::Conversation) {
+            self.kept.reserve(n);
+        }
+    }
+
+    /// Takes `record` as the next committed one, or says why it is not.
+    fn commit(&mut self, record: Record) -> Result<(), LineIssue> {
+        if record.seq != self.validator.next_seq() {
+            return Err(LineIssue::Suspect(format!(
+                "seq {} where {} was expected",
+                record.seq,
+                self.validator.next_seq()
+            )));
+        }
+        // A violation ends the scan (corrupt), so the validator need not survive it unchanged.
+        self.validator
+            .push_in_place(&record)
+            .map_err(|v| LineIssue::Invalid(format!("log invariant violated: {v}")))?;
+        self.count += 1;
+        self.last = Some((record.seq, record.time));
+        let chunk = matches!(record.event, Event::AssistantChunk(_));
+        match self.keep {
+            Keep::All => self.kept.push(record),
+            Keep::Conversation => {
+                // Usage chunks stay: a resumed session still counts its tokens.
+                let usage = matches!(&record.event, Event::AssistantChunk(c) if matches!(c.chunk, crate::event::Chunk::Usage { .. }));
+                if !chunk || usage {
+                    self.kept.push(record);
+                }
+            }
+            Keep::Visit(visit) => {
+                visit(&record);
+                // Nothing is kept: hold the current turn (chunks aside) for repair.
+                if matches!(record.event, Event::TurnStart(_)) {
+                    self.last_turn.clear();
+                }
+                if !chunk {
+                    self.last_turn.push(record);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self, scan: &mut Scan) {
+        scan.validator = Some(self.validator);
+        scan.records = self.kept;
+        scan.last_turn = self.last_turn;
+        scan.last = self.last;
+        scan.record_count = self.count;
+    }
+}
+
+/// Lines a decode job takes at least: below this, a thread costs more than it saves.
+const LINES_PER_JOB_MIN: usize = 1024;
+
+/// A job for the [`Compute`] seam.
+type Job<'a> = Box<dyn FnOnce() + Send + 'a>;
+
+/// One job per part of `lines` (each `(start, end)` within `text`, newline excluded), each
+/// decoding its part into its slot of `outputs` (results in order across the slots).
+fn decode_jobs<'a>(
+    text: &'a [u8],
+    lines: &'a [(usize, usize)],
+    parts: usize,
+    outputs: &'a mut Vec<Vec<Result<Record, String>>>,
+) -> Vec<Job<'a>> {
+    let parts = parts.clamp(1, lines.len().div_ceil(LINES_PER_JOB_MIN).max(1));
+    let per = lines.len().div_ceil(parts).max(1);
+    *outputs = (0..lines.len().div_ceil(per)).map(|_| Vec::new()).collect();
+    outputs
+        .iter_mut()
+        .zip(lines.chunks(per))
+        .map(|(out, part)| {
+            Box::new(move || *out = part.iter().map(|&(s, e)| decode_line(&text[s..e])).collect()) as Job<'a>
+        })
+        .collect()
+}
+
+/// A chunk's lines, decoded, waiting to be committed: where its text starts in the file, the
+/// lines' spans in that text, the results in order.
+struct DecodedChunk {
+    at: u64,
+    spans: Vec<(usize, usize)>,
+    results: Vec<Vec<Result<Record, String>>>,
+}
+
+/// The first line of a chunk that is not the next committed record: its offset, where its
+/// line ends, and why.
+struct Damage {
+    offset: u64,
+    line_end: u64,
+    issue: LineIssue,
+}
+
+/// Commits a decoded chunk's records in order, stopping at the first one that is not the next.
+fn commit_chunk(committer: &mut Committer<'_, '_>, chunk: DecodedChunk) -> Option<Damage> {
+    committer.reserve(chunk.spans.len());
+    for (&(start, end), record) in chunk.spans.iter().zip(chunk.results.into_iter().flatten()) {
+        let issue = match record {
+            Ok(record) => match committer.commit(record) {
+                Ok(()) => continue,
+                Err(issue) => issue,
+            },
+            Err(reason) => LineIssue::Suspect(reason),
+        };
+        return Some(Damage { offset: chunk.at + start as u64, line_end: chunk.at + end as u64, issue });
+    }
+    None
+}
+
+/// The `(start, end)` of each newline-terminated line of `text`, newline excluded.
+fn line_spans(text: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', text) {
+        spans.push((start, end));
+        start = end + 1;
+    }
+    spans
+}
+
+fn header_of(line: &[u8], file_len: u64) -> Result<SessionHeader, Box<Scan>> {
     let text = std::str::from_utf8(line)
         .map_err(|_| Box::new(Scan::refused(ScanStatus::Corrupt, 0, "session header is not UTF-8", file_len)))?;
     SessionHeader::decode(text).map_err(|e| {
@@ -116,83 +381,218 @@ fn header_of(line: &[u8], file_len: usize) -> Result<SessionHeader, Box<Scan>> {
     })
 }
 
-/// Scans a plain `session.jsonl`.
+/// Scans a plain `session.jsonl` held in memory, keeping every record.
 pub fn scan_jsonl(bytes: &[u8]) -> Scan {
-    let Some(header_end) = memchr(bytes, 0) else {
-        let reason =
-            if bytes.is_empty() { "empty file: no session header" } else { "session header line is unterminated" };
-        return Scan::refused(ScanStatus::Corrupt, 0, reason, bytes.len());
-    };
-    let header = match header_of(&bytes[..header_end], bytes.len()) {
-        Ok(header) => header,
-        Err(refused) => return *refused,
-    };
-    let mut validator = Validator::new();
-    let mut records = Vec::new();
-    let mut offset = header_end + 1;
-    let mut scan = Scan {
-        status: ScanStatus::Clean,
-        header: Some(header),
-        records: Vec::new(),
-        committed_len: 0,
-        file_len: bytes.len() as u64,
-        recovered: Vec::new(),
-        error: None,
-        dropped: Vec::new(),
-    };
-    while offset < bytes.len() {
-        let Some(end) = memchr(bytes, offset) else {
-            // An unterminated final line is always torn.
-            scan.status = ScanStatus::Torn;
-            break;
+    scan_jsonl_from(&mut &*bytes, Keep::All, &Sequential).expect("bytes in memory cannot fail to read")
+}
+
+/// Scans a plain `session.jsonl` streamed from `source`.
+pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compute: &dyn Compute) -> io::Result<Scan> {
+    let file_len = source.len();
+    let mut committer = Committer::new(&mut keep);
+    // `buffer` holds the file from `buffer_at`; `used` bytes of it are read.
+    let mut buffer = vec![0u8; SCAN_CHUNK_BYTES.min(usize::try_from(file_len).unwrap_or(usize::MAX)).max(1)];
+    let (mut buffer_at, mut used) = (0u64, 0usize);
+    let mut header: Option<SessionHeader> = None;
+    let mut scan = Scan::new(file_len);
+    let mut pending: Option<DecodedChunk> = None;
+    loop {
+        // Fill the buffer; grow it only when one line does not fit.
+        if used == buffer.len() {
+            let grown = (buffer.len() * 2).min(RECORD_LINE_BYTES_MAX + 2);
+            if grown <= buffer.len() {
+                // A line longer than any record may be, with no end in sight: damaged here.
+                break;
+            }
+            buffer.resize(grown, 0);
+        }
+        let n = source.read_at(buffer_at + used as u64, &mut buffer[used..])?;
+        used += n;
+        let at_end = buffer_at + used as u64 >= file_len || n == 0;
+        let Some(last_newline) = memchr::memrchr(b'\n', &buffer[..used]) else {
+            if at_end {
+                break;
+            }
+            continue;
         };
-        match decode_next(&bytes[offset..end], &mut validator) {
-            Ok(record) => {
-                records.push(record);
-                offset = end + 1;
+        let text = &buffer[..=last_newline];
+        let mut spans = line_spans(text);
+        if header.is_none() {
+            let (s, e) = spans[0];
+            match header_of(&text[s..e], file_len) {
+                Ok(h) => header = Some(h),
+                Err(refused) => return Ok(*refused),
             }
-            Err(LineIssue::Invalid(reason)) => {
-                scan.status = ScanStatus::Corrupt;
-                scan.error = Some(ScanError { offset: offset as u64, reason });
-                break;
+            spans.remove(0);
+            // The first chunk's lines say how many the file holds: grow the kept list once.
+            let per_byte = spans.len() as f64 / text.len() as f64;
+            committer.reserve((per_byte * file_len as f64 * 1.05) as usize);
+        }
+        // The previous chunk is committed (in order, one thread) while this one is decoded
+        // (on the others): the order-dependent half of the work overlaps the parallel half.
+        let mut results = Vec::new();
+        let mut damage = None;
+        {
+            let mut jobs = decode_jobs(text, &spans, compute.parallelism(), &mut results);
+            if let Some(chunk) = pending.take() {
+                let (committer, damage) = (&mut committer, &mut damage);
+                jobs.insert(0, Box::new(move || *damage = commit_chunk(committer, chunk)));
             }
-            Err(LineIssue::Suspect(reason)) => {
-                // FAILURE-JSONL-PREFIX: a crash leaves at most an unterminated last line, a power
-                // loss a hole of zero bytes inside the last write unit. Damage followed by
-                // anything else cannot be explained by either. A turn/end after a hole lies in
-                // the same unacknowledged unit (the flush after it never returned), so it proves
-                // nothing; after any other damage it is one more reason to refuse.
-                // Decoded once: the turn/end check and, for a torn tail, the report of what drops.
-                let after = complete_records(&bytes[end + 1..]);
-                let turn_end = after.iter().find(|r| matches!(r.event, Event::TurnEnd(_))).map(|r| r.seq);
-                let is_last_line = end + 1 == bytes.len();
-                let old_rule = crate::testing::bugs::planted("any-damage-is-torn") && turn_end.is_none();
-                if is_power_loss_hole(&bytes[offset..], &bytes[offset..end]) || old_rule {
-                    scan.status = ScanStatus::Torn;
-                    scan.dropped = after;
-                } else if let Some(turn_end_seq) = turn_end {
-                    scan.status = ScanStatus::Corrupt;
-                    let reason =
-                        format!("{reason}; a later committed turn/end (seq {turn_end_seq}) rules out a torn tail");
-                    scan.error = Some(ScanError { offset: offset as u64, reason });
-                } else {
-                    scan.status = ScanStatus::Corrupt;
-                    let what = if is_last_line { "the last line" } else { "a line followed by complete records" };
-                    let reason = format!(
-                        "{reason}; {what} damaged without a hole of zero bytes inside the last write unit: not a torn write"
-                    );
-                    scan.error = Some(ScanError { offset: offset as u64, reason });
-                }
-                break;
+            compute.run(jobs);
+        }
+        if let Some(Damage { offset, line_end, issue }) = damage {
+            committer.finish(&mut scan);
+            scan.header = header;
+            damaged_jsonl(source, &mut scan, offset, line_end, issue)?;
+            return Ok(scan);
+        }
+        pending = Some(DecodedChunk { at: buffer_at, spans, results });
+        // Keep the unterminated rest for the next round.
+        let consumed = last_newline + 1;
+        buffer.copy_within(consumed..used, 0);
+        buffer_at += consumed as u64;
+        used -= consumed;
+        if at_end && used == 0 {
+            break;
+        }
+    }
+    if let Some(Damage { offset, line_end, issue }) =
+        pending.take().and_then(|chunk| commit_chunk(&mut committer, chunk))
+    {
+        committer.finish(&mut scan);
+        scan.header = header;
+        damaged_jsonl(source, &mut scan, offset, line_end, issue)?;
+        return Ok(scan);
+    }
+    committer.finish(&mut scan);
+    let committed = buffer_at;
+    if header.is_none() {
+        let reason =
+            if file_len == 0 { "empty file: no session header" } else { "session header line is unterminated" };
+        return Ok(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len));
+    }
+    scan.header = header;
+    scan.committed_len = committed;
+    if committed < file_len {
+        // The bytes after the last complete line: an unterminated final line is always torn
+        // (however long); a line longer than any record with more after it is damage.
+        match next_newline(source, committed + used as u64)? {
+            None => scan.status = ScanStatus::Torn,
+            Some(line_end) => {
+                let reason = format!("line exceeds the {RECORD_LINE_BYTES_MAX}-byte limit");
+                damaged_jsonl(source, &mut scan, committed, line_end, LineIssue::Suspect(reason))?;
             }
         }
     }
-    scan.committed_len = offset as u64;
-    scan.records = records;
+    Ok(scan)
+}
+
+/// The offset of the first newline at or after `from`, streaming.
+fn next_newline(source: &mut dyn Source, from: u64) -> io::Result<Option<u64>> {
+    let mut buffer = vec![0u8; SCAN_CHUNK_BYTES];
+    let mut at = from;
+    loop {
+        let n = source.read_at(at, &mut buffer)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if let Some(i) = memchr::memchr(b'\n', &buffer[..n]) {
+            return Ok(Some(at + i as u64));
+        }
+        at += n as u64;
+    }
+}
+
+/// The torn rule at the first line that is not the next committed record (FAILURE-JSONL-PREFIX):
+/// a crash leaves at most an unterminated last line, a power loss a hole of zero bytes inside
+/// the last write unit. Damage followed by anything else cannot be explained by either. A
+/// turn/end after a hole lies in the same unacknowledged unit (the flush after it never
+/// returned), so it proves nothing; after any other damage it is one more reason to refuse.
+fn damaged_jsonl(
+    source: &mut dyn Source,
+    scan: &mut Scan,
+    offset: u64,
+    line_end: u64,
+    issue: LineIssue,
+) -> io::Result<()> {
+    let file_len = scan.file_len;
+    scan.committed_len = offset;
+    let reason = match issue {
+        LineIssue::Invalid(reason) => {
+            scan.status = ScanStatus::Corrupt;
+            scan.error = Some(ScanError { offset, reason });
+            scan.committed_len = 0;
+            return Ok(());
+        }
+        LineIssue::Suspect(reason) => reason,
+    };
+    let rest_len = file_len - offset;
+    let is_last_line = line_end + 1 >= file_len;
+    let (hole, turn_end, after) = if rest_len <= torn_unit_bytes_max(true) as u64 {
+        // Small enough to be one write unit: read it whole and judge it.
+        let rest = read_range(source, offset, file_len)?;
+        let line_len = usize::try_from(line_end - offset).unwrap_or(rest.len()).min(rest.len());
+        let after = complete_records(rest.get(line_len + 1..).unwrap_or_default());
+        let turn_end = after.iter().find(|r| matches!(r.event, Event::TurnEnd(_))).map(|r| r.seq);
+        (is_power_loss_hole(&rest, &rest[..line_len]), turn_end, after)
+    } else {
+        // Too large to be one write unit: corrupt; a later turn/end only words the refusal.
+        (false, first_turn_end_after(source, line_end + 1)?, Vec::new())
+    };
+    let old_rule = crate::testing::bugs::planted("any-damage-is-torn") && turn_end.is_none();
+    if hole || old_rule {
+        scan.status = ScanStatus::Torn;
+        scan.dropped = after;
+    } else if let Some(turn_end_seq) = turn_end {
+        scan.status = ScanStatus::Corrupt;
+        let reason = format!("{reason}; a later committed turn/end (seq {turn_end_seq}) rules out a torn tail");
+        scan.error = Some(ScanError { offset, reason });
+    } else {
+        scan.status = ScanStatus::Corrupt;
+        let what = if is_last_line { "the last line" } else { "a line followed by complete records" };
+        let reason = format!(
+            "{reason}; {what} damaged without a hole of zero bytes inside the last write unit: not a torn write"
+        );
+        scan.error = Some(ScanError { offset, reason });
+    }
     if scan.status == ScanStatus::Corrupt {
         scan.committed_len = 0;
     }
-    scan
+    Ok(())
+}
+
+/// The seq of the first complete line after `from` that decodes as a `turn/end`, streaming
+/// the rest of the file through a bounded buffer.
+fn first_turn_end_after(source: &mut dyn Source, from: u64) -> io::Result<Option<u64>> {
+    let file_len = source.len();
+    let mut buffer = vec![0u8; SCAN_CHUNK_BYTES];
+    let (mut at, mut used) = (from, 0usize);
+    while at < file_len {
+        if used == buffer.len() {
+            if buffer.len() > RECORD_LINE_BYTES_MAX {
+                // An endless line: skip past it.
+                at += used as u64;
+                used = 0;
+                continue;
+            }
+            buffer.resize(buffer.len() * 2, 0);
+        }
+        let n = source.read_at(at + used as u64, &mut buffer[used..])?;
+        if n == 0 {
+            break;
+        }
+        used += n;
+        let Some(last) = memchr::memrchr(b'\n', &buffer[..used]) else { continue };
+        if let Some(record) =
+            complete_records(&buffer[..=last]).into_iter().find(|r| matches!(r.event, Event::TurnEnd(_)))
+        {
+            return Ok(Some(record.seq));
+        }
+        buffer.copy_within(last + 1..used, 0);
+        at += last as u64 + 1;
+        used -= last + 1;
+    }
+    Ok(None)
 }
 
 /// Whether the damaged region `rest` (from the start of the first bad line, `line`, to the end
@@ -208,33 +608,20 @@ fn is_power_loss_hole(rest: &[u8], line: &[u8]) -> bool {
 
 /// The complete lines of `rest` that decode as records (the damaged line's successors: what a
 /// torn-tail repair drops, and where a later `turn/end` would prove corruption).
-fn complete_records(mut rest: &[u8]) -> Vec<Record> {
-    let mut records = Vec::new();
-    while let Some(end) = memchr(rest, 0) {
-        if let Ok(record) =
-            std::str::from_utf8(&rest[..end]).map_err(|_| ()).and_then(|t| Record::decode(t).map_err(|_| ()))
-        {
-            records.push(record);
-        }
-        rest = &rest[end + 1..];
-    }
-    records
-}
-
-fn memchr(bytes: &[u8], from: usize) -> Option<usize> {
-    memchr::memchr(b'\n', &bytes[from..]).map(|i| from + i)
+fn complete_records(rest: &[u8]) -> Vec<Record> {
+    line_spans(rest).into_iter().filter_map(|(s, e)| decode_line(&rest[s..e]).ok()).collect()
 }
 
 /// Longest decompressed content accepted from one frame: a batch is at most a few thousand
 /// records, so 256 MiB is garbage or a decompression bomb.
 pub const FRAME_CONTENT_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
-fn decompress_frame(frame: &[u8]) -> std::io::Result<Vec<u8>> {
+fn decompress_frame(frame: &[u8]) -> io::Result<Vec<u8>> {
     let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)?.single_frame();
     let mut out = Vec::new();
     (&mut decoder).take(FRAME_CONTENT_BYTES_MAX + 1).read_to_end(&mut out)?;
     if out.len() as u64 > FRAME_CONTENT_BYTES_MAX {
-        return Err(std::io::Error::other("frame content exceeds the size limit"));
+        return Err(io::Error::other("frame content exceeds the size limit"));
     }
     Ok(out)
 }
@@ -254,130 +641,333 @@ fn decompress_prefix(frame: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Scans a `session.jsonl.zst`: frame 1 holds exactly the header line, every later frame one
-/// durable batch of complete lines, each with a content checksum.
+/// The decoded content of one complete frame: its records, or why the frame is unusable
+/// (`Err` of the frame text: checksum, decompression, newline) or where a line in it fails.
+enum FrameContent {
+    /// The frame's text is unusable (checksum, decompression, no final newline).
+    Unusable(String),
+    /// Its lines, decoded (each may have failed).
+    Lines(Vec<Result<Record, String>>),
+}
+
+fn frame_content(bytes: &[u8], frame: &FrameSpan) -> FrameContent {
+    match complete_frame_text(bytes, frame) {
+        Err(reason) => FrameContent::Unusable(reason),
+        Ok(text) => FrameContent::Lines(line_spans(&text).into_iter().map(|(s, e)| decode_line(&text[s..e])).collect()),
+    }
+}
+
+/// Scans a `session.jsonl.zst` held in memory, keeping every record.
 pub fn scan_zstd(bytes: &[u8]) -> Scan {
-    let (mut frames, mut torn_at, corrupt) = match walk_frames(bytes) {
-        FrameWalk::Complete(frames) => (frames, None, None),
-        FrameWalk::Torn { frames, torn_at } => (frames, Some(torn_at), None),
-        // Zero bytes after the last complete frame, within one write unit of the end: the
-        // signature of a power loss inside the last unit, so a torn tail (FAILURE-JSONL-PREFIX).
-        FrameWalk::Corrupt { frames, offset, .. }
-            if !frames.is_empty() && is_zstd_power_loss_hole(&bytes[frames.last().map_or(0, |f| f.end)..]) =>
-        {
-            let at = frames.last().map_or(0, |f| f.end);
-            debug_assert!(offset >= at);
-            (frames, Some(at), None)
-        }
-        FrameWalk::Corrupt { frames, offset, reason } => (frames, None, Some((offset, reason))),
-    };
-    let Some(first) = frames.first() else {
-        let reason = corrupt.map_or_else(|| "no complete header frame".to_owned(), |(_, reason)| reason);
-        return Scan::refused(ScanStatus::Corrupt, 0, reason, bytes.len());
-    };
-    let header = match complete_frame_text(bytes, first) {
-        Ok(text) if text.iter().filter(|&&b| b == b'\n').count() == 1 => {
-            match header_of(&text[..text.len() - 1], bytes.len()) {
-                Ok(header) => header,
-                Err(refused) => return *refused,
-            }
-        }
-        Ok(_) => return Scan::refused(ScanStatus::Corrupt, 0, "header frame must hold exactly one line", bytes.len()),
-        Err(reason) => return Scan::refused(ScanStatus::Corrupt, 0, reason, bytes.len()),
-    };
-    let mut validator = Validator::new();
-    let mut records = Vec::new();
-    let mut complete = frames.len();
+    scan_zstd_from(&mut &*bytes, Keep::All, &Sequential).expect("bytes in memory cannot fail to read")
+}
+
+/// How far a zstd scan looks ahead of the frame it commits: the frames of one batch, read and
+/// decoded together (on several cores), bound its memory.
+const ZSTD_BATCH_BYTES: u64 = SCAN_CHUNK_BYTES as u64;
+
+/// Scans a `session.jsonl.zst` streamed from `source`: frame 1 holds exactly the header line,
+/// every later frame one durable write unit of complete lines, each with a content checksum.
+pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, compute: &dyn Compute) -> io::Result<Scan> {
+    let file_len = source.len();
+    let mut scan = Scan::new(file_len);
+    let mut committer = Committer::new(&mut keep);
+    // The end of the last committed frame.
+    let mut offset = 0u64;
+    let mut walked = 0u64;
+    let mut header_seen = false;
+    // How the frame walk ended: torn at an offset, or corrupt at an offset with a reason.
+    let mut torn_at: Option<u64> = None;
+    let mut corrupt: Option<(u64, String)> = None;
     let mut salvage = true;
-    for (i, frame) in frames.iter().enumerate().skip(1) {
-        let text = match complete_frame_text(bytes, frame) {
-            Ok(text) => text,
-            // A hole of zeros inside the last write unit fails that frame's checksum.
-            Err(_) if corrupt.is_none() && is_zstd_power_loss_hole(&bytes[frame.start..]) => {
-                complete = i;
-                torn_at = Some(frame.start);
-                // Its checksum failed: nothing decoded from it can be vouched for.
-                salvage = false;
-                break;
-            }
-            Err(reason) => return Scan::refused(ScanStatus::Corrupt, frame.start, reason, bytes.len()),
-        };
-        let mut offset = 0;
-        while offset < text.len() {
-            let end = memchr(&text, offset).expect("complete frames end in a newline");
-            match decode_next(&text[offset..end], &mut validator) {
-                Ok(record) => records.push(record),
-                Err(LineIssue::Invalid(reason) | LineIssue::Suspect(reason)) => {
-                    // A checksummed, complete frame cannot be torn: anything wrong inside is corruption.
-                    let reason = format!("{reason} (line at byte {offset} of the frame's content)");
-                    return Scan::refused(ScanStatus::Corrupt, frame.start, reason, bytes.len());
+    let mut pending: Option<DecodedBatch> = None;
+    loop {
+        // Walk a batch of frames ahead (structure only), then read and decode them together
+        // while the batch before is committed.
+        let mut frames: Vec<FrameSpan> = Vec::new();
+        let batch_start = walked;
+        while torn_at.is_none()
+            && corrupt.is_none()
+            && walked < file_len
+            && (frames.is_empty() || walked - batch_start < ZSTD_BATCH_BYTES)
+        {
+            match walk_one(source, walked)? {
+                FrameEnd::Complete(span) => {
+                    walked = span.end as u64;
+                    frames.push(span);
+                }
+                FrameEnd::Torn => torn_at = Some(walked),
+                FrameEnd::Corrupt(at, reason) => {
+                    // Zero bytes after the last complete frame, within one write unit of the
+                    // end: the signature of a power loss inside the last unit, so a torn tail.
+                    if (header_seen || !frames.is_empty()) && zstd_tail_is_hole(source, walked)? {
+                        torn_at = Some(walked);
+                    } else {
+                        corrupt = Some((at as u64, reason));
+                    }
                 }
             }
-            offset = end + 1;
+        }
+        let bytes = if frames.is_empty() { Vec::new() } else { read_range(source, batch_start, walked)? };
+        let local: Vec<FrameSpan> = frames
+            .iter()
+            .map(|f| FrameSpan { start: f.start - batch_start as usize, end: f.end - batch_start as usize, ..*f })
+            .collect();
+        let mut contents: Vec<Vec<FrameContent>> = Vec::new();
+        let mut stop = None;
+        {
+            let mut jobs = decode_frame_jobs(&bytes, &local, compute.parallelism(), &mut contents);
+            if let Some(batch) = pending.take() {
+                let (committer, stop, offset) = (&mut committer, &mut stop, &mut offset);
+                jobs.insert(0, Box::new(move || *stop = commit_batch(committer, batch, offset)));
+            }
+            compute.run(jobs);
+        }
+        let mut contents: Vec<FrameContent> = contents.into_iter().flatten().collect();
+        if let Some(stop) = stop {
+            match zstd_stop(source, stop)? {
+                Stopped::Refused(refused) => return Ok(*refused),
+                Stopped::Hole(at) => {
+                    torn_at = Some(at);
+                    // Its checksum failed: nothing decoded from it can be vouched for.
+                    salvage = false;
+                    corrupt = None;
+                    pending = None;
+                    break;
+                }
+            }
+        }
+        if !header_seen && !frames.is_empty() {
+            header_seen = true;
+            let header = contents.remove(0);
+            let frame = frames.remove(0);
+            match header {
+                FrameContent::Lines(lines) if lines.len() == 1 => {
+                    let text = complete_frame_text(&bytes, &local[0]).expect("decoded above");
+                    match header_of(&text[..text.len() - 1], file_len) {
+                        Ok(header) => scan.header = Some(header),
+                        Err(refused) => return Ok(*refused),
+                    }
+                }
+                FrameContent::Lines(_) => {
+                    return Ok(Scan::refused(
+                        ScanStatus::Corrupt,
+                        0,
+                        "header frame must hold exactly one line",
+                        file_len,
+                    ))
+                }
+                FrameContent::Unusable(reason) => return Ok(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len)),
+            }
+            offset = frame.end as u64;
+        }
+        if frames.is_empty() {
+            break;
+        }
+        pending = Some(DecodedBatch { frames, contents });
+    }
+    if let Some(stop) = pending.take().and_then(|batch| commit_batch(&mut committer, batch, &mut offset)) {
+        match zstd_stop(source, stop)? {
+            Stopped::Refused(refused) => return Ok(*refused),
+            Stopped::Hole(at) => {
+                torn_at = Some(at);
+                salvage = false;
+                corrupt = None;
+            }
         }
     }
-    frames.truncate(complete);
-    let committed_len = frames.last().map_or(0, |f| f.end);
-    let mut scan = Scan {
-        status: ScanStatus::Clean,
-        header: Some(header),
-        records,
-        committed_len: committed_len as u64,
-        file_len: bytes.len() as u64,
-        recovered: Vec::new(),
-        error: None,
-        dropped: Vec::new(),
-    };
+    if !header_seen {
+        let reason = corrupt.map_or_else(|| "no complete header frame".to_owned(), |(_, reason)| reason);
+        return Ok(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len));
+    }
+    committer.finish(&mut scan);
+    scan.committed_len = offset;
     // A frame is one write unit: a complete, checksummed frame after the damage is a later
     // unit that was written whole, so the damage is not the last unit's (a flipped bit that
     // makes a frame swallow the next one looks torn to the walk, not to this).
-    let corrupt = corrupt.or_else(|| {
-        let at = torn_at?;
-        let later = complete_frame_after(bytes, at)?;
-        Some((at, format!("a complete frame at byte {later} follows the damaged one: not a torn write")))
-    });
-    if let Some((offset, reason)) = corrupt {
+    let corrupt = match (corrupt, torn_at) {
+        (Some(corrupt), _) => Some(corrupt),
+        (None, Some(at)) => complete_frame_after(source, at)?
+            .map(|later| (at, format!("a complete frame at byte {later} follows the damaged one: not a torn write"))),
+        (None, None) => None,
+    };
+    if let Some((at, reason)) = corrupt {
         scan.status = ScanStatus::Corrupt;
         scan.committed_len = 0;
-        scan.error = Some(ScanError { offset: offset as u64, reason });
+        scan.error = Some(ScanError { offset: at, reason });
     } else if let Some(torn_at) = torn_at {
         scan.status = ScanStatus::Torn;
-        let text = if salvage { decompress_prefix(&bytes[torn_at..]) } else { Vec::new() };
-        let mut offset = 0;
-        while let Some(end) = memchr(&text, offset) {
-            match decode_next(&text[offset..end], &mut validator) {
-                Ok(record) => scan.recovered.push(record),
-                Err(_) => break,
+        // The torn frame lies in the last write unit (else it would be corrupt): bounded.
+        let text = if salvage { decompress_prefix(&read_range(source, torn_at, file_len)?) } else { Vec::new() };
+        let mut validator = scan.validator.clone().expect("a finished committer left its validator");
+        for (s, e) in line_spans(&text) {
+            let Ok(record) = decode_line(&text[s..e]) else { break };
+            if record.seq != validator.next_seq() || validator.push_in_place(&record).is_err() {
+                break;
             }
-            offset = end + 1;
+            scan.recovered.push(record);
         }
     }
-    scan
+    Ok(scan)
 }
 
-/// The offset of the first complete, checksummed frame that starts after `from`, if any.
-fn complete_frame_after(bytes: &[u8], from: usize) -> Option<usize> {
-    const MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
-    let search = from + 1;
-    memchr::memmem::find_iter(bytes.get(search..)?, &MAGIC).map(|i| search + i).find(|&start| {
-        let first = match walk_frames(&bytes[start..]) {
-            FrameWalk::Complete(frames) | FrameWalk::Torn { frames, .. } | FrameWalk::Corrupt { frames, .. } => {
-                frames.into_iter().next()
-            }
+/// One job per part of `frames` (spans within `bytes`), each decompressing and decoding its
+/// part into its slot of `outputs` (in order across the slots).
+fn decode_frame_jobs<'a>(
+    bytes: &'a [u8],
+    frames: &'a [FrameSpan],
+    parts: usize,
+    outputs: &'a mut Vec<Vec<FrameContent>>,
+) -> Vec<Job<'a>> {
+    if frames.is_empty() {
+        return Vec::new();
+    }
+    let per = frames.len().div_ceil(parts.clamp(1, frames.len()));
+    *outputs = (0..frames.len().div_ceil(per)).map(|_| Vec::new()).collect();
+    outputs
+        .iter_mut()
+        .zip(frames.chunks(per))
+        .map(|(out, part)| Box::new(move || *out = part.iter().map(|f| frame_content(bytes, f)).collect()) as Job<'a>)
+        .collect()
+}
+
+/// A batch of frames, decoded, waiting to be committed.
+struct DecodedBatch {
+    frames: Vec<FrameSpan>,
+    contents: Vec<FrameContent>,
+}
+
+/// Why committing a batch stopped.
+enum BatchStop {
+    /// A frame's text is unusable (checksum, decompression): a power-loss hole, or corruption.
+    Unusable(FrameSpan, String),
+    /// A line inside a complete, checksummed frame is not the next record: corruption.
+    BadLine(FrameSpan, String),
+}
+
+/// What a stop means for the scan.
+enum Stopped {
+    /// The file is refused.
+    Refused(Box<Scan>),
+    /// A power-loss hole in the last write unit starts at this frame: torn there.
+    Hole(u64),
+}
+
+/// Commits a batch's records frame by frame, moving `offset` past each committed frame.
+fn commit_batch(committer: &mut Committer<'_, '_>, batch: DecodedBatch, offset: &mut u64) -> Option<BatchStop> {
+    for (frame, content) in batch.frames.into_iter().zip(batch.contents) {
+        let lines = match content {
+            FrameContent::Lines(lines) => lines,
+            FrameContent::Unusable(reason) => return Some(BatchStop::Unusable(frame, reason)),
         };
-        first.is_some_and(|frame| {
-            let frame = FrameSpan { start: start + frame.start, end: start + frame.end, ..frame };
-            complete_frame_text(bytes, &frame).is_ok()
-        })
+        committer.reserve(lines.len());
+        for (line_at, line) in lines.into_iter().enumerate() {
+            let result = match line {
+                Ok(record) => committer.commit(record),
+                Err(reason) => Err(LineIssue::Suspect(reason)),
+            };
+            if let Err(LineIssue::Invalid(reason) | LineIssue::Suspect(reason)) = result {
+                // A checksummed, complete frame cannot be torn: anything wrong inside is corruption.
+                return Some(BatchStop::BadLine(frame, format!("{reason} (line {line_at} of the frame's content)")));
+            }
+        }
+        *offset = frame.end as u64;
+    }
+    None
+}
+
+/// Judges a stop: a frame whose checksum fails is a torn tail only as a power-loss hole
+/// inside the last write unit (and nothing after it is corrupt); anything else is refused.
+fn zstd_stop(source: &mut dyn Source, stop: BatchStop) -> io::Result<Stopped> {
+    let file_len = source.len();
+    Ok(match stop {
+        BatchStop::Unusable(frame, _)
+            if zstd_rest_is_hole(source, frame.start as u64)? && walk_ends_torn_or_clean(source, frame.end as u64)? =>
+        {
+            Stopped::Hole(frame.start as u64)
+        }
+        BatchStop::Unusable(frame, reason) | BatchStop::BadLine(frame, reason) => {
+            Stopped::Refused(Box::new(Scan::refused(ScanStatus::Corrupt, frame.start as u64, reason, file_len)))
+        }
     })
 }
+
+/// The offset of the first complete, checksummed frame that starts after `from`, if any,
+/// searching the rest of the file through a bounded buffer.
+fn complete_frame_after(source: &mut dyn Source, from: u64) -> io::Result<Option<u64>> {
+    const MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+    let file_len = source.len();
+    let mut search = from + 1;
+    let mut buffer = vec![0u8; SCAN_CHUNK_BYTES];
+    while search < file_len {
+        let n = source.read_at(search, &mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        for i in memchr::memmem::find_iter(&buffer[..n], &MAGIC) {
+            let start = search + i as u64;
+            if let FrameEnd::Complete(frame) = walk_one(source, start)? {
+                if frame.end as u64 - start <= ZSTD_FRAME_BYTES_MAX {
+                    let bytes = read_range(source, start, frame.end as u64)?;
+                    let local = FrameSpan { start: 0, end: bytes.len(), ..frame };
+                    if complete_frame_text(&bytes, &local).is_ok() {
+                        return Ok(Some(start));
+                    }
+                }
+            }
+        }
+        // Overlap by the magic's length less one, so a magic across the boundary is found.
+        search += (n.saturating_sub(MAGIC.len() - 1)).max(1) as u64;
+    }
+    Ok(None)
+}
+
+/// Largest frame a zstd scan reads to check it: one oversize record's unit, compressed.
+const ZSTD_FRAME_BYTES_MAX: u64 = FRAME_CONTENT_BYTES_MAX;
 
 /// Shortest run of zero bytes inside a zstd tail taken for a power-loss hole. Holes are whole
 /// disk blocks (512 bytes and up); 64 zeros in a row do not occur in a frame zstd wrote.
 const ZSTD_HOLE_ZERO_BYTES_MIN: usize = 64;
 
-/// Whether `tail` (everything from the end of the last good frame) holds zero bytes and could
-/// be one write unit: at most one oversize record's frame.
+/// The largest tail that can be one write unit's frame.
+fn zstd_unit_bytes_max() -> u64 {
+    zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true)) as u64
+}
+
+/// Whether the walk from `from` to the end finds no corruption (the frames complete, the last
+/// one torn, or a power-loss hole after the last complete one): what the whole-file walk
+/// would have concluded about the rest. Only called on a tail already bounded by one unit.
+fn walk_ends_torn_or_clean(source: &mut dyn Source, from: u64) -> io::Result<bool> {
+    let file_len = source.len();
+    let mut at = from;
+    while at < file_len {
+        match walk_one(source, at)? {
+            FrameEnd::Complete(frame) => at = frame.end as u64,
+            FrameEnd::Torn => return Ok(true),
+            // As the whole-file walk: bad bytes after the last complete frame are a torn tail
+            // only as a power-loss hole.
+            FrameEnd::Corrupt(..) => return zstd_tail_is_hole(source, at),
+        }
+    }
+    Ok(true)
+}
+
+/// Whether the tail from `from` (the end of the last good frame) is a power-loss hole.
+fn zstd_tail_is_hole(source: &mut dyn Source, from: u64) -> io::Result<bool> {
+    zstd_rest_is_hole(source, from)
+}
+
+/// Whether everything from `from` to the end holds zero bytes and could be one write unit: at
+/// most one oversize record's frame.
+fn zstd_rest_is_hole(source: &mut dyn Source, from: u64) -> io::Result<bool> {
+    let file_len = source.len();
+    if file_len - from > zstd_unit_bytes_max() {
+        return Ok(false);
+    }
+    Ok(is_zstd_power_loss_hole(&read_range(source, from, file_len)?))
+}
+
+/// Whether `tail` holds zero bytes and could be one write unit.
 fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
     // Compressed bytes hold stray zeros of their own; a hole is a run of them (or a tail of
     // nothing else).
@@ -385,8 +975,7 @@ fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
     if !(tail.iter().all(|&b| b == 0) || memchr::memmem::find(tail, &zero_run).is_some()) {
         return false;
     }
-    !crate::testing::bugs::planted("holes-are-corrupt")
-        && tail.len() <= zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true))
+    !crate::testing::bugs::planted("holes-are-corrupt") && tail.len() as u64 <= zstd_unit_bytes_max()
 }
 
 /// The decompressed content of a complete frame, which must carry a checksum and end in a

@@ -42,7 +42,18 @@ impl SessionWriter {
         medium: Box<dyn LogMedium>,
     ) -> Result<Box<dyn SessionLog>> {
         let validator = Validator::validate_all(records)?;
-        Ok(Box::new(SessionWriter { id: id.clone(), token, validator, poisoned: false, medium }))
+        Ok(Self::continuing(id, token, validator, medium))
+    }
+
+    /// A writer continuing the log `validator` has read (a scan's, so the session is not
+    /// validated a second time).
+    pub(crate) fn continuing(
+        id: &SessionId,
+        token: u64,
+        validator: Validator,
+        medium: Box<dyn LogMedium>,
+    ) -> Box<dyn SessionLog> {
+        Box::new(SessionWriter { id: id.clone(), token, validator, poisoned: false, medium })
     }
 }
 

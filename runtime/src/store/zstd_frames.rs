@@ -6,6 +6,8 @@
 //! frame are *corrupt*. Whether a complete frame's content is intact is checked afterwards,
 //! by decompressing it with its content checksum.
 
+use super::scan::Source;
+
 /// Little-endian zstd frame magic `0xFD2FB528`.
 const FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Size of a block header.
@@ -51,18 +53,23 @@ pub enum FrameWalk {
     },
 }
 
-enum FrameEnd {
+/// How the frame starting at one offset ends.
+pub(crate) enum FrameEnd {
+    /// It is whole.
     Complete(FrameSpan),
+    /// The file ends inside it.
     Torn,
+    /// Bytes at the offset cannot be a frame.
     Corrupt(usize, String),
 }
 
 /// Walks `bytes` frame by frame.
 pub fn walk_frames(bytes: &[u8]) -> FrameWalk {
+    let mut source = bytes;
     let mut frames = Vec::new();
     let mut offset = 0;
     while offset < bytes.len() {
-        match walk_one(bytes, offset) {
+        match walk_one(&mut source, offset as u64).expect("bytes in memory cannot fail to read") {
             FrameEnd::Complete(span) => {
                 debug_assert!(span.end > span.start && span.end <= bytes.len());
                 offset = span.end;
@@ -75,53 +82,76 @@ pub fn walk_frames(bytes: &[u8]) -> FrameWalk {
     FrameWalk::Complete(frames)
 }
 
-fn walk_one(bytes: &[u8], start: usize) -> FrameEnd {
-    let rest = &bytes[start..];
-    if rest.len() < FRAME_MAGIC.len() {
+/// Up to `N` bytes at `at` (fewer at the end of the source).
+fn peek<const N: usize>(source: &mut dyn Source, at: u64) -> std::io::Result<([u8; N], usize)> {
+    let mut buf = [0u8; N];
+    let mut got = 0;
+    while got < N {
+        let n = source.read_at(at + got as u64, &mut buf[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    Ok((buf, got))
+}
+
+/// The frame starting at `start`, reading only its headers (block bodies are skipped).
+pub(crate) fn walk_one(source: &mut dyn Source, start: u64) -> std::io::Result<FrameEnd> {
+    let len = source.len();
+    let at_usize = |at: u64| usize::try_from(at).unwrap_or(usize::MAX);
+    let (head, got) = peek::<5>(source, start)?;
+    if got < FRAME_MAGIC.len() {
         // Fewer than four bytes cannot be judged: a frame whose append was cut short.
-        return FrameEnd::Torn;
+        return Ok(FrameEnd::Torn);
     }
-    if rest[..4] != FRAME_MAGIC {
-        return FrameEnd::Corrupt(start, format!("bad zstd frame magic {:02x?}", &rest[..4]));
+    if head[..4] != FRAME_MAGIC {
+        return Ok(FrameEnd::Corrupt(at_usize(start), format!("bad zstd frame magic {:02x?}", &head[..4])));
     }
-    let Some(&descriptor) = rest.get(4) else { return FrameEnd::Torn };
+    if got < 5 {
+        return Ok(FrameEnd::Torn);
+    }
+    let descriptor = head[4];
     if descriptor & 0b0000_1000 != 0 {
-        return FrameEnd::Corrupt(start + 4, "zstd frame descriptor has its reserved bit set".into());
+        return Ok(FrameEnd::Corrupt(at_usize(start + 4), "zstd frame descriptor has its reserved bit set".into()));
     }
     let single_segment = descriptor & 0b0010_0000 != 0;
     let has_checksum = descriptor & 0b0000_0100 != 0;
     let dictionary_id_bytes = [0, 1, 2, 4][usize::from(descriptor & 0b11)];
     let content_size_bytes = match descriptor >> 6 {
-        0 => usize::from(single_segment),
+        0 => u64::from(single_segment),
         1 => 2,
         2 => 4,
         _ => 8,
     };
-    let window_bytes = usize::from(!single_segment);
-    let mut at = 5 + window_bytes + dictionary_id_bytes + content_size_bytes;
+    let window_bytes = u64::from(!single_segment);
+    let mut at = start + 5 + window_bytes + dictionary_id_bytes + content_size_bytes;
     loop {
-        let Some(header) = rest.get(at..at + BLOCK_HEADER_BYTES) else { return FrameEnd::Torn };
+        let (header, got) = peek::<BLOCK_HEADER_BYTES>(source, at)?;
+        if got < BLOCK_HEADER_BYTES {
+            return Ok(FrameEnd::Torn);
+        }
         let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
         let last = header & 1 == 1;
         let block_type = ((header >> 1) & 0b11) as u8;
-        let block_size = (header >> 3) as usize;
+        let block_size = u64::from(header >> 3);
         if block_type == BLOCK_TYPE_RESERVED {
-            return FrameEnd::Corrupt(start + at, "zstd block of reserved type".into());
+            return Ok(FrameEnd::Corrupt(at_usize(at), "zstd block of reserved type".into()));
         }
         let stored = if block_type == BLOCK_TYPE_RLE { 1 } else { block_size };
-        at += BLOCK_HEADER_BYTES + stored;
-        if at > rest.len() {
-            return FrameEnd::Torn;
+        at += BLOCK_HEADER_BYTES as u64 + stored;
+        if at > len {
+            return Ok(FrameEnd::Torn);
         }
         if last {
             break;
         }
     }
     if has_checksum {
-        at += CHECKSUM_BYTES;
-        if at > rest.len() {
-            return FrameEnd::Torn;
+        at += CHECKSUM_BYTES as u64;
+        if at > len {
+            return Ok(FrameEnd::Torn);
         }
     }
-    FrameEnd::Complete(FrameSpan { start, end: start + at, has_checksum })
+    Ok(FrameEnd::Complete(FrameSpan { start: at_usize(start), end: at_usize(at), has_checksum }))
 }

@@ -54,7 +54,7 @@ fn samples() -> Vec<Event> {
         Event::ToolCall(tool_call(1, 1, "c1")),
         Event::ToolResult(ok_result(1, 1, "c1")),
         Event::ToolResult(error_result(1, 1, "c1", ErrorCode::ToolOutcomeUnknown)),
-        Event::LlmRetry(LlmRetry {
+        Event::LlmRetry(Box::new(LlmRetry {
             retry_id: "r1".into(),
             turn: 1,
             step: 1,
@@ -65,7 +65,7 @@ fn samples() -> Vec<Event> {
             max_retries: Some(2),
             delay_ms: 500,
             failure: failure(),
-        }),
+        })),
         Event::LlmRetryStarted(LlmRetryStarted { retry_id: "r1".into(), turn: 1, step: 1, retry: 1 }),
     ]
 }

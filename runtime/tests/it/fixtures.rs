@@ -113,6 +113,10 @@ impl FsFile for FaultyFile {
         self.inner.read_all()
     }
 
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_at(offset, buf)
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         self.fs.check(FailOp::Sync)?;
         self.inner.sync()

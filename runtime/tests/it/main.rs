@@ -11,6 +11,7 @@ mod reconcile;
 mod secrets;
 mod store_contract;
 mod store_scan;
+mod store_stream;
 mod support;
 mod tls;
 mod tools;

@@ -43,6 +43,10 @@ impl FsFile for SimFile {
         sim_fs::read(&self.path).map_err(normalise)
     }
 
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(&self.file, buf, offset).map_err(normalise)
+    }
+
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_all().map_err(normalise)
     }

@@ -33,6 +33,8 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         entropy: Arc::new(crate::Seed::new(seed).host(host, incarnation)),
         process: Arc::new(SimProcess::new(host, incarnation)),
         probe: Arc::new(faultline_runtime::testing::NoProbe),
+        // No OS thread in a simulation: the jobs run in order on the host's thread.
+        compute: Arc::new(faultline_runtime::Sequential),
         secrets: Default::default(),
     }
 }

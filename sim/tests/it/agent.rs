@@ -146,7 +146,7 @@ impl Run {
     fn retries(&self) -> Vec<LlmRetry> {
         self.records
             .iter()
-            .filter_map(|r| if let Event::LlmRetry(retry) = &r.event { Some(retry.clone()) } else { None })
+            .filter_map(|r| if let Event::LlmRetry(retry) = &r.event { Some(retry.as_ref().clone()) } else { None })
             .collect()
     }
 }

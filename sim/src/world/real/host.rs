@@ -268,6 +268,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         )),
         entropy,
         probe,
+        compute: Arc::new(faultline_runtime::production::Threads::new()),
         secrets: Default::default(),
     };
     let data = args.dir.join("data");
