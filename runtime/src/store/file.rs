@@ -353,6 +353,19 @@ impl LogMedium for FileMedium {
         Ok(())
     }
 
+    fn write_fenced_accepted(
+        &mut self,
+        id: &SessionId,
+        token: u64,
+        batch: &[Arc<super::format::EncodedRecord>],
+    ) -> Result<()> {
+        owner::check_fence(&self.seams, &self.dir, id.as_str(), token)?;
+        let encoded = self.encoder.encode_accepted(batch)?;
+        append_durably(self.file.as_mut(), self.len, &encoded)?;
+        self.len += encoded.bytes.len() as u64;
+        Ok(())
+    }
+
     fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()> {
         owner::release(&self.seams, &self.dir, id.as_str(), token)
     }

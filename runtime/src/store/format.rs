@@ -92,6 +92,23 @@ pub(crate) struct BatchEncoder {
     units: Vec<usize>,
 }
 
+/// A record and its line, encoded once when it was accepted (what the write-behind queues).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedRecord {
+    /// The record.
+    pub record: Record,
+    /// `record.encode()`.
+    pub line: String,
+}
+
+impl EncodedRecord {
+    /// Encodes `record`.
+    pub fn new(record: Record) -> Self {
+        let line = record.encode();
+        Self { record, line }
+    }
+}
+
 /// A batch encoded for disk: its bytes, cut into write units (each written and fsynced on
 /// its own, each one zstd frame).
 #[derive(Debug)]
@@ -121,17 +138,36 @@ impl BatchEncoder {
     /// [`WRITE_UNIT_BYTES_MAX`] bytes of text (a larger single record is a unit of its own).
     /// Refuses a record whose line the reader would refuse, before anything is written.
     pub(crate) fn encode(&mut self, records: &[Record]) -> Result<Encoded<'_>> {
+        self.encode_each(records.len(), |text, i| {
+            serde_json::to_writer(&mut *text, &records[i]).expect("records always serialise");
+            records[i].seq
+        })
+    }
+
+    /// [`BatchEncoder::encode`] of records already encoded when they were accepted (the
+    /// write-behind encodes on the producer's side, so the writer's critical path is the write
+    /// and its fsync).
+    pub(crate) fn encode_accepted(&mut self, batch: &[std::sync::Arc<EncodedRecord>]) -> Result<Encoded<'_>> {
+        self.encode_each(batch.len(), |text, i| {
+            text.extend_from_slice(batch[i].line.as_bytes());
+            batch[i].record.seq
+        })
+    }
+
+    /// The batch of `n` records `write_line(text, i)` appends (returning its seq), cut into
+    /// write units and, for zstd, compressed.
+    fn encode_each(&mut self, n: usize, mut write_line: impl FnMut(&mut Vec<u8>, usize) -> u64) -> Result<Encoded<'_>> {
         release_if_oversized(&mut self.text);
         release_if_oversized(&mut self.frame);
         self.text.clear();
         self.units.clear();
         // Text offsets where each unit ends.
         let mut unit_start = 0;
-        for record in records {
+        for i in 0..n {
             let line_start = self.text.len();
-            serde_json::to_writer(&mut self.text, record).expect("records always serialise");
+            let seq = write_line(&mut self.text, i);
             let line_bytes = self.text.len() - line_start;
-            check_record_line(record.seq, line_bytes)?;
+            check_record_line(seq, line_bytes)?;
             self.text.push(b'\n');
             if self.text.len() - unit_start > WRITE_UNIT_BYTES_MAX && line_start > unit_start {
                 // This record would overflow the unit: close the unit before it.

@@ -23,6 +23,7 @@ use serde::Serialize;
 pub(crate) use file::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 pub use file::{inspect_file, inspect_file_keeping, inspect_file_with, repair_file, FileStore};
 pub(crate) use format::Encoded;
+pub use format::EncodedRecord;
 pub use format::Format;
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
 pub(crate) use limits::check_record_line;
@@ -316,6 +317,14 @@ pub trait SessionLog: Send + std::fmt::Debug {
     /// failure nothing of the batch remains, so retrying the same batch never duplicates or
     /// skips a seq.
     fn append(&mut self, batch: &[Record]) -> Result<()>;
+
+    /// [`SessionLog::append`] of records encoded when they were accepted (shared with the
+    /// queue that holds them until they are durable): the same contract, without encoding or
+    /// copying the records again on the writer's critical path.
+    fn append_accepted(&mut self, batch: &[std::sync::Arc<EncodedRecord>]) -> Result<()> {
+        let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
+        self.append(&records)
+    }
 
     /// Releases ownership. The log must not be used afterwards.
     fn close(self: Box<Self>) -> Result<()>;

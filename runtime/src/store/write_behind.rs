@@ -4,7 +4,9 @@
 //! `append` copies an event into a bounded pending queue and returns its seq at once: the
 //! event is *accepted*. A single writer task turns pending events into durable batches: the
 //! first pending event arms a fixed batching window (not reset by later events); when it
-//! expires, everything pending is appended as one batch. `flush` is the barrier: it skips the
+//! expires, everything pending is appended as one batch. A full batch (`batch_events_max`
+//! pending, or the whole queue when it is smaller) is written at once without waiting out the
+//! window: a producer blocked on a full queue must not wait for a timer. `flush` is the barrier: it skips the
 //! window, waits for any write in progress and drains until everything accepted before it is
 //! *durable*. A failed batch stays at the front of the queue, in order, and pauses the
 //! automatic path; the failure is reported at once and surfaced by the next flush, which also
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
 
-use super::SessionLog;
+use super::{EncodedRecord, SessionLog};
 use crate::event::{Event, Record};
 use crate::seams::{Clock, CrashPoint, Monotonic, Probe};
 use crate::{Error, Result};
@@ -36,18 +38,34 @@ pub struct WriteBehindConfig {
     pub batch_window_ms: u64,
     /// Bound of the pending queue (accepted, not yet durable). Range 1..=1 000 000.
     pub pending_events_max: usize,
+    /// Most events one durable batch holds. Range 1..=[`BATCH_EVENTS_MAX`] (the default).
+    pub batch_events_max: usize,
 }
 
 impl Default for WriteBehindConfig {
     fn default() -> Self {
-        Self { batch_window_ms: BATCH_WINDOW_MS_DEFAULT, pending_events_max: PENDING_EVENTS_MAX_DEFAULT }
+        Self {
+            batch_window_ms: BATCH_WINDOW_MS_DEFAULT,
+            pending_events_max: PENDING_EVENTS_MAX_DEFAULT,
+            batch_events_max: BATCH_EVENTS_MAX,
+        }
     }
 }
 
 impl WriteBehindConfig {
+    /// Pending events that make a batch worth writing before its window ends: a whole batch,
+    /// or a full queue when the queue is smaller than a batch.
+    fn full_batch_events(&self) -> usize {
+        self.batch_events_max.min(self.pending_events_max)
+    }
+
     fn validate(&self) {
         assert!(self.batch_window_ms <= 60_000, "batch_window_ms must be at most 60 000");
         assert!((1..=1_000_000).contains(&self.pending_events_max), "pending_events_max must be in 1..=1 000 000");
+        assert!(
+            (1..=BATCH_EVENTS_MAX).contains(&self.batch_events_max),
+            "batch_events_max must be in 1..=BATCH_EVENTS_MAX"
+        );
     }
 }
 
@@ -66,7 +84,10 @@ struct Progress {
 
 #[derive(Debug)]
 struct State {
-    pending: VecDeque<Record>,
+    /// Accepted, not yet durable: each record encoded once, at accept (on the producer's
+    /// side), and shared with the writer by reference, so the writer's critical path is the
+    /// write and its fsync.
+    pending: VecDeque<Arc<EncodedRecord>>,
     next_seq: u64,
     deadline: Option<Monotonic>,
     /// Set by a failed batch; cleared by an explicit flush.
@@ -175,12 +196,17 @@ impl WriteBehind {
                     let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
                     record.source_seqs = source_seqs;
                     // Nobody listening is fine; a lagging listener misses records, not us.
-                    let _ = self.shared.accepted.send(record.clone());
-                    state.pending.push_back(record);
+                    // With nobody listening the copy is not made at all.
+                    if self.shared.accepted.receiver_count() > 0 {
+                        let _ = self.shared.accepted.send(record.clone());
+                    }
+                    state.pending.push_back(Arc::new(EncodedRecord::new(record)));
                     state.next_seq += 1;
                     if state.deadline.is_none() {
                         let window = Duration::from_millis(self.shared.config.batch_window_ms);
                         state.deadline = Some(self.shared.clock.now().saturating_add(window));
+                        self.shared.wake_writer.notify_one();
+                    } else if state.pending.len() == self.shared.config.full_batch_events() {
                         self.shared.wake_writer.notify_one();
                     }
                     return Ok(seq);
@@ -271,7 +297,7 @@ impl WriteBehind {
 }
 
 enum Action {
-    Write(Vec<Record>),
+    Write(Vec<Arc<EncodedRecord>>),
     Wait(Option<Monotonic>),
     Exit,
 }
@@ -284,8 +310,9 @@ fn next_action(shared: &Shared) -> Action {
         return if state.stopping { Action::Exit } else { Action::Wait(None) };
     }
     let window_over = state.deadline.is_some_and(|d| shared.clock.now() >= d);
-    if state.flush_wanted || (window_over && !state.paused) {
-        let n = state.pending.len().min(BATCH_EVENTS_MAX);
+    let batch_full = state.pending.len() >= shared.config.full_batch_events();
+    if state.flush_wanted || ((window_over || batch_full) && !state.paused) {
+        let n = state.pending.len().min(shared.config.batch_events_max);
         return Action::Write(state.pending.iter().take(n).cloned().collect());
     }
     if state.stopping && state.paused {
@@ -310,19 +337,22 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
             Action::Write(batch) => {
                 crate::seams::crash_point(shared.probe.as_ref(), CrashPoint::MidFlush).await;
                 if crate::testing::bugs::planted("ack-before-fsync") {
-                    let through = batch.last().expect("batches are non-empty").seq + 1;
+                    let through = batch.last().expect("batches are non-empty").record.seq + 1;
                     shared.progress.send_modify(|p| p.durable_through = through);
                 }
-                let written = log.append(&batch);
+                let written = log.append_accepted(&batch);
                 let mut state = shared.lock();
                 match written {
                     Ok(()) => {
-                        debug_assert_eq!(state.pending.front().map(|r| r.seq), batch.first().map(|r| r.seq));
+                        debug_assert_eq!(
+                            state.pending.front().map(|r| r.record.seq),
+                            batch.first().map(|r| r.record.seq)
+                        );
                         state.pending.drain(..batch.len());
                         if state.pending.is_empty() {
                             state.deadline = None;
                         }
-                        let durable_through = batch.last().expect("batches are non-empty").seq + 1;
+                        let durable_through = batch.last().expect("batches are non-empty").record.seq + 1;
                         drop(state);
                         shared.progress.send_modify(|p| p.durable_through = durable_through);
                         shared.space.notify_waiters();

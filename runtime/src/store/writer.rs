@@ -6,6 +6,9 @@
 //! rollback poisons the writer, because the file's tail is no longer known. Backends only
 //! provide a [`LogMedium`]: write a batch under a fence, and release.
 
+use std::sync::Arc;
+
+use super::format::EncodedRecord;
 use super::{SessionId, SessionLog};
 use crate::event::{Record, Validator};
 use crate::{Error, Result};
@@ -18,6 +21,13 @@ pub(crate) trait LogMedium: Send + std::fmt::Debug {
     /// file append). On any error nothing of the batch remains, or — when even the rollback
     /// failed — [`Error::AppendFailed`] with `rollback` set.
     fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()>;
+
+    /// [`LogMedium::write_fenced`] of records encoded when they were accepted. A medium that
+    /// writes lines (a file) uses them as they are; the default writes the records.
+    fn write_fenced_accepted(&mut self, id: &SessionId, token: u64, batch: &[Arc<EncodedRecord>]) -> Result<()> {
+        let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
+        self.write_fenced(id, token, &records)
+    }
 
     /// Releases ownership of `id` if `token` still holds it.
     fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()>;
@@ -59,7 +69,11 @@ impl SessionWriter {
 
 /// Checks that `batch` continues `validator`'s log, returning the validator after it.
 pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Validator> {
-    let first = batch.first().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
+    check_records(validator, batch.iter())
+}
+
+fn check_records<'a>(validator: &Validator, mut batch: impl Iterator<Item = &'a Record>) -> Result<Validator> {
+    let first = batch.next().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
     if first.seq != validator.next_seq() {
         return Err(Error::BadBatch(format!(
             "batch starts at seq {}, the log continues at {}",
@@ -68,10 +82,39 @@ pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Val
         )));
     }
     let mut next = validator.clone();
+    next.push_in_place(first)?;
     for record in batch {
         next.push_in_place(record)?;
     }
     Ok(next)
+}
+
+impl SessionWriter {
+    /// The append protocol once: a poisoned writer refuses; a batch that does not continue
+    /// the log (`next` is its check) writes nothing; the validator moves on only after the
+    /// medium wrote; a failed rollback poisons the writer.
+    fn guarded(
+        &mut self,
+        next: Result<Validator>,
+        write: impl FnOnce(&mut dyn LogMedium, &SessionId, u64) -> Result<()>,
+    ) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::Poisoned(format!("session {}", self.id)));
+        }
+        let next = next?;
+        match write(self.medium.as_mut(), &self.id, self.token) {
+            Ok(()) => {
+                self.validator = next;
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
+                    self.poisoned = true;
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 impl SessionLog for SessionWriter {
@@ -88,23 +131,12 @@ impl SessionLog for SessionWriter {
     }
 
     fn append(&mut self, batch: &[Record]) -> Result<()> {
-        if self.poisoned {
-            return Err(Error::Poisoned(format!("session {}", self.id)));
-        }
-        let next = check_batch(&self.validator, batch)?;
-        match self.medium.write_fenced(&self.id, self.token, batch) {
-            Ok(()) => {
-                debug_assert_eq!(next.next_seq(), batch.last().map_or(0, |r| r.seq + 1));
-                self.validator = next;
-                Ok(())
-            }
-            Err(e) => {
-                if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
-                    self.poisoned = true;
-                }
-                Err(e)
-            }
-        }
+        self.guarded(check_batch(&self.validator, batch), |medium, id, token| medium.write_fenced(id, token, batch))
+    }
+
+    fn append_accepted(&mut self, batch: &[Arc<EncodedRecord>]) -> Result<()> {
+        let next = check_records(&self.validator, batch.iter().map(|e| &e.record));
+        self.guarded(next, |medium, id, token| medium.write_fenced_accepted(id, token, batch))
     }
 
     fn close(self: Box<Self>) -> Result<()> {

@@ -181,16 +181,49 @@ async fn an_explicit_flush_surfaces_the_failure_and_a_later_flush_retries() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_applies_backpressure() {
-    let rig = rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4 }, false);
+    let rig =
+        rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4, ..WriteBehindConfig::default() }, false);
+    // The first batch fails, so the automatic path pauses with the queue full.
+    *rig.fail_next.lock().unwrap() = 1;
     append_n(&rig.wb, 4).await;
     let wb = rig.wb.clone();
     let blocked = tokio::spawn(async move { append_n(&wb, 1).await });
-    advance_ms(100).await;
+    advance_ms(1_000).await;
     assert!(!blocked.is_finished(), "the fifth event waits for room");
     assert_eq!(rig.wb.pending_len(), 4);
-    advance_ms(100).await;
+    assert_eq!(rig.reported.lock().unwrap().len(), 1, "the failed full batch was tried at once");
+    rig.wb.flush().await.unwrap();
     blocked.await.unwrap();
-    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(200, vec![0, 1, 2, 3])]);
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(1_000, vec![0, 1, 2, 3])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_batch_is_written_without_waiting_out_the_window() {
+    let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 16, batch_events_max: 4 };
+    let rig = rig(config, false);
+    append_n(&rig.wb, 4).await;
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3])], "a whole batch goes at once");
+    append_n(&rig.wb, 2).await;
+    advance_ms(100).await;
+    assert_eq!(rig.batches.lock().unwrap().len(), 1, "a partial batch waits for its window");
+    advance_ms(101).await;
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3]), (200, vec![4, 5])]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_producer_blocked_on_a_full_queue_never_waits_for_the_timer() {
+    let rig =
+        rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4, ..WriteBehindConfig::default() }, false);
+    // Far more events than the queue holds, with no time passing: every one is accepted
+    // because each full queue is written as soon as it fills.
+    append_n(&rig.wb, 40).await;
+    assert_eq!(rig.wb.next_seq(), 40);
+    let batches = rig.batches.lock().unwrap().clone();
+    assert!(batches.iter().all(|(ms, _)| *ms == 0), "{batches:?}");
+    assert!(batches.len() >= 9, "written as it filled: {batches:?}");
 }
 
 #[tokio::test(start_paused = true)]
