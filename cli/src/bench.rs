@@ -15,7 +15,7 @@ pub struct BenchArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Only this group of figures (append, write-behind, recovery, adapter, simulator).
+    /// Only this group of figures (memory, append, write-behind, recovery, adapter, simulator).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(faultline_sim::bench::GROUPS))]
     only: Option<String>,
 }
@@ -23,7 +23,9 @@ pub struct BenchArgs {
 /// Runs the benchmarks.
 pub fn run(args: &BenchArgs) -> ExitCode {
     let progress = crate::progress::Progress::new("figures", !args.json);
-    let report = run_all_with(args.quick, args.only.as_deref(), |phase| progress.phase(phase));
+    // The memory figure measures this very binary's `transcript inspect` as a child process.
+    let exe = std::env::current_exe().ok();
+    let report = run_all_with(args.quick, args.only.as_deref(), exe.as_deref(), |phase| progress.phase(phase));
     progress.finish();
     if args.json {
         println!("{}", serde_json::to_string(&report).expect("reports serialise"));

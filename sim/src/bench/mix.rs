@@ -63,7 +63,7 @@ const WORDS: [&str; 48] = [
 ];
 
 /// About `bytes` of prose, drawn from the vocabulary by a fixed walk from `seed`.
-fn prose(seed: u64, bytes: usize) -> String {
+pub fn prose(seed: u64, bytes: usize) -> String {
     let mut out = String::with_capacity(bytes + 16);
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     while out.len() < bytes {
@@ -81,51 +81,54 @@ fn prose(seed: u64, bytes: usize) -> String {
 /// `turns` turns of the mix: a valid, closed log from seq 0.
 pub fn records(turns: usize) -> Vec<Record> {
     let mut out = Vec::with_capacity(turns * EVENTS_PER_TURN);
-    let mut seq = 0u64;
+    for t in 0..turns as u64 {
+        out.extend(turn(t, out.len() as u64));
+    }
+    out
+}
+
+/// Turn `t` (0-based) of the mix, its first record at seq `first_seq`.
+pub fn turn(t: u64, first_seq: u64) -> Vec<Record> {
+    let mut out = Vec::with_capacity(EVENTS_PER_TURN);
+    let mut seq = first_seq;
     let mut push = |out: &mut Vec<Record>, event: Event, sources: Option<Vec<u64>>| {
         let mut record = Record::new(seq, 1_767_225_600_000 + seq * 7, event);
         record.source_seqs = sources;
         out.push(record);
         seq += 1;
     };
-    for t in 0..turns as u64 {
-        let turn = t as u32 + 1;
-        push(&mut out, Event::TurnStart(TurnStart { turn }), None);
-        push(&mut out, Event::StepStart(StepRef { turn, step: 1 }), None);
-        push(&mut out, Event::UserMessage(UserMessage { message: Message::user_text(prose(t, 280)) }), None);
-        let first_chunk = out.len() as u64;
-        for i in 0..20u64 {
-            let chunk = Chunk::TextDelta { index: 0, text: prose(t * 31 + i, 4) };
-            push(&mut out, Event::AssistantChunk(AssistantChunk { turn, step: 1, attempt: 1, chunk }), None);
-        }
-        let call_id = format!("call_{t:08x}");
-        let arguments = serde_json::json!({"to": "team", "text": prose(t + 7, 290)}).to_string();
-        let message = Message {
-            role: Role::Assistant,
-            content: vec![
-                ContentBlock::Text { text: prose(t + 3, 520) },
-                ContentBlock::ToolCall { id: call_id.clone(), name: "send".into(), arguments: arguments.clone() },
-            ],
-        };
-        let sources = (first_chunk..first_chunk + 20).collect();
-        push(
-            &mut out,
-            Event::AssistantMessage(AssistantMessage { turn, step: 1, message, usage: None }),
-            Some(sources),
-        );
-        push(
-            &mut out,
-            Event::ToolCall(ToolCall { turn, step: 1, call_id: call_id.clone(), name: "send".into(), arguments }),
-            None,
-        );
-        let content = vec![ContentBlock::Text { text: prose(t + 11, 160) }];
-        push(
-            &mut out,
-            Event::ToolResult(ToolResult { turn, step: 1, call_id, content, is_error: false, error: None }),
-            Some(vec![first_chunk + 21]),
-        );
-        push(&mut out, Event::StepEnd(StepRef { turn, step: 1 }), None);
-        push(&mut out, Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Completed }), None);
+    let turn = t as u32 + 1;
+    push(&mut out, Event::TurnStart(TurnStart { turn }), None);
+    push(&mut out, Event::StepStart(StepRef { turn, step: 1 }), None);
+    push(&mut out, Event::UserMessage(UserMessage { message: Message::user_text(prose(t, 280)) }), None);
+    let first_chunk = first_seq + 3;
+    for i in 0..20u64 {
+        let chunk = Chunk::TextDelta { index: 0, text: prose(t * 31 + i, 4) };
+        push(&mut out, Event::AssistantChunk(AssistantChunk { turn, step: 1, attempt: 1, chunk }), None);
     }
+    let call_id = format!("call_{t:08x}");
+    let arguments = serde_json::json!({"to": "team", "text": prose(t + 7, 290)}).to_string();
+    let message = Message {
+        role: Role::Assistant,
+        content: vec![
+            ContentBlock::Text { text: prose(t + 3, 520) },
+            ContentBlock::ToolCall { id: call_id.clone(), name: "send".into(), arguments: arguments.clone() },
+        ],
+    };
+    let sources = (first_chunk..first_chunk + 20).collect();
+    push(&mut out, Event::AssistantMessage(AssistantMessage { turn, step: 1, message, usage: None }), Some(sources));
+    push(
+        &mut out,
+        Event::ToolCall(ToolCall { turn, step: 1, call_id: call_id.clone(), name: "send".into(), arguments }),
+        None,
+    );
+    let content = vec![ContentBlock::Text { text: prose(t + 11, 160) }];
+    push(
+        &mut out,
+        Event::ToolResult(ToolResult { turn, step: 1, call_id, content, is_error: false, error: None }),
+        Some(vec![first_chunk + 21]),
+    );
+    push(&mut out, Event::StepEnd(StepRef { turn, step: 1 }), None);
+    push(&mut out, Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Completed }), None);
     out
 }
