@@ -174,11 +174,19 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
     use faultline_runtime::production::{CommandTool, COMMAND_KILL_GRACE_MS};
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("after-kill");
+    let grandchild_s = (200 + COMMAND_KILL_GRACE_MS).div_ceil(1000) + 1;
     let tool = Arc::new(CommandTool::new(CommandToolConfig {
         name: "stubborn".into(),
         description: String::new(),
         parameters: serde_json::json!({"type": "object"}),
-        command: vec!["sh".into(), "-c".into(), format!("trap '' TERM; sleep 30; touch {}", marker.display())],
+        // A grandchild in the same group outlives a kill of the shell alone and leaves the
+        // marker a second after the SIGKILL is due: only a kill of the whole group keeps the
+        // marker from appearing.
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("trap '' TERM; (sleep {grandchild_s}; touch {}) & sleep 30", marker.display()),
+        ],
         timeout_ms: Some(200),
         side_effects: true,
         via_outbox: false,
@@ -193,7 +201,9 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
     assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
     assert!(took >= Duration::from_millis(200 + COMMAND_KILL_GRACE_MS), "waited for the grace period: {took:?}");
     assert!(took < Duration::from_secs(20), "and then killed it: {took:?}");
-    assert!(!marker.exists(), "the whole process group died");
+    // Past the grandchild's sleep: had it survived, the marker would be there.
+    tokio::time::sleep(Duration::from_millis(grandchild_s * 1000 + 1000).saturating_sub(took)).await;
+    assert!(!marker.exists(), "the whole process group died, the backgrounded grandchild with it");
 }
 
 #[tokio::test]

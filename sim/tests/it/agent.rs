@@ -398,6 +398,7 @@ fn failed_attempt_chunks_are_logged_but_never_committed_or_executed() {
                 other => panic!("{other:?}"),
             })
             .collect();
+        assert!(!attempts.is_empty(), "{world}: the answer cites its chunks");
         assert!(attempts.iter().all(|a| *a == 2), "{world}: cites only the successful attempt");
         let failed_chunks = run
             .events("assistant/chunk")
