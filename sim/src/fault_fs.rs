@@ -58,6 +58,10 @@ struct State {
     hole: Option<u64>,
     /// The file a hole was left in.
     hole_left: Option<PathBuf>,
+    /// Bytes written but not yet fsynced, per file (what a crash now may tear or lose).
+    unsynced_bytes: BTreeMap<PathBuf, u64>,
+    /// The injected failures that were returned, in order (coverage counts these, not the plan).
+    failures_fired: Vec<io::ErrorKind>,
     /// Called when the planned crash-before-op is reached (a real host kills itself there).
     on_crash: Option<CrashHook>,
 }
@@ -134,6 +138,16 @@ impl FsFaults {
         self.lock().crashed
     }
 
+    /// Bytes written and not yet fsynced, over every file: a crash now tears or loses them.
+    pub fn unsynced_bytes(&self) -> u64 {
+        self.lock().unsynced_bytes.values().sum()
+    }
+
+    /// The injected failures that were actually returned to the host.
+    pub fn failures_fired(&self) -> Vec<io::ErrorKind> {
+        self.lock().failures_fired.clone()
+    }
+
     /// How many mutating operations were numbered so far.
     pub fn ops(&self) -> u64 {
         self.lock().next_op
@@ -165,7 +179,11 @@ impl FsFaults {
         }
         state.next_op += 1;
         state.log.push((op, path.to_path_buf()));
-        match state.failures.remove(&index) {
+        let failure = state.failures.remove(&index);
+        if let Some(kind) = failure {
+            state.failures_fired.push(kind);
+        }
+        match failure {
             Some(io::ErrorKind::StorageFull) => {
                 Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device"))
             }
@@ -212,6 +230,17 @@ struct FaultFile {
 }
 
 impl FaultFile {
+    /// Tells the shared state how many bytes of this file are unsynced now.
+    fn note_unsynced(&self) {
+        let bytes = self.unsynced.as_ref().map_or(0, |(_, b)| b.len() as u64);
+        let mut state = self.faults.lock();
+        if bytes == 0 {
+            state.unsynced_bytes.remove(&self.path);
+        } else {
+            state.unsynced_bytes.insert(self.path.clone(), bytes);
+        }
+    }
+
     /// The power loss of a crash on this file's fsync: the unsynced bytes reach the disk with
     /// a run of zeros from inside their first line up to its newline (which survives, so the
     /// lines after it are complete). Done through the inner file and synced, so the crash
@@ -240,6 +269,7 @@ impl FsFile for FaultFile {
         if let Some((_, bytes)) = self.unsynced.as_mut() {
             bytes.extend_from_slice(buf);
         }
+        self.note_unsynced();
         Ok(())
     }
 
@@ -271,6 +301,7 @@ impl FsFile for FaultFile {
         }
         self.inner.sync()?;
         self.unsynced = None;
+        self.note_unsynced();
         Ok(())
     }
 
@@ -285,6 +316,7 @@ impl FsFile for FaultFile {
                 bytes.truncate((len - *start) as usize);
             }
         }
+        self.note_unsynced();
         Ok(())
     }
 
@@ -322,12 +354,19 @@ impl Fs for FaultFs {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.faults.admit(FsOp::Rename, to)?;
-        self.inner.rename(from, to)
+        self.inner.rename(from, to)?;
+        let mut state = self.faults.lock();
+        if let Some(bytes) = state.unsynced_bytes.remove(from) {
+            state.unsynced_bytes.insert(to.to_path_buf(), bytes);
+        }
+        Ok(())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.faults.admit(FsOp::Remove, path)?;
-        self.inner.remove_file(path)
+        self.inner.remove_file(path)?;
+        self.faults.lock().unsynced_bytes.remove(path);
+        Ok(())
     }
 
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {

@@ -62,8 +62,9 @@ struct State {
     /// Index of the next scripted response. Equal to the request count until the heal, after
     /// which failing responses are stepped over.
     cursor: AtomicUsize,
-    /// What each request was served, by request number (for timelines).
-    served: Mutex<BTreeMap<usize, String>>,
+    /// What each request was served, by request number: the script slot (none when the
+    /// script was exhausted) and its description (for timelines and coverage).
+    served: Mutex<BTreeMap<usize, (Option<usize>, String)>>,
 }
 
 /// One request and what the server answered.
@@ -75,6 +76,9 @@ pub struct Exchange {
     pub at_ms: u64,
     /// What it was served (`Response::describe`).
     pub served: String,
+    /// The script slot it was served from (none: the script was exhausted, or no reply).
+    #[serde(skip)]
+    pub slot: Option<usize>,
 }
 
 impl State {
@@ -83,8 +87,8 @@ impl State {
         self.clock.now_ms() / 1000
     }
 
-    fn note_served(&self, n: usize, what: String) {
-        self.served.lock().unwrap_or_else(|p| p.into_inner()).insert(n, what);
+    fn note_served(&self, n: usize, slot: Option<usize>, what: String) {
+        self.served.lock().unwrap_or_else(|p| p.into_inner()).insert(n, (slot, what));
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -184,10 +188,9 @@ impl ModelServer {
         let served = self.state.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.requests()
             .into_iter()
-            .map(|r| Exchange {
-                n: r.n,
-                at_ms: r.at_ms,
-                served: served.get(&r.n).cloned().unwrap_or_else(|| "no reply".into()),
+            .map(|r| {
+                let (slot, served) = served.get(&r.n).cloned().unwrap_or_else(|| (None, "no reply".into()));
+                Exchange { n: r.n, at_ms: r.at_ms, served, slot }
             })
             .collect()
     }
@@ -281,22 +284,25 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
             index = state.cursor.fetch_add(1, Ordering::SeqCst);
         }
         if index >= responses.len() {
-            if let Some(good) = responses.iter().rev().find(|r| !r.fails()) {
-                state.note_served(recorded.n, good.describe());
+            if let Some(slot) = responses.iter().rposition(|r| !r.fails()) {
+                let good = &responses[slot];
+                state.note_served(recorded.n, Some(slot), good.describe());
                 let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
                 return Ok(reply(state.clone(), meta, good.clone()));
             }
         }
     }
-    let response = match responses.get(index) {
-        Some(response) => response.clone(),
-        None if state.script.repeat_last && !responses.is_empty() => responses[responses.len() - 1].clone(),
+    let (slot, response) = match responses.get(index) {
+        Some(response) => (index, response.clone()),
+        None if state.script.repeat_last && !responses.is_empty() => {
+            (responses.len() - 1, responses[responses.len() - 1].clone())
+        }
         None => {
-            state.note_served(recorded.n, "HTTP 500 (script exhausted)".into());
+            state.note_served(recorded.n, None, "HTTP 500 (script exhausted)".into());
             return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}"));
         }
     };
-    state.note_served(recorded.n, response.describe());
+    state.note_served(recorded.n, Some(slot), response.describe());
     let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
     Ok(reply(state, meta, echo_credential(response, &authorization)))
 }

@@ -35,7 +35,8 @@ pub(crate) trait LifeReport: Send + Sync {
     fn accepted(&self, record: &Record);
     /// Every record below seq `through` is acknowledged durable.
     fn durable(&self, through: u64);
-    /// A fault family fired (`cancel`, `config-applied`, `config-rejected`).
+    /// A fault family fired (`cancel`, `config-applied`, `config-rejected`, `refused`,
+    /// `oversize-output`): what happened in this host, not what the plan held.
     fn fault(&self, family: &str);
     /// The message sent with a late cancel was refused (the agent was already disposed).
     fn extra_refused(&self);
@@ -119,6 +120,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
                 // A careless tool prints a secret its process holds (the gateway token).
                 leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
                 clock: seams.clock.clone(),
+                report: report.clone(),
             })),
         };
     }
@@ -142,8 +144,12 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     config.tool_concurrency = plan.tool_concurrency;
     config.answer_bytes_max = plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
     let credentials = Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(seed))].into_iter().collect()));
+    // The agent's connections go through a witness that reports a refused connect: the
+    // evidence that a refusal window was met, not merely planned.
+    let mut agent_seams = seams.clone();
+    agent_seams.net = Arc::new(RefusalWitness { inner: seams.net.clone(), report: report.clone() });
     let agent = Agent::builder(live, credentials)
-        .seams(seams.clone())
+        .seams(agent_seams)
         .open(open)
         .tools(tools)
         .config(config)
@@ -241,6 +247,7 @@ struct LocalTool {
     /// For `leaky`: the secret the tool prints.
     leaks: Option<String>,
     clock: Arc<dyn Clock>,
+    report: Arc<dyn LifeReport>,
 }
 
 impl Tool for LocalTool {
@@ -254,13 +261,14 @@ impl Tool for LocalTool {
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
-        let (output_bytes, leaks) = (self.output_bytes, self.leaks.clone());
+        let (output_bytes, leaks, report) = (self.output_bytes, self.leaks.clone(), self.report.clone());
         Box::pin(async move {
             if let Some(secret) = leaks {
                 return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
             }
             if let Some(bytes) = output_bytes {
                 // A tool that prints more than a record should hold (the runtime truncates it).
+                report.fault("oversize-output");
                 return ToolOutput::Ok("y".repeat(bytes));
             }
             if work.is_zero() {
@@ -275,5 +283,28 @@ impl Tool for LocalTool {
                 () = cancel.cancelled() => ToolOutput::Aborted("stopped on request".into()),
             }
         })
+    }
+}
+
+/// The agent's `Net`, reporting every connect the far side refused (`refused`).
+struct RefusalWitness {
+    inner: Arc<dyn faultline_runtime::Net>,
+    report: Arc<dyn LifeReport>,
+}
+
+impl faultline_runtime::Net for RefusalWitness {
+    fn connect(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::ByteStream>>> {
+        let connecting = self.inner.connect(addr);
+        Box::pin(async move {
+            let connected = connecting.await;
+            if connected.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
+                self.report.fault("refused");
+            }
+            connected
+        })
+    }
+
+    fn bind(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::Listener>>> {
+        self.inner.bind(addr)
     }
 }

@@ -234,6 +234,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
         });
     }
 
+    let torn_blocks = plan.faults.fs.as_ref().is_some_and(|f| f.block_size.is_some());
     let mut partitioned: BTreeSet<usize> = BTreeSet::new();
     let mut fs_crash_done = false;
     let mut disk_op_crashes = 0;
@@ -287,6 +288,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
             };
             {
                 let mut w = lock(&world);
+                // Torn writes happen to bytes a crash catches unsynced; a crash with none
+                // tore nothing, whatever the block size.
+                if torn_blocks && w.live_fs.as_ref().is_some_and(|f| f.unsynced_bytes() > 0) {
+                    w.faults_fired.insert("torn-write".into());
+                }
                 w.trace.push(format!("{at:>7} {what} (SIGKILL)"));
                 w.faults_fired.insert(if crash.is_some() || fs_crash {
                     "crash-point".into()
@@ -308,6 +314,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     let sim_ms = sim.elapsed().as_millis() as u64;
     let mut world = std::mem::take(&mut *lock(&world));
+    if let Some(kind) = plan.faults.fs.as_ref().and_then(|f| f.fail_kind) {
+        if !first_life_fs.failures_fired().is_empty() {
+            world.faults_fired.insert(kind.family().to_owned());
+        }
+    }
     if let Some(path) = first_life_fs.hole_left() {
         world.faults_fired.insert("power-loss-hole".into());
         world.trace.push(format!("{sim_ms:>7} the crash left a power-loss hole in {}", path.display()));
@@ -366,8 +377,15 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     }
     let model_requests = request_bodies.len();
     let transcript = world.transcript.clone().unwrap_or_default();
+    // Coverage is what happened: what the model server served, what the gateway echoed back,
+    // on top of what the hosts reported firing (crashes, partitions, refusals, disk faults).
     let mut faults_fired = world.faults_fired.clone();
-    faults_fired.extend(plan.families.iter().cloned());
+    for slot in model_exchanges.iter().filter_map(|e| e.slot) {
+        faults_fired.extend(seeded::response_families(&plan.script.responses[slot]).into_iter().map(str::to_owned));
+    }
+    if plan.faults.gateway_echo && !receipts.is_empty() {
+        faults_fired.insert("echoed-secret".to_owned());
+    }
     let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, end_ms);
     violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, end_ms));
     violations.extend(oracle::check(plan, &world, &transcript, &receipts, model_requests, end_ms));

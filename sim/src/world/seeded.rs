@@ -2,8 +2,6 @@
 //! draws its whole conversation here (`generate.rs`); one whose faults are `from_seed` draws a
 //! swarm: which fault families are on for this seed and how hard.
 
-use std::collections::BTreeSet;
-
 use faultline_runtime::testing::CrashPoint;
 use faultline_runtime::{Entropy, EntropyExt};
 
@@ -29,8 +27,6 @@ pub struct Plan {
     pub script: Script,
     pub faults: FaultPlan,
     pub expect: Expectations,
-    /// Fault families present in the plan (those that need no firing report).
-    pub families: BTreeSet<String>,
     /// What the seed's swarm turned on (scenarios with `faults.from_seed`).
     pub swarm: Option<String>,
 }
@@ -297,54 +293,6 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         }
         faults.from_seed = false;
     }
-    let mut families = BTreeSet::new();
-    if script.refuse_until_ms > 0 {
-        families.insert("refused".to_owned());
-    }
-    for r in &script.responses {
-        if let Some(status) = r.status {
-            families.insert("http-status".to_owned());
-            if status == 429 && r.headers.keys().any(|k| k.starts_with("retry-after")) {
-                families.insert("retry-after".to_owned());
-            }
-        }
-        if r.disconnect_after_frames.is_some() {
-            families.insert("disconnect".to_owned());
-        }
-        if r.stall_after_frames.is_some() {
-            families.insert("stall".to_owned());
-        }
-        if !r.done && r.status.is_none() && r.body.is_none() {
-            families.insert("partial-eof".to_owned());
-        }
-        if r.body.as_deref() == Some("") && r.status.is_none() {
-            families.insert("empty-body".to_owned());
-        }
-        if r.frames.iter().any(|f| matches!(f, Frame::Raw(_))) {
-            families.insert("malformed".to_owned());
-        }
-        if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
-            families.insert("empty-completion".to_owned());
-        }
-        if crate::model_server::echoes_credential(r) {
-            families.insert("echoed-secret".to_owned());
-        }
-    }
-    if faults.gateway_echo {
-        families.insert("echoed-secret".to_owned());
-    }
-    let filler = script.responses.iter().flat_map(|r| &r.frames).any(|f| matches!(f, Frame::Filler(_)));
-    if faults.answer_bytes_max.is_some() || filler || scenario.tools.iter().any(|t| t.output_bytes.is_some()) {
-        families.insert("oversize-output".to_owned());
-    }
-    if let Some(fs) = &faults.fs {
-        if fs.block_size.is_some() {
-            families.insert("torn-write".to_owned());
-        }
-        if let Some(kind) = fs.fail_kind {
-            families.insert(kind.family().to_owned());
-        }
-    }
     Plan {
         tick_ms: scenario.tick_ms,
         budget_ms: scenario.budget_ms,
@@ -356,7 +304,43 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         script,
         faults,
         expect: scenario.expect.clone(),
-        families,
         swarm: swarm_line,
     }
+}
+
+/// The fault families a served response exercises: coverage counts what the model server
+/// actually answered with, not what the script holds (a response never requested never ran).
+pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if let Some(status) = r.status {
+        out.push("http-status");
+        if status == 429 && r.headers.keys().any(|k| k.starts_with("retry-after")) {
+            out.push("retry-after");
+        }
+    }
+    if r.disconnect_after_frames.is_some() {
+        out.push("disconnect");
+    }
+    if r.stall_after_frames.is_some() {
+        out.push("stall");
+    }
+    if !r.done && r.status.is_none() && r.body.is_none() {
+        out.push("partial-eof");
+    }
+    if r.body.as_deref() == Some("") && r.status.is_none() {
+        out.push("empty-body");
+    }
+    if r.frames.iter().any(|f| matches!(f, Frame::Raw(_))) {
+        out.push("malformed");
+    }
+    if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
+        out.push("empty-completion");
+    }
+    if crate::model_server::echoes_credential(r) {
+        out.push("echoed-secret");
+    }
+    if r.frames.iter().any(|f| matches!(f, Frame::Filler(_))) {
+        out.push("oversize-output");
+    }
+    out
 }
