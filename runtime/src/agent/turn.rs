@@ -227,6 +227,8 @@ impl TurnCtx<'_> {
         // Only read by the planted bug `cite-failed-attempts`.
         let mut all_seqs: Vec<u64> = Vec::new();
         let mut retries = 0u32;
+        // Only read by the planted bug `unlogged-retry`.
+        let mut silently_retried = false;
         for attempt in 1.. {
             tracing::debug!(step, attempt, "attempt started");
             let body = chat_body(prefix, self.history.messages());
@@ -281,6 +283,11 @@ impl TurnCtx<'_> {
             }
             if self.cancel.is_cancelled() {
                 return Ok(Err(self.aborted()));
+            }
+            // Planted: a transport-level reconnect that neither logs nor counts its attempt.
+            if crate::testing::bugs::planted("unlogged-retry") && !silently_retried {
+                silently_retried = true;
+                continue;
             }
             retries += 1;
             let entropy = self.shared.seams.entropy.clone();

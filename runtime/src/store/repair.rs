@@ -85,12 +85,9 @@ pub const NEVER_CLAIMED_NAME: &str = "not_delivered";
 ///
 /// Seqs continue from the last record and `time` copies its time, so repair is deterministic:
 /// the same bytes always repair to the same bytes.
-pub fn closers(records: &[Record]) -> Vec<Record> {
-    closers_with(records, "", &NoEvidence)
-}
-
-/// [`closers`], consulting `evidence` (keyed by [`execution_id`] within `session`) before
-/// declaring a started call's outcome unknown. The closer text names the evidence it used.
+///
+/// `evidence` (keyed by [`execution_id`] within `session`) is consulted before a started
+/// call's outcome is declared unknown; the closer text names the evidence it used.
 pub fn closers_with(records: &[Record], session: &str, evidence: &dyn OutcomeEvidence) -> Vec<Record> {
     closers_after(records, records.last().map(|r| (r.seq, r.time)), session, evidence)
 }

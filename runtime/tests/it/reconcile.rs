@@ -96,7 +96,7 @@ fn a_never_claimed_record_proves_the_effect_did_not_happen_and_is_cancelled() {
 #[test]
 fn delivering_or_unknown_records_stay_unknown_and_name_the_evidence() {
     for settle in [false, true] {
-        let (closer, _, told) = repair_with(|q| {
+        let (closer, outbox, told) = repair_with(|q| {
             q.enqueue("s:1:1:c1", "{}").unwrap();
             q.claim_next().unwrap();
             if settle {
@@ -107,6 +107,10 @@ fn delivering_or_unknown_records_stay_unknown_and_name_the_evidence() {
         let status = if settle { "unknown" } else { "delivering" };
         assert!(told.contains(&format!("the delivery record s:1:1:c1 is {status}")), "{told}");
         assert!(told.contains("not resent"), "{told}");
+        // Only a never-claimed copy is cancelled: a claimed one keeps its evidence.
+        let row = outbox.get("s:1:1:c1").unwrap().unwrap();
+        let kept = if settle { DeliveryStatus::Unknown } else { DeliveryStatus::Delivering };
+        assert_eq!(row.status, kept, "repair left the claimed delivery as it found it");
     }
 }
 
@@ -115,4 +119,36 @@ fn without_a_record_the_closer_is_the_plain_unknown() {
     let (closer, _, told) = repair_with(|_| {});
     assert_eq!(result_of(&closer).error.as_ref().unwrap().code, ErrorCode::ToolOutcomeUnknown);
     assert_eq!(told, repair::OUTCOME_UNKNOWN_TEXT);
+}
+
+/// A step that crashed with one of its two calls answered: repair keeps the answer and closes
+/// only the other call (a second result for c0 would be refused by the validator on load).
+#[test]
+fn repair_closes_only_the_calls_nobody_answered() {
+    let mut log = Log::default();
+    log.push(Event::TurnStart(TurnStart { turn: 1 }));
+    log.push(Event::StepStart(StepRef { turn: 1, step: 1 }));
+    log.push(Event::UserMessage(UserMessage { message: Message::user_text("both") }));
+    let mut message = tool_message(1, 1, "c0");
+    message.message.content.push(ContentBlock::ToolCall {
+        id: "c1".into(),
+        name: "send".into(),
+        arguments: "{}".into(),
+    });
+    log.push(Event::AssistantMessage(message));
+    log.push(Event::ToolCall(tool_call(1, 1, "c0")));
+    log.push(Event::ToolCall(tool_call(1, 1, "c1")));
+    log.push(Event::ToolResult(ok_result(1, 1, "c0")));
+    let closers = repair::closers_with(&log.records, "s", &NoEvidence);
+    let answered: Vec<&str> = closers
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolResult(result) => Some(result.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered, vec!["c1"], "only the unanswered call is closed");
+    let mut repaired = log.records.clone();
+    repaired.extend(closers);
+    Validator::validate_all(&repaired).unwrap();
 }

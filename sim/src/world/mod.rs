@@ -7,6 +7,7 @@
 //! family, so adding a knob does not reshuffle the others).
 
 pub mod gateway;
+mod ledger;
 mod life;
 mod oracle;
 mod probe;
@@ -128,6 +129,13 @@ struct World {
     /// Why an incarnation refused to start on a log it found corrupt (it is not restarted:
     /// an operator must look at the file).
     refused: Option<String>,
+    /// Every model request as the model server counted it, by incarnation.
+    ledger: ledger::RequestLedger,
+    /// Why incarnations stopped on their own (not crashed, not refusing a corrupt log).
+    stops: Vec<String>,
+    /// Whether an injected disk failure (EIO, ENOSPC) was returned to the agent: the one
+    /// fault that may legitimately stop it.
+    disk_failure_fired: bool,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -189,14 +197,14 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 
     let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
     {
-        let (script, slot) = (plan.script.clone(), model_slot.clone());
+        let (script, slot, ledger) = (plan.script.clone(), model_slot.clone(), lock(&world).ledger.clone());
         sim.host("model", move || {
-            let (script, slot) = (script.clone(), slot.clone());
+            let (script, slot, ledger) = (script.clone(), slot.clone(), ledger.clone());
             async move {
                 let net: Arc<dyn faultline_runtime::Net> = Arc::new(crate::SimNet);
                 let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(ModelServer::start(net, clock, "0.0.0.0:80", script, None).await?);
+                    Some(ModelServer::start(net, clock, "0.0.0.0:80", script, Some(ledger.observer())).await?);
                 std::future::pending::<()>().await;
                 Ok(())
             }
@@ -317,6 +325,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     if let Some(kind) = plan.faults.fs.as_ref().and_then(|f| f.fail_kind) {
         if !first_life_fs.failures_fired().is_empty() {
             world.faults_fired.insert(kind.family().to_owned());
+            world.disk_failure_fired = true;
         }
     }
     if let Some(path) = first_life_fs.hole_left() {
@@ -388,7 +397,7 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     }
     let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, end_ms);
     violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, end_ms));
-    violations.extend(oracle::check(plan, &world, &transcript, &receipts, model_requests, end_ms));
+    violations.extend(oracle::check(plan, &world, &transcript, &receipts, &model_exchanges, end_ms));
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),
@@ -493,7 +502,9 @@ impl AgentLife {
                 trace(&self.world, format!("agent#{life} stopped: {e}"));
                 if !faults.crashed() {
                     // A supervisor restarts a process that could not start (ENOSPC, EIO).
-                    lock(&self.world).restart_requested = true;
+                    let mut w = lock(&self.world);
+                    w.restart_requested = true;
+                    w.stops.push(format!("agent#{life}: {e}"));
                 }
             }
         }
@@ -587,6 +598,7 @@ impl World {
     /// became durable died with it.
     fn begin_life(&mut self) -> u64 {
         self.incarnation += 1;
+        self.ledger.begin_life(self.incarnation);
         self.accepted.clear();
         self.incarnation
     }

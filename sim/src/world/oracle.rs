@@ -278,9 +278,10 @@ pub(super) fn check(
     world: &World,
     transcript: &[Record],
     receipts: &[Receipt],
-    model_requests: usize,
+    exchanges: &[crate::model_server::Exchange],
     sim_ms: u64,
 ) -> Vec<Violation> {
+    let model_requests = exchanges.len();
     let mut out = Vec::new();
     let mut fail =
         |invariant: &'static str, detail: String, at_ms: u64| out.push(Violation { invariant, detail, at_ms });
@@ -316,6 +317,14 @@ pub(super) fn check(
             ),
             sim_ms,
         );
+    }
+    // Only a failed disk may stop the agent: a stop with none injected is the runtime
+    // failing on its own (its write guard refusing a record it built, say), whatever the
+    // recovered transcript looks like afterwards.
+    if !world.disk_failure_fired {
+        if let Some(stop) = world.stops.first() {
+            fail("unprovoked-stop", format!("the agent stopped with no disk fault injected: {stop}"), sim_ms);
+        }
     }
     // Liveness: after the faults heal, every message ends in a closed turn within budget.
     if world.transcript.is_none() {
@@ -410,18 +419,31 @@ pub(super) fn check(
     for v in effect_evidence(plan, world, transcript, receipts, sim_ms) {
         fail(v.invariant, v.detail, v.at_ms);
     }
-    // Retry accounting within policy.
-    let mut retries: BTreeMap<(u32, u32), (u32, Option<u32>)> = BTreeMap::new();
-    for r in transcript {
-        if let Event::LlmRetry(retry) = &r.event {
-            let entry = retries.entry((retry.turn, retry.step)).or_insert((0, retry.max_retries));
-            entry.0 += 1;
+    // Retries per step within the scenario's policy, as the model server counted them: a
+    // retry the runtime never logged is still a request that arrived.
+    if let Some(max) = retries_allowed(plan) {
+        let entries = world.ledger.entries();
+        for (start, len) in super::ledger::identical_runs(&entries) {
+            let retries = len as u32 - 1;
+            if retries > max {
+                fail(
+                    "retry-budget",
+                    format!(
+                        "agent#{} sent one request {len} times in a row (model requests {start}..{}, by the \
+                         server's count): {retries} retries of one step, the policy allows {max}",
+                        entries[start].life,
+                        start + len
+                    ),
+                    sim_ms,
+                );
+            }
         }
     }
-    for ((turn, step), (count, max)) in retries {
-        if let Some(max) = max.filter(|m| count > *m) {
-            fail("retry-budget", format!("turn {turn} step {step}: {count} retries, policy allows {max}"), sim_ms);
-        }
+    for v in retry_after_honoured(plan, &world.ledger.entries(), exchanges) {
+        fail(v.invariant, v.detail, v.at_ms);
+    }
+    for v in final_failures_not_retried(plan, &world.ledger.entries(), exchanges) {
+        fail(v.invariant, v.detail, v.at_ms);
     }
     // Scenario expectations.
     if let Some(expected) = &plan.expect.turn_ends {
@@ -464,6 +486,126 @@ pub(super) fn check(
         if &actual != expected {
             fail("expectation", format!("tool results {actual:?}, expected {expected:?}"), sim_ms);
         }
+    }
+    out
+}
+
+/// The most retries per step any policy of the run allows (the scenario's, or a live update's
+/// that parses), or `None` when one of them retries without bound (`always`).
+fn retries_allowed(plan: &Plan) -> Option<u32> {
+    let policies = std::iter::once(plan.provider.clone())
+        .chain(plan.faults.config_update.iter().map(|u| u.provider.clone()))
+        .filter_map(|provider| super::resolve_route(super::SIM_MODEL_URL, &provider).ok());
+    let mut max = 0;
+    for route in policies {
+        match route.retry {
+            faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => max = max.max(max_retries),
+            _ => return None,
+        }
+    }
+    Some(max)
+}
+
+/// The advice of a served `429`, in ms (`retry-after-ms`, or `retry-after` in seconds).
+fn retry_after_ms(response: &crate::model_server::Response) -> Option<u64> {
+    if response.status != Some(429) {
+        return None;
+    }
+    let header = |name: &str| response.headers.get(name).and_then(|v| v.trim().parse::<u64>().ok());
+    header("retry-after-ms").or_else(|| header("retry-after").map(|s| s.saturating_mul(1000)))
+}
+
+/// A retry after a served `429` whose advice is within every policy's cap arrives no sooner
+/// than the advice, by the model server's clock (the runtime's own delay record is not
+/// consulted).
+fn retry_after_honoured(
+    plan: &Plan,
+    entries: &[super::ledger::LedgerEntry],
+    exchanges: &[crate::model_server::Exchange],
+) -> Vec<Violation> {
+    let cap_ms = std::iter::once(plan.provider.clone())
+        .chain(plan.faults.config_update.iter().map(|u| u.provider.clone()))
+        .filter_map(|provider| super::resolve_route(super::SIM_MODEL_URL, &provider).ok())
+        .map(|route| route.retry.backoff().max_delay_ms)
+        .min();
+    let Some(cap_ms) = cap_ms else { return Vec::new() };
+    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let mut out = Vec::new();
+    for pair in entries.windows(2) {
+        let (served, next) = (&pair[0], &pair[1]);
+        let Some(&slot) = slots.get(&served.n) else { continue };
+        let Some(advice_ms) = retry_after_ms(&plan.script.responses[slot]) else { continue };
+        if advice_ms > cap_ms || !next.repeats(served) {
+            continue;
+        }
+        let waited_ms = next.at_ms.saturating_sub(served.at_ms);
+        if waited_ms < advice_ms {
+            out.push(Violation {
+                invariant: "retry-after-honoured",
+                detail: format!(
+                    "model request {} was answered 429 with a Retry-After of {advice_ms} ms, and its retry \
+                     (request {}) arrived {waited_ms} ms later by the server's clock",
+                    served.n, next.n
+                ),
+                at_ms: next.at_ms,
+            });
+        }
+    }
+    out
+}
+
+/// The code SPEC §4 gives a served response that no policy retries by default, decided from
+/// the script alone: a clean end of stream without `[DONE]` (`STREAM_CLOSED`), a `401` or
+/// `403` (`AUTH`).
+fn final_code(response: &crate::model_server::Response) -> Option<ErrorCode> {
+    let clean_eof = !response.done
+        && response.finish.is_none()
+        && response.status.is_none()
+        && response.body.is_none()
+        && response.recorded.is_none()
+        && response.disconnect_after_frames.is_none()
+        && response.stall_after_frames.is_none();
+    match response.status {
+        Some(401 | 403) => Some(ErrorCode::Auth),
+        None if clean_eof => Some(ErrorCode::StreamClosed),
+        _ => None,
+    }
+}
+
+/// A failure whose code no policy of the run lists as retryable ends its step: the next
+/// request of that incarnation is not the same request again (by the model server's log).
+fn final_failures_not_retried(
+    plan: &Plan,
+    entries: &[super::ledger::LedgerEntry],
+    exchanges: &[crate::model_server::Exchange],
+) -> Vec<Violation> {
+    let mut retryable: BTreeSet<ErrorCode> = BTreeSet::new();
+    for provider in std::iter::once(&plan.provider).chain(plan.faults.config_update.iter().map(|u| &u.provider)) {
+        match super::resolve_route(super::SIM_MODEL_URL, provider).map(|route| route.retry) {
+            Ok(faultline_runtime::llm::RetryPolicy::Normal { codes, .. }) => retryable.extend(codes),
+            // `always` retries everything; an invalid route sends nothing.
+            Ok(_) => return Vec::new(),
+            Err(_) => {}
+        }
+    }
+    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let mut out = Vec::new();
+    for pair in entries.windows(2) {
+        let (served, next) = (&pair[0], &pair[1]);
+        let Some(&slot) = slots.get(&served.n) else { continue };
+        let Some(code) = final_code(&plan.script.responses[slot]) else { continue };
+        if retryable.contains(&code) || !next.repeats(served) {
+            continue;
+        }
+        out.push(Violation {
+            invariant: "final-failure-not-retried",
+            detail: format!(
+                "model request {} was served a {code} failure, which the policy does not retry, and \
+                 request {} repeated it",
+                served.n, next.n
+            ),
+            at_ms: next.at_ms,
+        });
     }
     out
 }

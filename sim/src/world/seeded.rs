@@ -92,11 +92,25 @@ pub struct Swarm {
     pub bit_rot: Option<RotTarget>,
     /// A small answer limit, and the first plain text answer made larger than it.
     pub oversize: bool,
+    /// The first step meets one more retryable failure than its policy retries: it must give
+    /// up after exactly its budget (the model server counts the requests).
+    pub exhaust_retries: bool,
+    /// The first step meets a clean end of stream without `[DONE]` (`STREAM_CLOSED`, which no
+    /// default policy retries): its turn must end there.
+    pub final_failure: bool,
 }
 
 /// The answer limit of a seed whose swarm turns oversize answers on, in bytes: small, so the
 /// oversize answer costs little simulated I/O.
 const SWARM_ANSWER_BYTES_MAX: usize = 4096;
+
+/// Probability that a seed with model failures also exhausts one step's retry budget. Low:
+/// the step's turn ends in an error, which covers little else.
+const EXHAUST_RETRIES_PROBABILITY: f64 = 0.5;
+
+/// Probability that a seed with model failures also ends its first step with a failure no
+/// policy retries. Low, for the same reason.
+const FINAL_FAILURE_PROBABILITY: f64 = 0.25;
 
 /// Probability that a seed with a crash also rots a durable file while the host is down. Low:
 /// a rotted run ends in a refusal, which covers nothing else.
@@ -156,6 +170,9 @@ impl Swarm {
             }
         }
         let power_loss_hole = fs_crash_before_op.is_some() && on("hole");
+        let exhaust_retries =
+            model_failures.is_some() && stream(seed, "exhaust").unit_f64() < EXHAUST_RETRIES_PROBABILITY;
+        let final_failure = model_failures.is_some() && stream(seed, "final").unit_f64() < FINAL_FAILURE_PROBABILITY;
         let bit_rot = (crash.is_some() && stream(seed, "rot").unit_f64() < BIT_ROT_PROBABILITY)
             .then(|| *pick(&stream(seed, "rot/target"), &[RotTarget::Session, RotTarget::Journal]));
         Swarm {
@@ -170,14 +187,27 @@ impl Swarm {
             power_loss_hole,
             bit_rot,
             oversize: on("oversize"),
+            exhaust_retries,
+            final_failure,
         }
     }
 
-    /// Interleaves failing attempts before the good responses of `responses`.
-    fn interleave(&self, seed: u64, responses: Vec<Response>) -> Vec<Response> {
+    /// Interleaves failing attempts before the good responses of `responses`; with
+    /// `exhaust_retries`, the first step first meets `retries_max + 1` retryable failures.
+    fn interleave(&self, seed: u64, responses: Vec<Response>, retries_max: Option<u32>) -> Vec<Response> {
         let Some((p, kinds)) = &self.model_failures else { return responses };
         let model = stream(seed, "model/attempts");
         let mut out = Vec::new();
+        if self.final_failure {
+            // Text, then the stream ends cleanly: no finish, no [DONE].
+            out.push(Response { frames: vec![Frame::Text("cut".into())], done: false, ..Response::default() });
+        }
+        if let (true, Some(max)) = (self.exhaust_retries, retries_max) {
+            for _ in 0..=max {
+                let failing = failing_response(1);
+                out.push(if self.echo { echoing(failing) } else { failing });
+            }
+        }
         for good in responses {
             let mut failures = 0;
             while failures < FAILURES_PER_RESPONSE_MAX && model.unit_f64() < *p {
@@ -226,6 +256,12 @@ impl Swarm {
         if self.oversize {
             on.push("oversize-output".into());
         }
+        if self.exhaust_retries {
+            on.push("retry-exhaustion".into());
+        }
+        if self.final_failure {
+            on.push("final-failure".into());
+        }
         if on.is_empty() {
             "swarm: no faults".into()
         } else {
@@ -265,7 +301,13 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
     if faults.from_seed {
         let swarm = Swarm::draw(seed);
         swarm_line = Some(swarm.describe());
-        script.responses = swarm.interleave(seed, std::mem::take(&mut script.responses));
+        // The budget of the scenario's own policy (a policy without one is not exhausted).
+        let retries_max =
+            super::resolve_route(super::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| match route.retry {
+                faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
+                _ => None,
+            });
+        script.responses = swarm.interleave(seed, std::mem::take(&mut script.responses), retries_max);
         if swarm.refused {
             script.refuse_until_ms = 300;
         }

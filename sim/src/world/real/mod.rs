@@ -366,10 +366,15 @@ impl<'a> Harness<'a> {
         gateway_net: PartitionNet,
     ) -> Result<(ModelServer, Receipts), String> {
         let clock: Arc<dyn Clock> = self.clock.clone();
-        let model =
-            ModelServer::start(Arc::new(model_net), clock.clone(), "127.0.0.1:0", self.plan.script.clone(), None)
-                .await
-                .map_err(|e| format!("the model server: {e}"))?;
+        let model = ModelServer::start(
+            Arc::new(model_net),
+            clock.clone(),
+            "127.0.0.1:0",
+            self.plan.script.clone(),
+            Some(self.world.ledger.observer()),
+        )
+        .await
+        .map_err(|e| format!("the model server: {e}"))?;
         let receipts: Receipts = Arc::default();
         let listener = gateway_net.bind("127.0.0.1:0").await.map_err(|e| format!("the gateway: {e}"))?;
         tokio::spawn(gateway::serve_on(listener, clock, receipts.clone(), self.plan.faults.gateway_echo));
