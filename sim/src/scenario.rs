@@ -455,6 +455,11 @@ pub struct Expectations {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_result_codes: Option<Vec<String>>,
+    /// Fault families that must fire, by the evidence coverage counts (a scenario whose fault
+    /// silently stopped happening proves nothing).
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults_fired: Option<Vec<String>>,
 }
 
 impl Expectations {
@@ -466,6 +471,7 @@ impl Expectations {
             && self.config_update_rejected.is_none()
             && self.tool_result_codes.is_none()
             && self.crashes_fired.is_none()
+            && self.faults_fired.is_none()
     }
 }
 

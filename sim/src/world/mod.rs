@@ -398,6 +398,15 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, end_ms);
     violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, end_ms));
     violations.extend(oracle::check(plan, &world, &transcript, &receipts, &model_exchanges, end_ms));
+    for family in plan.expect.faults_fired.iter().flatten() {
+        if !faults_fired.contains(family) {
+            violations.push(Violation {
+                invariant: "planned-fault-fired",
+                detail: format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
+                at_ms: end_ms,
+            });
+        }
+    }
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),
