@@ -6,6 +6,7 @@ mod limits;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
+mod owner_race;
 mod proxy;
 mod reconcile;
 mod secrets;
