@@ -40,7 +40,7 @@ impl Fs for RacingFs {
                         "token": token,
                         "owner": {"host": "rival-host", "pid": 4242, "started_at": 7, "instance": "rival"}
                     });
-                    std::fs::write(path, record.to_string()).unwrap();
+                    crate::fixtures::write(path, record.to_string().as_bytes());
                 }
                 Rival::DiskFails => return Err(io::Error::other("injected EIO creating the owner record")),
             }
