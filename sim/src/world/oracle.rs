@@ -535,7 +535,7 @@ fn retry_after_honoured(
         let (served, next) = (&pair[0], &pair[1]);
         let Some(&slot) = slots.get(&served.n) else { continue };
         let Some(advice_ms) = retry_after_ms(&plan.script.responses[slot]) else { continue };
-        if advice_ms > cap_ms || !next.repeats(served) {
+        if advice_ms > cap_ms || !next.repeats(served) || model_cut_off(plan, served.at_ms, next.at_ms) {
             continue;
         }
         let waited_ms = next.at_ms.saturating_sub(served.at_ms);
@@ -594,7 +594,7 @@ fn final_failures_not_retried(
         let (served, next) = (&pair[0], &pair[1]);
         let Some(&slot) = slots.get(&served.n) else { continue };
         let Some(code) = final_code(&plan.script.responses[slot]) else { continue };
-        if retryable.contains(&code) || !next.repeats(served) {
+        if retryable.contains(&code) || !next.repeats(served) || model_cut_off(plan, served.at_ms, next.at_ms) {
             continue;
         }
         out.push(Violation {
@@ -608,4 +608,14 @@ fn final_failures_not_retried(
         });
     }
     out
+}
+
+/// Whether a partition between the agent and the model overlapped `[from_ms, to_ms]` (server
+/// clock, which starts with the run): a response served then may never have reached the
+/// agent, which rightly saw a timeout or a broken stream instead of what was served.
+fn model_cut_off(plan: &Plan, from_ms: u64, to_ms: u64) -> bool {
+    plan.faults.partitions.iter().any(|p| {
+        let pair = [p.a.as_str(), p.b.as_str()];
+        pair.contains(&"agent") && pair.contains(&"model") && p.from_ms <= to_ms && p.to_ms >= from_ms
+    })
 }
