@@ -287,6 +287,11 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         };
         life::live(setup, report.clone()).await
     });
+    // The injected disk failures that were returned: the evidence the oracle counts.
+    for kind in faults.failures_fired() {
+        let family = if kind == std::io::ErrorKind::StorageFull { "enospc" } else { "eio" };
+        report.fault(family);
+    }
     let fs_ops = faults.ops();
     let (outcome, error, status) = match outcome {
         Ok(_) => (EndOutcome::Done, None, 0),

@@ -573,6 +573,8 @@ impl<'a> Harness<'a> {
             }
             HostReport::Durable { through, at_ms } => self.world.note_durable(through, at_ms),
             HostReport::Fault { family } => {
+                // A returned disk failure is the one fault that may stop the agent.
+                self.world.disk_failure_fired |= family == "eio" || family == "enospc";
                 self.world.faults_fired.insert(family);
             }
             HostReport::ExtraRefused => self.world.extra_refused = true,
