@@ -493,12 +493,9 @@ pub(super) fn check(
 /// The most retries per step any policy of the run allows (the scenario's, or a live update's
 /// that parses), or `None` when one of them retries without bound (`always`).
 fn retries_allowed(plan: &Plan) -> Option<u32> {
-    let policies = std::iter::once(plan.provider.clone())
-        .chain(plan.faults.config_update.iter().map(|u| u.provider.clone()))
-        .filter_map(|provider| super::resolve_route(super::SIM_MODEL_URL, &provider).ok());
     let mut max = 0;
-    for route in policies {
-        match route.retry {
+    for policy in run_policies(plan) {
+        match policy {
             faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => max = max.max(max_retries),
             _ => return None,
         }
@@ -523,21 +520,12 @@ fn retry_after_honoured(
     entries: &[super::ledger::LedgerEntry],
     exchanges: &[crate::model_server::Exchange],
 ) -> Vec<Violation> {
-    let cap_ms = std::iter::once(plan.provider.clone())
-        .chain(plan.faults.config_update.iter().map(|u| u.provider.clone()))
-        .filter_map(|provider| super::resolve_route(super::SIM_MODEL_URL, &provider).ok())
-        .map(|route| route.retry.backoff().max_delay_ms)
-        .min();
-    let Some(cap_ms) = cap_ms else { return Vec::new() };
-    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let Some(cap_ms) = run_policies(plan).iter().map(|policy| policy.backoff().max_delay_ms).min() else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    for pair in entries.windows(2) {
-        let (served, next) = (&pair[0], &pair[1]);
-        let Some(&slot) = slots.get(&served.n) else { continue };
-        let Some(advice_ms) = retry_after_ms(&plan.script.responses[slot]) else { continue };
-        if advice_ms > cap_ms || !next.repeats(served) || model_cut_off(plan, served.at_ms, next.at_ms) {
-            continue;
-        }
+    for (response, served, next) in retries_of_served(plan, entries, exchanges) {
+        let Some(advice_ms) = retry_after_ms(response).filter(|&advice| advice <= cap_ms) else { continue };
         let waited_ms = next.at_ms.saturating_sub(served.at_ms);
         if waited_ms < advice_ms {
             out.push(Violation {
@@ -580,23 +568,16 @@ fn final_failures_not_retried(
     exchanges: &[crate::model_server::Exchange],
 ) -> Vec<Violation> {
     let mut retryable: BTreeSet<ErrorCode> = BTreeSet::new();
-    for provider in std::iter::once(&plan.provider).chain(plan.faults.config_update.iter().map(|u| &u.provider)) {
-        match super::resolve_route(super::SIM_MODEL_URL, provider).map(|route| route.retry) {
-            Ok(faultline_runtime::llm::RetryPolicy::Normal { codes, .. }) => retryable.extend(codes),
-            // `always` retries everything; an invalid route sends nothing.
-            Ok(_) => return Vec::new(),
-            Err(_) => {}
+    for policy in run_policies(plan) {
+        match policy {
+            faultline_runtime::llm::RetryPolicy::Normal { codes, .. } => retryable.extend(codes),
+            // `always` retries everything.
+            _ => return Vec::new(),
         }
     }
-    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
     let mut out = Vec::new();
-    for pair in entries.windows(2) {
-        let (served, next) = (&pair[0], &pair[1]);
-        let Some(&slot) = slots.get(&served.n) else { continue };
-        let Some(code) = final_code(&plan.script.responses[slot]) else { continue };
-        if retryable.contains(&code) || !next.repeats(served) || model_cut_off(plan, served.at_ms, next.at_ms) {
-            continue;
-        }
+    for (response, served, next) in retries_of_served(plan, entries, exchanges) {
+        let Some(code) = final_code(response).filter(|code| !retryable.contains(code)) else { continue };
         out.push(Violation {
             invariant: "final-failure-not-retried",
             detail: format!(
@@ -618,4 +599,30 @@ fn model_cut_off(plan: &Plan, from_ms: u64, to_ms: u64) -> bool {
         let pair = [p.a.as_str(), p.b.as_str()];
         pair.contains(&"agent") && pair.contains(&"model") && p.from_ms <= to_ms && p.to_ms >= from_ms
     })
+}
+
+/// The retry policies of the run that resolve: the scenario's, and a live update's (an
+/// invalid route sends nothing, so it bounds nothing).
+fn run_policies(plan: &Plan) -> Vec<faultline_runtime::llm::RetryPolicy> {
+    std::iter::once(&plan.provider)
+        .chain(plan.faults.config_update.iter().map(|u| &u.provider))
+        .filter_map(|provider| super::resolve_route(super::SIM_MODEL_URL, provider).ok())
+        .map(|route| route.retry)
+        .collect()
+}
+
+/// Every request the same incarnation sent again right after it was served a scripted
+/// response that reached the agent (no partition to the model in between): the response,
+/// the served request and its repeat, by the model server's log.
+fn retries_of_served<'a>(
+    plan: &'a Plan,
+    entries: &'a [super::ledger::LedgerEntry],
+    exchanges: &[crate::model_server::Exchange],
+) -> Vec<(&'a crate::model_server::Response, &'a super::ledger::LedgerEntry, &'a super::ledger::LedgerEntry)> {
+    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    entries
+        .windows(2)
+        .filter(|pair| pair[1].repeats(&pair[0]) && !model_cut_off(plan, pair[0].at_ms, pair[1].at_ms))
+        .filter_map(|pair| Some((&plan.script.responses[*slots.get(&pair[0].n)?], &pair[0], &pair[1])))
+        .collect()
 }
