@@ -112,3 +112,28 @@ fn json_escaped_bytes_counts_every_kind_of_escape() {
     assert_eq!(json_escaped_bytes("\u{1}\u{1f}"), 12);
     assert_eq!(json_escaped_bytes("é"), 2);
 }
+
+/// The limit is per line, wherever in a batch the line falls: small records after one of 5/8
+/// of the limit (so more than half the limit precedes them) are accepted whole on every
+/// backend. Found by the mutation guard: a line length measured from the batch's start
+/// (`len + start` for `len - start`) passed every other test.
+#[test]
+fn a_line_deep_into_a_batch_is_measured_on_its_own() {
+    let big = message_of_line(RECORD_LINE_BYTES_MAX / 8 * 5, 'c');
+    let mut batch = opening();
+    batch.push(big);
+    batch.push(Record::new(3, T0, Event::StepEnd(StepRef { turn: 1, step: 1 })));
+    batch.push(Record::new(4, T0, Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Completed })));
+    let before_last: usize = batch[..4].iter().map(|r| r.encode().len() + 1).sum();
+    assert!(2 * before_last > RECORD_LINE_BYTES_MAX, "more than half the limit precedes the last line");
+    for backend in ALL {
+        let bench = Bench::new(backend);
+        let store = bench.store(&bench.process("w"));
+        let mut log = store.create(&sid("s"), T0).unwrap();
+        log.append(&batch).unwrap_or_else(|e| panic!("{backend:?}: every line fits: {e}"));
+        log.close().unwrap();
+        let back = store.inspect(&sid("s")).unwrap();
+        assert_eq!(back.records, batch, "{backend:?}");
+        assert_eq!(back.record_count, batch.len() as u64, "{backend:?}");
+    }
+}
