@@ -67,7 +67,9 @@ pub struct CommandToolConfig {
     /// Cooperative deadline; on expiry: SIGTERM, a grace period, SIGKILL.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
-    /// Whether it changes the outside world.
+    /// Says the command changes the outside world. Informational only (no behaviour hangs on
+    /// it): what protects such an effect is `via_outbox`, and crash repair treats every
+    /// durably started call as possibly done, side effects declared or not.
     #[serde(default)]
     pub side_effects: bool,
     /// Route the effect through the delivery queue: the command becomes the receiver

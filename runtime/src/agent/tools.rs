@@ -59,11 +59,6 @@ pub trait Tool: Send + Sync {
         None
     }
 
-    /// Whether the tool changes the outside world (informs recovery reports).
-    fn side_effects(&self) -> bool {
-        false
-    }
-
     /// Runs the tool.
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput>;
 }

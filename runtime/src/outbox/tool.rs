@@ -38,10 +38,6 @@ impl Tool for OutboxTool {
         self.schema.clone()
     }
 
-    fn side_effects(&self) -> bool {
-        true
-    }
-
     fn call(&self, invocation: ToolInvocation, _cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (outbox, deliverer) = (self.outbox.clone(), self.deliverer.clone());
         Box::pin(async move {

@@ -44,10 +44,6 @@ impl Tool for CommandTool {
         self.config.timeout_ms.map(Duration::from_millis)
     }
 
-    fn side_effects(&self) -> bool {
-        self.config.side_effects
-    }
-
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let config = self.config.clone();
         Box::pin(async move { run(config, invocation, cancel).await })
