@@ -141,7 +141,7 @@ impl FromStr for ErrorCode {
         if let Some(code) = FIXED_ERROR_CODES.iter().find(|c| c.fixed_name() == Some(s)) {
             return Ok(*code);
         }
-        // `HTTP_<status>`: exactly three digits, 100..=599, no sign or padding tricks.
+        // `HTTP_<status>`: exactly three digits, 100..=999 (what HTTP allows), no sign or padding.
         if let Some(digits) = s.strip_prefix("HTTP_") {
             if digits.len() == 3 && digits.bytes().all(|b| b.is_ascii_digit()) {
                 let status: u16 = digits.parse().map_err(|_| UnknownErrorCode(s.to_owned()))?;

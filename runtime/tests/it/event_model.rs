@@ -165,16 +165,50 @@ fn malformed_records_are_refused_with_a_reason() {
     }
 }
 
+/// The spellings are SPEC §2's, written out here rather than read back from the code under
+/// test (a renamed code must fail this test, not round-trip through its own Display and
+/// FromStr). `RESPONSE_TOO_LARGE` and `TLS_CERTIFICATE` are our extensions (ARCHITECTURE).
 #[test]
 fn error_codes_have_stable_spellings() {
-    for code in FIXED_ERROR_CODES {
-        let text = code.to_string();
-        assert_eq!(text.parse::<ErrorCode>().unwrap(), code);
-        assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{text}\""));
+    const SPEC_SPELLINGS: [&str; 23] = [
+        "AUTH",
+        "QUOTA",
+        "RATE_LIMIT",
+        "INVALID_REQUEST",
+        "CONTEXT_WINDOW_EXCEEDED",
+        "SERVER",
+        "TRANSPORT",
+        "TIMEOUT",
+        "ABORTED",
+        "EMPTY_RESPONSE",
+        "MALFORMED_RESPONSE",
+        "STREAM_CLOSED",
+        "RESPONSE_TOO_LARGE",
+        "TLS_CERTIFICATE",
+        "MISSING_CREDENTIAL",
+        "INVALID_CREDENTIAL",
+        "NO_ADAPTER",
+        "UNKNOWN",
+        "TOOL_TIMEOUT",
+        "ABORTED_BEFORE_DISPATCH",
+        "TOOL_OUTCOME_UNKNOWN",
+        "TOOL_NOT_STARTED",
+        "TOOL_FAILED",
+    ];
+    let spelled: Vec<String> = FIXED_ERROR_CODES.iter().map(ErrorCode::to_string).collect();
+    assert_eq!(spelled, SPEC_SPELLINGS, "every fixed code, in order, spelled as SPEC §2 spells it");
+    for (code, text) in FIXED_ERROR_CODES.into_iter().zip(SPEC_SPELLINGS) {
+        assert_eq!(text.parse::<ErrorCode>().unwrap(), code, "{text} parses back");
+        assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{text}\""), "on the wire as {text}");
+        assert_eq!(serde_json::from_str::<ErrorCode>(&format!("\"{text}\"")).unwrap(), code);
     }
+    // The transcript shape, byte for byte, for the code a crash repair writes.
+    let closer = serde_json::to_value(ErrorCode::ToolOutcomeUnknown).unwrap();
+    assert_eq!(closer, serde_json::json!("TOOL_OUTCOME_UNKNOWN"));
     assert_eq!(ErrorCode::Http(418).to_string(), "HTTP_418");
     assert_eq!("HTTP_418".parse::<ErrorCode>().unwrap(), ErrorCode::Http(418));
-    for bad in ["HTTP_42", "HTTP_0418", "HTTP_099", "HTTP_+12", "rate_limit", ""] {
+    assert_eq!("HTTP_599".parse::<ErrorCode>().unwrap(), ErrorCode::Http(599));
+    for bad in ["HTTP_42", "HTTP_0418", "HTTP_099", "HTTP_+12", "rate_limit", "", "Auth", " AUTH"] {
         assert!(bad.parse::<ErrorCode>().is_err(), "{bad} must not parse");
     }
 }

@@ -3,6 +3,7 @@
 mod event_model;
 mod fixtures;
 mod limits;
+mod llm_classify;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
-use faultline_runtime::event::{ErrorCode, ToolSchema};
+use faultline_runtime::event::{ContentBlock, ErrorCode, ToolSchema};
 use faultline_runtime::production::SystemClock;
 use faultline_runtime::testing::{run_with_deadline, CallOutcome};
 use faultline_runtime::{BoxFuture, Clock};
@@ -164,6 +164,13 @@ async fn a_tool_without_a_deadline_runs_to_completion() {
     })
     .await;
     assert_eq!(code(&panicking), Some(ErrorCode::ToolFailed), "a panic is an error result, never a crash");
+    // The model is told it was a panic, not a generic failure (a cancelled task reads "failed").
+    assert_eq!(panicking.error.as_ref().map(|e| e.name.as_str()), Some("panicked"));
+    assert!(
+        panicking.content.iter().any(|b| matches!(b, ContentBlock::Text { text } if text.contains("panicked"))),
+        "{:?}",
+        panicking.content
+    );
 }
 
 /// A real command that ignores SIGTERM: after its deadline it gets SIGTERM, the grace period,
