@@ -54,9 +54,18 @@ fn sent_lines(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("sent.log")).map_or(0, |t| t.lines().count())
 }
 
+/// `faultline demo [--dir DIR]`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Where the demo keeps its sessions and sent.log (created if missing; default: a fresh
+    /// directory under the system's temp directory). It must not hold an earlier demo.
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+}
+
 /// Runs the demo.
-pub fn run() -> ExitCode {
-    match demo() {
+pub fn run(args: DemoArgs) -> ExitCode {
+    match demo(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("faultline demo: {e}");
@@ -65,10 +74,15 @@ pub fn run() -> ExitCode {
     }
 }
 
-fn demo() -> Result<(), String> {
+fn demo(args: DemoArgs) -> Result<(), String> {
     let seams = production::seams();
-    let dir = std::env::temp_dir().join(format!("faultline-demo-{}", seams.entropy.hex_id(8)));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let dir =
+        args.dir.unwrap_or_else(|| std::env::temp_dir().join(format!("faultline-demo-{}", seams.entropy.hex_id(8))));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // An earlier demo's sent.log would make "exactly one side effect" false before we begin.
+    if dir.join("sent.log").exists() || dir.join("sessions").exists() {
+        return Err(format!("{} already holds a demo (sent.log or sessions/); give an empty directory", dir.display()));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -87,7 +87,7 @@ enum Command {
     /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
     Outbox(outbox::OutboxArgs),
     /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
-    Demo,
+    Demo(demo::DemoArgs),
     /// Measure stores, write-behind, recovery, the adapter and the simulator against
     /// baselines run in the same process.
     Bench(bench::BenchArgs),
@@ -147,7 +147,7 @@ fn main() -> ExitCode {
         Command::ModelServer(args) => llm::model_server(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Outbox(args) => outbox::run(&args),
-        Command::Demo => demo::run(),
+        Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(&args),
     }
 }

@@ -93,14 +93,30 @@ fn bad_arguments_exit_non_zero() {
     assert!(!output.status.success());
 }
 
+/// The demo's narration is not the evidence: the receiver's own log (sent.log, appended by
+/// the tool's shell command) and the session file, read here as plain JSON, are.
 #[test]
 fn the_demo_kills_an_agent_at_its_side_effect_and_recovers() {
-    let output = faultline(&["demo"]);
+    let dir = tempfile::tempdir().unwrap();
+    let demo_dir = dir.path().to_str().unwrap();
+    let output = faultline(&["demo", "--dir", demo_dir]);
     assert!(output.status.success(), "{}\n{}", stdout(&output), stderr(&output));
-    let text = stdout(&output);
-    assert!(text.contains("SIGKILL"), "{text}");
-    assert!(text.contains("TOOL_OUTCOME_UNKNOWN"), "{text}");
-    assert!(text.contains("sent.log still holds exactly 1 line"), "{text}");
+    let sent = std::fs::read_to_string(dir.path().join("sent.log")).unwrap();
+    assert_eq!(sent.lines().collect::<Vec<_>>(), ["demo:1:1:call_1"], "the effect happened exactly once");
+    let session = std::fs::read_to_string(dir.path().join("sessions/demo/session.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> =
+        session.lines().skip(1).map(|line| serde_json::from_str(line).expect("every line is a record")).collect();
+    let of_type = |kind: &'static str| records.iter().filter(move |r| r["type"] == kind);
+    assert_eq!(of_type("tool/call").filter(|r| r["data"]["call_id"] == "call_1").count(), 1, "never re-run");
+    let results: Vec<_> = of_type("tool/result").filter(|r| r["data"]["call_id"] == "call_1").collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["data"]["error"]["code"], "TOOL_OUTCOME_UNKNOWN", "{}", results[0]);
+    let ends: Vec<_> = of_type("turn/end").map(|r| r["data"]["reason"]["kind"].clone()).collect();
+    assert_eq!(ends, ["interrupted", "completed"], "the killed turn closed by repair, then the resumed one");
+    // A second demo into the same directory would start with a side effect already logged.
+    let again = faultline(&["demo", "--dir", demo_dir]);
+    assert!(!again.status.success());
+    assert!(stderr(&again).contains("already holds a demo"), "{}", stderr(&again));
 }
 
 #[test]
