@@ -134,6 +134,7 @@ impl Workload {
                 work_ms: self.slow_work_ms,
                 ignore_abort: self.slow_ignores_abort,
                 output_bytes: None,
+                output_char: None,
             },
         ];
         scenario.tool_concurrency = Some(self.tool_concurrency);
@@ -178,5 +179,6 @@ fn tool() -> ScenarioTool {
         work_ms: 0,
         ignore_abort: false,
         output_bytes: None,
+        output_char: None,
     }
 }

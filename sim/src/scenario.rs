@@ -203,6 +203,27 @@ pub struct ScenarioTool {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_bytes: Option<usize>,
+    /// With `output_bytes`: print one `y`, then this character repeated up to `output_bytes`
+    /// bytes (instead of `y`s). A multi-byte character after the one-byte `y` puts a character
+    /// across the tool-output limit, where truncation must cut before it.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_char: Option<char>,
+}
+
+impl ScenarioTool {
+    /// What an `echo`/`sleep` tool with `output_bytes` prints instead of its usual answer
+    /// (the oracle holds each result to it).
+    pub fn printed_output(&self) -> Option<String> {
+        let bytes = self.output_bytes?;
+        let Some(c) = self.output_char.filter(|_| bytes > 0) else { return Some("y".repeat(bytes)) };
+        let mut text = String::with_capacity(bytes);
+        text.push('y');
+        while text.len() + c.len_utf8() <= bytes {
+            text.push(c);
+        }
+        Some(text)
+    }
 }
 
 /// The kinds of simulated tool.
@@ -500,11 +521,13 @@ scenarios![
     "partial-tool-call-then-disconnect",
     "empty-completion",
     "empty-and-malformed-bodies",
+    "mid-stream-errors",
     "stalled-body",
     "partial-eof",
     "rate-limit-retry-after-seconds",
     "rate-limit-retry-after-ms",
     "rate-limit-over-cap",
+    "retry-after-hostile",
     "auth-401",
     "tool-timeout-slow-cleanup",
     "parallel-tools-cancelled",
@@ -615,6 +638,9 @@ impl Scenario {
                 "scenario {name}: tools.{}.output_bytes must be at most {TOOL_OUTPUT_BYTES_SCENARIO_MAX}",
                 tool.name
             ));
+        }
+        if let Some(tool) = self.tools.iter().find(|t| t.output_char.is_some() && t.output_bytes.is_none()) {
+            return Err(format!("scenario {name}: tools.{}.output_char needs output_bytes", tool.name));
         }
         if self.model.responses.len() > RESPONSES_MAX {
             return Err(format!(

@@ -116,7 +116,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
                 timeout_ms: tool.timeout_ms,
                 work_ms: tool.work_ms,
                 ignore_abort: tool.ignore_abort,
-                output_bytes: tool.output_bytes,
+                printed: tool.printed_output(),
                 // A careless tool prints a secret its process holds (the gateway token).
                 leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
                 clock: seams.clock.clone(),
@@ -243,7 +243,8 @@ struct LocalTool {
     timeout_ms: Option<u64>,
     work_ms: u64,
     ignore_abort: bool,
-    output_bytes: Option<usize>,
+    /// What the tool prints instead of its usual answer (`output_bytes`).
+    printed: Option<String>,
     /// For `leaky`: the secret the tool prints.
     leaks: Option<String>,
     clock: Arc<dyn Clock>,
@@ -261,15 +262,18 @@ impl Tool for LocalTool {
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
-        let (output_bytes, leaks, report) = (self.output_bytes, self.leaks.clone(), self.report.clone());
+        let (printed, leaks, report) = (self.printed.clone(), self.leaks.clone(), self.report.clone());
         Box::pin(async move {
             if let Some(secret) = leaks {
                 return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
             }
-            if let Some(bytes) = output_bytes {
-                // A tool that prints more than a record should hold (the runtime truncates it).
-                report.fault("oversize-output");
-                return ToolOutput::Ok("y".repeat(bytes));
+            if let Some(text) = printed {
+                // A tool that prints more than a record should hold (the runtime truncates it):
+                // the fault happened only when the output is over the limit.
+                if text.len() > faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX {
+                    report.fault("oversize-output");
+                }
+                return ToolOutput::Ok(text);
             }
             if work.is_zero() {
                 return ToolOutput::Ok(format!("echo {}", invocation.arguments));

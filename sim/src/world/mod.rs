@@ -14,6 +14,7 @@ mod probe;
 pub mod real;
 mod rot;
 pub mod seeded;
+mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -212,6 +212,60 @@ fn effect_evidence(
     out
 }
 
+/// A tool that prints a known text (`output_bytes`) is recorded with exactly that text when
+/// it fits the tool-output limit, and otherwise with its longest prefix that ends on a
+/// character boundary at or below the limit, then only the truncation marker: nothing kept
+/// past the limit, nothing cut that fitted. The printed text comes from the scenario, not
+/// from the runtime.
+fn tool_outputs_as_printed(plan: &Plan, transcript: &[Record], sim_ms: u64) -> Vec<Violation> {
+    let limit = faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX;
+    let mut names: BTreeMap<(u32, u32, &str), &str> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in transcript {
+        let result = match &r.event {
+            Event::ToolCall(call) => {
+                names.insert((call.turn, call.step, call.call_id.as_str()), call.name.as_str());
+                continue;
+            }
+            Event::ToolResult(result) if result.error.is_none() => result,
+            _ => continue,
+        };
+        let Some(name) = names.get(&(result.turn, result.step, result.call_id.as_str())) else { continue };
+        let Some(printed) = plan.tools.iter().find(|t| t.name == *name).and_then(|t| t.printed_output()) else {
+            continue;
+        };
+        let text: String = result.content.iter().map(block_text).collect();
+        let kept = if printed.len() <= limit {
+            text == printed
+        } else {
+            let cut = (0..=limit).rev().find(|&i| printed.is_char_boundary(i)).unwrap_or(0);
+            let next = printed[cut..].chars().next().expect("a text over the limit goes on after the cut");
+            let marker = text.get(cut..).unwrap_or("");
+            text.as_bytes().get(..cut) == Some(&printed.as_bytes()[..cut])
+                && !marker.starts_with(next)
+                && marker.len() <= TRUNCATION_MARKER_BYTES
+        };
+        if !kept {
+            out.push(Violation {
+                invariant: "tool-output-as-printed",
+                detail: format!(
+                    "seq {} holds {} bytes for {name}'s {}-byte output (limit {limit}): {}",
+                    r.seq,
+                    text.len(),
+                    printed.len(),
+                    if printed.len() <= limit {
+                        "an output that fits must be kept whole"
+                    } else {
+                        "the cut must fall on the last character boundary at or below the limit, then only the marker"
+                    }
+                ),
+                at_ms: sim_ms,
+            });
+        }
+    }
+    out
+}
+
 /// Room for the marker a truncated tool output ends with, in bytes.
 const TRUNCATION_MARKER_BYTES: usize = 64;
 
@@ -416,6 +470,9 @@ pub(super) fn check(
             fail(invariant, format!("seq {} holds {bytes} bytes of text, above the {max}-byte limit", r.seq), sim_ms);
         }
     }
+    for v in tool_outputs_as_printed(plan, transcript, sim_ms) {
+        fail(v.invariant, v.detail, v.at_ms);
+    }
     for v in effect_evidence(plan, world, transcript, receipts, sim_ms) {
         fail(v.invariant, v.detail, v.at_ms);
     }
@@ -443,6 +500,16 @@ pub(super) fn check(
         fail(v.invariant, v.detail, v.at_ms);
     }
     for v in final_failures_not_retried(plan, &world.ledger.entries(), exchanges) {
+        fail(v.invariant, v.detail, v.at_ms);
+    }
+    for v in backoff_respected(plan, &world.ledger.entries(), exchanges) {
+        fail(v.invariant, v.detail, v.at_ms);
+    }
+    let cut_off = |from_ms, to_ms| model_cut_off(plan, from_ms, to_ms);
+    for v in super::served::failure_codes_as_served(plan, transcript, exchanges, cut_off) {
+        fail(v.invariant, v.detail, v.at_ms);
+    }
+    for v in super::served::failure_messages_bounded(transcript) {
         fail(v.invariant, v.detail, v.at_ms);
     }
     // Scenario expectations.
@@ -503,17 +570,8 @@ fn retries_allowed(plan: &Plan) -> Option<u32> {
     Some(max)
 }
 
-/// The advice of a served `429`, in ms (`retry-after-ms`, or `retry-after` in seconds).
-fn retry_after_ms(response: &crate::model_server::Response) -> Option<u64> {
-    if response.status != Some(429) {
-        return None;
-    }
-    let header = |name: &str| response.headers.get(name).and_then(|v| v.trim().parse::<u64>().ok());
-    header("retry-after-ms").or_else(|| header("retry-after").map(|s| s.saturating_mul(1000)))
-}
-
-/// A retry after a served `429` whose advice is within every policy's cap arrives no sooner
-/// than the advice, by the model server's clock (the runtime's own delay record is not
+/// A retry after a served failure whose Retry-After advice is within every policy's cap
+/// arrives no sooner than the advice, by the model server's clock (the runtime's own delay record is not
 /// consulted).
 fn retry_after_honoured(
     plan: &Plan,
@@ -525,15 +583,20 @@ fn retry_after_honoured(
     };
     let mut out = Vec::new();
     for (response, served, next) in retries_of_served(plan, entries, exchanges) {
-        let Some(advice_ms) = retry_after_ms(response).filter(|&advice| advice <= cap_ms) else { continue };
+        let Some(advice_ms) = super::served::advice_ms(response, served.at_ms).filter(|&advice| advice <= cap_ms)
+        else {
+            continue;
+        };
         let waited_ms = next.at_ms.saturating_sub(served.at_ms);
         if waited_ms < advice_ms {
             out.push(Violation {
                 invariant: "retry-after-honoured",
                 detail: format!(
-                    "model request {} was answered 429 with a Retry-After of {advice_ms} ms, and its retry \
+                    "model request {} was answered {} with a Retry-After of {advice_ms} ms, and its retry \
                      (request {}) arrived {waited_ms} ms later by the server's clock",
-                    served.n, next.n
+                    served.n,
+                    response.status.map_or_else(|| "a failure".to_owned(), |s| format!("HTTP {s}")),
+                    next.n
                 ),
                 at_ms: next.at_ms,
             });
@@ -542,22 +605,61 @@ fn retry_after_honoured(
     out
 }
 
-/// The code SPEC §4 gives a served response that no policy retries by default, decided from
-/// the script alone: a clean end of stream without `[DONE]` (`STREAM_CLOSED`), a `401` or
-/// `403` (`AUTH`).
-fn final_code(response: &crate::model_server::Response) -> Option<ErrorCode> {
-    let clean_eof = !response.done
-        && response.finish.is_none()
-        && response.status.is_none()
-        && response.body.is_none()
-        && response.recorded.is_none()
-        && response.disconnect_after_frames.is_none()
-        && response.stall_after_frames.is_none();
-    match response.status {
-        Some(401 | 403) => Some(ErrorCode::Auth),
-        None if clean_eof => Some(ErrorCode::StreamClosed),
-        _ => None,
+/// The least any policy of the run waits before retry `retry` (1-based) on its own, by
+/// SPEC's formula `min(initial·2^(retry-1), max)·(1 − j)` computed here (not by the runtime's
+/// `decide`), rounded down.
+fn backoff_floor_ms(plan: &Plan, retry: u32) -> u64 {
+    run_policies(plan)
+        .iter()
+        .map(|policy| {
+            let backoff = policy.backoff();
+            let doubled = backoff.initial_delay_ms as f64 * 2f64.powi(retry.saturating_sub(1).min(62) as i32);
+            (doubled.min(backoff.max_delay_ms as f64) * (1.0 - backoff.jitter_ratio)).floor() as u64
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// Retry `k` of a step arrives at least the policy's backoff for `k` after the request it
+/// repeats, by the model server's clock, unless that request was answered with provider
+/// advice (`retry-after*`, held to its own rule above). The server's `k` never exceeds the
+/// runtime's retry number (a refused connection is a retry the server never sees), and the
+/// backoff only grows with it, so the bound is safe.
+fn backoff_respected(
+    plan: &Plan,
+    entries: &[super::ledger::LedgerEntry],
+    exchanges: &[crate::model_server::Exchange],
+) -> Vec<Violation> {
+    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let advised = |served: &super::ledger::LedgerEntry| {
+        slots
+            .get(&served.n)
+            .and_then(|&slot| plan.script.responses.get(slot))
+            .is_some_and(|r| super::served::advice_ms(r, served.at_ms).is_some())
+    };
+    let mut out = Vec::new();
+    for (start, len) in super::ledger::identical_runs(entries) {
+        for k in 1..len {
+            let (served, next) = (&entries[start + k - 1], &entries[start + k]);
+            if advised(served) || model_cut_off(plan, served.at_ms, next.at_ms) {
+                continue;
+            }
+            let floor_ms = backoff_floor_ms(plan, k as u32);
+            let waited_ms = next.at_ms.saturating_sub(served.at_ms);
+            if waited_ms < floor_ms {
+                out.push(Violation {
+                    invariant: "retry-backoff",
+                    detail: format!(
+                        "model request {} repeated request {} after {waited_ms} ms by the server's clock: \
+                         retry {k} of a step waits at least {floor_ms} ms under the run's policies",
+                        next.n, served.n
+                    ),
+                    at_ms: next.at_ms,
+                });
+            }
+        }
     }
+    out
 }
 
 /// A failure whose code no policy of the run lists as retryable ends its step: the next
@@ -577,7 +679,9 @@ fn final_failures_not_retried(
     }
     let mut out = Vec::new();
     for (response, served, next) in retries_of_served(plan, entries, exchanges) {
-        let Some(code) = final_code(response).filter(|code| !retryable.contains(code)) else { continue };
+        let Some(code) = super::served::served_code(response).filter(|code| !retryable.contains(code)) else {
+            continue;
+        };
         out.push(Violation {
             invariant: "final-failure-not-retried",
             detail: format!(

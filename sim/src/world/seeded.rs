@@ -60,6 +60,39 @@ fn failing_response(kind: usize) -> Response {
     }
 }
 
+/// The failures no default policy retries (SPEC §4) that the `final-failure` family serves,
+/// one per seed: each must end its step with its own code.
+const FINAL_KINDS: u64 = 8;
+
+/// A failing model response of final kind `kind`: the wording of the bodies is what real
+/// providers send (DeepSeek's 402 and context-length texts among them).
+fn final_response(kind: usize) -> Response {
+    match kind {
+        // Text, then the stream ends cleanly: no finish, no [DONE].
+        0 => Response { frames: vec![Frame::Text("cut".into())], done: false, ..Response::default() },
+        1 => Response::status(401, &[], "{\"error\":{\"message\":\"Authentication Fails (no such user)\"}}"),
+        2 => Response::status(403, &[], "forbidden"),
+        // DeepSeek's balance error, in Chinese and over the 512-byte message limit, which
+        // falls inside a character.
+        3 => Response::status(
+            402,
+            &[],
+            &format!(
+                "{{\"error\":{{\"message\":\"Insufficient Balance. {}\"}}}}",
+                "余额不足，请充值后再试。".repeat(15)
+            ),
+        ),
+        4 => Response::status(
+            400,
+            &[],
+            "{\"error\":{\"message\":\"This model's maximum context length is 65536 tokens.\"}}",
+        ),
+        5 => Response::status(400, &[], "{\"error\":{\"message\":\"Invalid request: unknown field `foo`\"}}"),
+        6 => Response::status(422, &[], "{\"error\":{\"message\":\"unprocessable entity\"}}"),
+        _ => Response::status(418, &[], "I'm a teapot"),
+    }
+}
+
 /// Most failing responses the swarm puts before one good response.
 const FAILURES_PER_RESPONSE_MAX: u32 = 3;
 
@@ -199,8 +232,8 @@ impl Swarm {
         let model = stream(seed, "model/attempts");
         let mut out = Vec::new();
         if self.final_failure {
-            // Text, then the stream ends cleanly: no finish, no [DONE].
-            out.push(Response { frames: vec![Frame::Text("cut".into())], done: false, ..Response::default() });
+            let failing = final_response((stream(seed, "final/kind").next_u64() % FINAL_KINDS) as usize);
+            out.push(if self.echo { echoing(failing) } else { failing });
         }
         if let (true, Some(max)) = (self.exhaust_retries, retries_max) {
             for _ in 0..=max {
@@ -372,8 +405,10 @@ pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
     if r.body.as_deref() == Some("") && r.status.is_none() {
         out.push("empty-body");
     }
-    if r.frames.iter().any(|f| matches!(f, Frame::Raw(_))) {
-        out.push("malformed");
+    for raw in r.frames.iter().filter_map(|f| if let Frame::Raw(raw) = f { Some(raw) } else { None }) {
+        // A well-formed error event inside a 200 stream is the provider speaking, not noise.
+        let error_event = serde_json::from_str::<serde_json::Value>(raw).is_ok_and(|v| v.get("error").is_some());
+        out.push(if error_event { "error-event" } else { "malformed" });
     }
     if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
         out.push("empty-completion");

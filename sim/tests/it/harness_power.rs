@@ -203,6 +203,7 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
         work_ms: 10_000_000,
         ignore_abort: true,
         output_bytes: None,
+        output_char: None,
     }];
     scenario.model.responses.insert(0, faultline_sim::model_server::Response::tool_call("c1", "hang", "{}"));
     let result = run(&scenario, 1);

@@ -89,34 +89,55 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
 fn recovered_transcripts_match_their_snapshots() {
     for scenario in scenarios() {
         let result = run(&scenario, 1);
-        let text = match &result.refused {
+        let mut text = match &result.refused {
             // No transcript was recovered: the refusal itself is what a person would read.
             Some(refused) => format!("refused: {refused}\n"),
             None => elide_runs(&result.transcript.iter().map(|r| r.encode() + "\n").collect::<String>()),
         };
+        text.push_str(&world_events(&result.trace));
         insta::with_settings!({ snapshot_path => "../../../snapshots", prepend_module_to_snapshot => false, omit_expression => true, description => scenario.description.clone() }, {
             insta::assert_snapshot!(scenario.name.clone(), text);
         });
     }
 }
 
-/// Runs of one repeated character longer than [`RUN_BYTES_SHOWN_MAX`] (the oversize answers
-/// and tool outputs) shown as `<N × 'c'>`, so a snapshot stays readable; the count is exact.
+/// What happened around the transcript, from the trace: every line that is not a record the
+/// agent wrote — restarts, the crash and where it hit, faults, partitions, what recovery did
+/// to the delivery queue, what the gateway received. Two scenarios that recover the same
+/// transcript by different paths (a crash after the gateway's effect, a crash while its
+/// receipt is recorded) differ here, so each snapshot shows what its name says.
+fn world_events(trace: &[String]) -> String {
+    let is_record_line = |line: &str| {
+        let mut words = line.split_whitespace().skip(1);
+        words.next().is_some_and(|host| host.starts_with("agent#"))
+            && words.next().is_some_and(|seq| seq.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let events: Vec<&str> = trace.iter().map(String::as_str).filter(|line| !is_record_line(line)).collect();
+    assert!(!events.is_empty(), "every run traces at least its first start");
+    let mut out = String::from("\n# world (ms, from the trace; records omitted)\n");
+    for line in events {
+        out.push_str(line.trim_start());
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs of one repeated character longer than [`RUN_CHARS_SHOWN_MAX`] (the oversize answers
+/// and tool outputs; a run of a letter, a digit or any non-ASCII character) shown as
+/// `<N × 'c'>`, so a snapshot stays readable; the count is exact, in characters.
 fn elide_runs(text: &str) -> String {
-    const RUN_BYTES_SHOWN_MAX: usize = 64;
-    let bytes = text.as_bytes();
+    const RUN_CHARS_SHOWN_MAX: usize = 64;
     let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        let run = bytes[i..].iter().take_while(|&&b| b == c).count();
-        if c.is_ascii_alphanumeric() && run > RUN_BYTES_SHOWN_MAX {
-            out.push_str(&format!("<{run} × '{}'>", c as char));
-            i += run;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let mut run = 1;
+        while chars.next_if_eq(&c).is_some() {
+            run += 1;
+        }
+        if (c.is_ascii_alphanumeric() || !c.is_ascii()) && run > RUN_CHARS_SHOWN_MAX {
+            out.push_str(&format!("<{run} × '{c}'>"));
         } else {
-            let ch = text[i..].chars().next().expect("in bounds");
-            out.push(ch);
-            i += ch.len_utf8();
+            out.extend(std::iter::repeat_n(c, run));
         }
     }
     out

@@ -1,0 +1,210 @@
+//! The oracle's own reading of what a scripted model response means (SPEC §3–4,
+//! FAILURE-DEEPSEEK-HTTP), decided from the script alone. It shares no code with the
+//! adapter's classifier on purpose: a classifier that maps `401` to `HTTP_401`, or retries a
+//! `400`, must disagree with something it cannot touch.
+
+use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
+
+use super::oracle::Violation;
+use super::seeded::Plan;
+use crate::model_server::{Exchange, Frame, Response};
+
+/// Longest streamed text, in bytes, for which a clean end without `[DONE]` is certainly
+/// `STREAM_CLOSED` (far below every answer limit a scenario may set, so the answer limit
+/// cannot end the attempt first).
+const CLEAN_EOF_TEXT_BYTES_MAX: usize = 1024;
+
+/// Provider wording that SPEC calls quota exhaustion, as the harness serves it.
+const QUOTA_WORDS: [&str; 2] = ["quota", "insufficient balance"];
+
+/// Provider wording that SPEC calls a context overflow, as the harness serves it.
+const CONTEXT_WORDS: [&str; 2] = ["maximum context length", "context length"];
+
+/// The code a client must give `response`, when the script alone decides it: an HTTP error
+/// status (with its body's wording), a clean end of stream without `[DONE]`, an empty body,
+/// an empty completion, an undecodable event. `None` when timing decides (a stall, a cut
+/// connection, a slow frame) or the script replays a recorded stream.
+pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
+    if response.recorded.is_some() {
+        return None;
+    }
+    if let Some(status) = response.status {
+        let body = response.body.as_deref().unwrap_or("").to_ascii_lowercase();
+        let says = |words: &[&str]| words.iter().any(|w| body.contains(w));
+        return Some(match status {
+            402 => ErrorCode::Quota,
+            _ if says(&QUOTA_WORDS) => ErrorCode::Quota,
+            401 | 403 => ErrorCode::Auth,
+            429 => ErrorCode::RateLimit,
+            400 if says(&CONTEXT_WORDS) => ErrorCode::ContextWindowExceeded,
+            400 | 422 => ErrorCode::InvalidRequest,
+            500..=599 => ErrorCode::Server,
+            other => ErrorCode::Http(other),
+        });
+    }
+    let timing_free = response.disconnect_after_frames.is_none()
+        && response.stall_after_frames.is_none()
+        && response.frame_delay_ms == 0
+        && response.frames.iter().all(|f| matches!(f, Frame::Text(_) | Frame::KeepAlive | Frame::Raw(_)));
+    if !timing_free {
+        return None;
+    }
+    // A raw body replaces the stream: empty is "no body"; anything else is not decided here.
+    if let Some(body) = &response.body {
+        return body.trim().is_empty().then_some(ErrorCode::EmptyResponse);
+    }
+    let raws: Vec<&str> = response
+        .frames
+        .iter()
+        .filter_map(|f| if let Frame::Raw(raw) = f { Some(raw.as_str()) } else { None })
+        .collect();
+    if let [raw] = raws.as_slice() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(raw) else {
+            let only_frame = response.frames.len() == 1;
+            return only_frame.then_some(ErrorCode::MalformedResponse);
+        };
+        return event.get("error").map(error_event_code);
+    }
+    if !raws.is_empty() {
+        return None;
+    }
+    let text_bytes: usize = response.frames.iter().map(|f| if let Frame::Text(t) = f { t.len() } else { 0 }).sum();
+    match (response.done, response.finish.as_deref()) {
+        (false, None) if text_bytes <= CLEAN_EOF_TEXT_BYTES_MAX => Some(ErrorCode::StreamClosed),
+        (true, Some("stop")) if text_bytes == 0 => Some(ErrorCode::EmptyResponse),
+        _ => None,
+    }
+}
+
+/// The wait a served failure's Retry-After advises, in ms after the request arrived (server
+/// clock): `retry-after-ms` when finite and above zero, else `retry-after` as whole seconds
+/// above zero or as an HTTP-date after the arrival. Anything else advises nothing — SPEC's
+/// "values ≤ 0 are ignored", read here without the adapter's code. For a date, the agent reads
+/// the response later than it arrived, so its own wait is shorter, but its retry still comes
+/// no sooner than the date: `advice` ms after the arrival.
+pub(super) fn advice_ms(response: &Response, served_at_ms: u64) -> Option<u64> {
+    response.status?;
+    let header =
+        |name: &str| response.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim());
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms > 0.0 {
+            return Some(ms.ceil() as u64);
+        }
+    }
+    let value = header("retry-after")?;
+    // Delay-seconds is digits only (RFC 9110): no sign, no fraction.
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
+        return (seconds > 0).then(|| seconds.saturating_mul(1000));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    let date_ms = u64::try_from(date.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    let arrived_ms = crate::SIM_EPOCH_MS + served_at_ms;
+    date_ms.checked_sub(arrived_ms).filter(|&ms| ms > 0)
+}
+
+/// The code of an error event inside a 200 stream (our extension of SPEC §3, ARCHITECTURE):
+/// the status it names, read like an HTTP status with its message's wording; else OpenAI's
+/// error `type`; else `SERVER`.
+fn error_event_code(error: &serde_json::Value) -> ErrorCode {
+    let status = ["status_code", "status"]
+        .iter()
+        .find_map(|key| error.get(*key).and_then(serde_json::Value::as_u64))
+        .and_then(|s| u16::try_from(s).ok())
+        .filter(|s| (100..=999).contains(s));
+    if let Some(status) = status {
+        let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("");
+        return served_code(&Response::status(status, &[], message)).expect("a status decides its code");
+    }
+    match error.get("type").and_then(|t| t.as_str()) {
+        Some("invalid_request_error") => ErrorCode::InvalidRequest,
+        Some("rate_limit_error" | "rate_limit_exceeded" | "tokens") => ErrorCode::RateLimit,
+        Some("insufficient_quota") => ErrorCode::Quota,
+        Some("authentication_error" | "permission_error") => ErrorCode::Auth,
+        _ => ErrorCode::Server,
+    }
+}
+
+/// Every failure the agent wrote down — an `llm/retry`'s cause, a `turn/end` error — carries
+/// the code of the response the model server served last before it, whenever the script alone
+/// decides that code and the response reached the agent (no agent<->model partition between
+/// them). An attempt is one request: the last request before the record is the failed one.
+pub(super) fn failure_codes_as_served(
+    plan: &Plan,
+    transcript: &[Record],
+    exchanges: &[Exchange],
+    cut_off: impl Fn(u64, u64) -> bool,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    // The step's start, by the agent's clock: a request before it belongs to another step (a
+    // turn that fails before sending anything, say, must not be held to the last turn's).
+    let mut step_start_ms = 0;
+    for record in transcript {
+        if let Event::StepStart(_) = record.event {
+            step_start_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
+        }
+        let (what, failure) = match &record.event {
+            Event::LlmRetry(retry) => ("llm/retry", &retry.failure),
+            Event::TurnEnd(end) => match &end.reason {
+                TurnEndReason::Error { error } => ("turn/end", error),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let at_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
+        let Some(last) = exchanges.iter().rev().find(|e| e.at_ms <= at_ms) else { continue };
+        // A request that arrived in the record's own millisecond may be the next attempt.
+        if last.at_ms == at_ms || last.at_ms < step_start_ms || cut_off(last.at_ms, at_ms) {
+            continue;
+        }
+        let Some(expected) = last.slot.and_then(|slot| plan.script.responses.get(slot)).and_then(served_code) else {
+            continue;
+        };
+        if failure.code != expected {
+            out.push(Violation {
+                invariant: "failure-code-as-served",
+                detail: format!(
+                    "seq {} ({what}) records {}, but the request before it (model request {}, served {}) \
+                     means {expected}",
+                    record.seq, failure.code, last.n, last.served
+                ),
+                at_ms,
+            });
+        }
+    }
+    out
+}
+
+/// `HTTP <status>: ` before a provider's message in a failure, in bytes.
+const STATUS_PREFIX_BYTES_MAX: usize = "HTTP 999: ".len();
+
+/// Every failure classified from an HTTP status keeps at most
+/// [`faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX`] bytes of the provider's text: a
+/// hostile or verbose provider's body (DeepSeek's errors are often Chinese, three bytes a
+/// character) never grows a transcript record past the limit, however its characters fall.
+pub(super) fn failure_messages_bounded(transcript: &[Record]) -> Vec<Violation> {
+    let limit = faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX + STATUS_PREFIX_BYTES_MAX;
+    let mut out = Vec::new();
+    for record in transcript {
+        let failure = match &record.event {
+            Event::LlmRetry(retry) => &retry.failure,
+            Event::TurnEnd(end) => match &end.reason {
+                TurnEndReason::Error { error } => error,
+                _ => continue,
+            },
+            _ => continue,
+        };
+        if failure.status.is_some() && failure.message.len() > limit {
+            out.push(Violation {
+                invariant: "failure-message-bounded",
+                detail: format!(
+                    "seq {} keeps a {}-byte provider message, above the {limit}-byte bound",
+                    record.seq,
+                    failure.message.len()
+                ),
+                at_ms: record.time.saturating_sub(crate::SIM_EPOCH_MS),
+            });
+        }
+    }
+    out
+}
