@@ -522,6 +522,7 @@ scenarios![
     "empty-completion",
     "empty-and-malformed-bodies",
     "mid-stream-errors",
+    "tool-call-finish-variants",
     "stalled-body",
     "partial-eof",
     "rate-limit-retry-after-seconds",
