@@ -630,7 +630,7 @@ fn backoff_respected(
     entries: &[super::ledger::LedgerEntry],
     exchanges: &[crate::model_server::Exchange],
 ) -> Vec<Violation> {
-    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let slots = served_slots(exchanges);
     let advised = |served: &super::ledger::LedgerEntry| {
         slots
             .get(&served.n)
@@ -715,6 +715,11 @@ fn run_policies(plan: &Plan) -> Vec<faultline_runtime::llm::RetryPolicy> {
         .collect()
 }
 
+/// The script slot each model request was served from, by request number.
+fn served_slots(exchanges: &[crate::model_server::Exchange]) -> BTreeMap<usize, usize> {
+    exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect()
+}
+
 /// Every request the same incarnation sent again right after it was served a scripted
 /// response that reached the agent (no partition to the model in between): the response,
 /// the served request and its repeat, by the model server's log.
@@ -723,7 +728,7 @@ fn retries_of_served<'a>(
     entries: &'a [super::ledger::LedgerEntry],
     exchanges: &[crate::model_server::Exchange],
 ) -> Vec<(&'a crate::model_server::Response, &'a super::ledger::LedgerEntry, &'a super::ledger::LedgerEntry)> {
-    let slots: BTreeMap<usize, usize> = exchanges.iter().filter_map(|e| Some((e.n, e.slot?))).collect();
+    let slots = served_slots(exchanges);
     entries
         .windows(2)
         .filter(|pair| pair[1].repeats(&pair[0]) && !model_cut_off(plan, pair[0].at_ms, pair[1].at_ms))

@@ -3,7 +3,7 @@
 //! adapter's classifier on purpose: a classifier that maps `401` to `HTTP_401`, or retries a
 //! `400`, must disagree with something it cannot touch.
 
-use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
+use faultline_runtime::event::{ErrorCode, Event, Failure, Record, TurnEndReason};
 
 use super::oracle::Violation;
 use super::seeded::Plan;
@@ -125,6 +125,19 @@ fn error_event_code(error: &serde_json::Value) -> ErrorCode {
     }
 }
 
+/// The failure a record states, with its record type: an `llm/retry`'s cause or a `turn/end`
+/// error.
+fn recorded_failure(record: &Record) -> Option<(&'static str, &Failure)> {
+    match &record.event {
+        Event::LlmRetry(retry) => Some(("llm/retry", &retry.failure)),
+        Event::TurnEnd(end) => match &end.reason {
+            TurnEndReason::Error { error } => Some(("turn/end", error)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Every failure the agent wrote down — an `llm/retry`'s cause, a `turn/end` error — carries
 /// the code of the response the model server served last before it, whenever the script alone
 /// decides that code and the response reached the agent (no agent<->model partition between
@@ -143,14 +156,7 @@ pub(super) fn failure_codes_as_served(
         if let Event::StepStart(_) = record.event {
             step_start_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
         }
-        let (what, failure) = match &record.event {
-            Event::LlmRetry(retry) => ("llm/retry", &retry.failure),
-            Event::TurnEnd(end) => match &end.reason {
-                TurnEndReason::Error { error } => ("turn/end", error),
-                _ => continue,
-            },
-            _ => continue,
-        };
+        let Some((what, failure)) = recorded_failure(record) else { continue };
         let at_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
         let Some(last) = exchanges.iter().rev().find(|e| e.at_ms <= at_ms) else { continue };
         // A request that arrived in the record's own millisecond may be the next attempt.
@@ -186,14 +192,7 @@ pub(super) fn failure_messages_bounded(transcript: &[Record]) -> Vec<Violation> 
     let limit = faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX + STATUS_PREFIX_BYTES_MAX;
     let mut out = Vec::new();
     for record in transcript {
-        let failure = match &record.event {
-            Event::LlmRetry(retry) => &retry.failure,
-            Event::TurnEnd(end) => match &end.reason {
-                TurnEndReason::Error { error } => error,
-                _ => continue,
-            },
-            _ => continue,
-        };
+        let Some((_, failure)) = recorded_failure(record) else { continue };
         if failure.status.is_some() && failure.message.len() > limit {
             out.push(Violation {
                 invariant: "failure-message-bounded",
