@@ -23,7 +23,7 @@ pub use tool::OutboxTool;
 use crate::seams::OwnerIdentity;
 use crate::Result;
 
-/// Longest payload accepted, in bytes.
+/// Longest payload accepted, in bytes (1 MiB).
 pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
 /// Longest stored error or result text, in bytes.
 pub const OUTCOME_TEXT_BYTES_MAX: usize = 4096;

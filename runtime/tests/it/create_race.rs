@@ -1,11 +1,14 @@
-//! Two writers racing for the same owner token: the loser is told the session is locked and
-//! by whom; any other failure to create the record stays an I/O error (an operator must not
-//! be sent looking for a rival writer that does not exist).
+//! Two writers racing to create the same file — a session's owner token, the delivery
+//! journal. The loser learns who won (the session is locked, and by whom) or uses what the
+//! winner published (the journal); any other failure to create stays an I/O error (an
+//! operator must not be sent looking for a rival writer that does not exist).
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use faultline_runtime::outbox::{DeliveryStatus, JournalOutbox, Outbox};
 use faultline_runtime::production::RealFs;
 use faultline_runtime::store::{FileStore, Format, Store};
 use faultline_runtime::{Error, Fs, FsFile, FsMetadata, OpenOptions};
@@ -14,36 +17,58 @@ use crate::fixtures::{seams_with, TestProcess};
 use crate::store_contract::sid;
 use crate::support::T0;
 
-/// What happens to the first exclusive create of an owner record.
+/// The step of ours just before which the rival acts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    /// Our exclusive create (`create_new`) of the file.
+    ExclusiveCreate,
+    /// Our publishing of a fully written temp file under the final name (`hard_link`).
+    Publish,
+}
+
+/// What happens at that moment, once.
 #[derive(Clone, Copy)]
 enum Rival {
-    /// Another writer creates the same record just before us (we then get `AlreadyExists`).
-    WinsTheRace,
-    /// The disk fails the create.
+    /// Another writer puts its own file (these bytes, given the final path) under the name
+    /// just before us, so our step meets `AlreadyExists`.
+    WinsTheRace(fn(&Path) -> Vec<u8>),
+    /// The disk fails our step.
     DiskFails,
 }
 
+/// The real filesystem, with one rival acting on the first file whose name starts with
+/// `name_prefix`.
 struct RacingFs {
+    name_prefix: &'static str,
+    moment: Moment,
     rival: Rival,
-    fired: Arc<std::sync::atomic::AtomicBool>,
+    fired: AtomicBool,
+}
+
+impl RacingFs {
+    fn new(name_prefix: &'static str, moment: Moment, rival: Rival) -> Arc<Self> {
+        Arc::new(Self { name_prefix, moment, rival, fired: AtomicBool::new(false) })
+    }
+
+    fn strike(&self, moment: Moment, path: &Path) -> io::Result<()> {
+        let named = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(self.name_prefix));
+        if moment != self.moment || !named || self.fired.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        match self.rival {
+            Rival::WinsTheRace(bytes) => {
+                crate::fixtures::write(path, &bytes(path));
+                Ok(())
+            }
+            Rival::DiskFails => Err(io::Error::other("injected EIO creating the file")),
+        }
+    }
 }
 
 impl Fs for RacingFs {
     fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Box<dyn FsFile>> {
-        let owner_record = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("owner."));
-        if owner_record && options.create_new && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            match self.rival {
-                Rival::WinsTheRace => {
-                    let token: u64 =
-                        path.file_name().unwrap().to_str().unwrap()[6..].trim_end_matches(".json").parse().unwrap();
-                    let record = serde_json::json!({
-                        "token": token,
-                        "owner": {"host": "rival-host", "pid": 4242, "started_at": 7, "instance": "rival"}
-                    });
-                    crate::fixtures::write(path, record.to_string().as_bytes());
-                }
-                Rival::DiskFails => return Err(io::Error::other("injected EIO creating the owner record")),
-            }
+        if options.create_new {
+            self.strike(Moment::ExclusiveCreate, path)?;
         }
         RealFs.open(path, options)
     }
@@ -54,6 +79,7 @@ impl Fs for RacingFs {
         RealFs.create_dir(path)
     }
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
+        self.strike(Moment::Publish, link)?;
         RealFs.hard_link(original, link)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -73,10 +99,20 @@ impl Fs for RacingFs {
     }
 }
 
-fn create_with(rival: Rival) -> Error {
+/// A rival's owner record for the token its file name carries (`owner.<token>.json`).
+fn rival_owner_record(path: &Path) -> Vec<u8> {
+    let token: u64 = path.file_name().unwrap().to_str().unwrap()[6..].trim_end_matches(".json").parse().unwrap();
+    let record = serde_json::json!({
+        "token": token,
+        "owner": {"host": "rival-host", "pid": 4242, "started_at": 7, "instance": "rival"}
+    });
+    record.to_string().into_bytes()
+}
+
+fn create_session_with(rival: Rival) -> Error {
     let dir = tempfile::tempdir().unwrap();
     let world = TestProcess::world();
-    let fs = Arc::new(RacingFs { rival, fired: Arc::default() });
+    let fs = RacingFs::new("owner.", Moment::ExclusiveCreate, rival);
     let store = FileStore::new(seams_with(TestProcess::new("us", &world), fs), dir.path(), Format::Jsonl);
     match store.create(&sid("s"), T0) {
         Ok(_) => panic!("the create should have failed"),
@@ -86,7 +122,7 @@ fn create_with(rival: Rival) -> Error {
 
 #[test]
 fn losing_the_race_for_an_owner_token_says_the_session_is_locked_and_by_whom() {
-    let error = create_with(Rival::WinsTheRace);
+    let error = create_session_with(Rival::WinsTheRace(rival_owner_record));
     match &error {
         Error::SessionLocked { holder, .. } => assert!(holder.contains("rival-host"), "{error}"),
         other => panic!("expected SessionLocked, got {other}"),
@@ -95,7 +131,36 @@ fn losing_the_race_for_an_owner_token_says_the_session_is_locked_and_by_whom() {
 
 #[test]
 fn a_disk_that_fails_the_owner_record_is_an_io_error_not_a_rival() {
-    let error = create_with(Rival::DiskFails);
+    let error = create_session_with(Rival::DiskFails);
     assert!(!matches!(error, Error::SessionLocked { .. }), "no rival exists: {error}");
     assert!(error.to_string().contains("injected EIO"), "{error}");
+}
+
+/// The journal a rival process published first: one delivery it enqueued.
+fn rival_journal(_: &Path) -> Vec<u8> {
+    b"{\"op\":\"enqueue\",\"id\":\"rival-1\",\"payload\":\"from the rival\",\"at\":1}\n".to_vec()
+}
+
+fn open_journal_with(rival: Rival) -> (tempfile::TempDir, faultline_runtime::Result<JournalOutbox>) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = RacingFs::new("journal.jsonl", Moment::Publish, rival);
+    let seams = seams_with(TestProcess::new("us", &TestProcess::world()), fs);
+    let opened = JournalOutbox::open(seams, dir.path().join("outbox").join("journal.jsonl"));
+    (dir, opened)
+}
+
+#[test]
+fn losing_the_race_to_create_the_delivery_journal_opens_the_winners_journal() {
+    let (_dir, opened) = open_journal_with(Rival::WinsTheRace(rival_journal));
+    let queue = opened.expect("a journal that exists is opened");
+    let row = queue.get("rival-1").unwrap().expect("the rival's delivery is in the queue we opened");
+    assert_eq!(row.status, DeliveryStatus::Pending);
+    assert_eq!(row.payload.as_deref(), Some("from the rival"));
+}
+
+#[test]
+fn a_disk_that_fails_to_publish_the_delivery_journal_is_an_io_error() {
+    let (_dir, opened) = open_journal_with(Rival::DiskFails);
+    let error = opened.expect_err("no journal was created");
+    assert!(error.to_string().contains("injected EIO"), "the disk's own error is reported: {error}");
 }

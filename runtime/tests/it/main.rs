@@ -1,5 +1,6 @@
 //! The single integration-test binary of `faultline-runtime`.
 
+mod create_race;
 mod event_model;
 mod fixtures;
 mod limits;
@@ -7,7 +8,6 @@ mod llm_classify;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
-mod owner_race;
 mod proxy;
 mod reconcile;
 mod secrets;

@@ -253,6 +253,93 @@ async fn a_pruned_id_is_blocked_by_its_tombstone() {
     }
 }
 
+/// "Oldest first" (SPEC §8) holds for every delivery the queue holds, not only the newest:
+/// across a prune of an older, finished row and across a reopen (replay).
+#[tokio::test]
+async fn deliveries_are_listed_and_sent_oldest_first_across_a_prune_and_a_reopen() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let process = bench.process("a");
+        let q = bench.open(&process);
+        q.enqueue("x1", "one").unwrap();
+        drain_with(&q, &Arc::new(Receiver::default())).await;
+        for (id, payload) in [("x2", "two"), ("x3", "three"), ("x4", "four")] {
+            q.enqueue(id, payload).unwrap();
+        }
+        let ids = |q: &Arc<dyn Outbox>| -> Vec<String> {
+            q.list(None).unwrap().into_iter().map(|r| r.execution_id).collect()
+        };
+        assert_eq!(ids(&q), ["x1", "x2", "x3", "x4"], "{kind:?}: every row, in enqueue order");
+        assert_eq!(q.prune(u64::MAX).unwrap(), 1, "{kind:?}: only the delivered row is pruned");
+        assert_eq!(ids(&q), ["x2", "x3", "x4"], "{kind:?}: a prune removes only its own row");
+        drop(q);
+        let reopened = bench.open(&process);
+        assert_eq!(ids(&reopened), ["x2", "x3", "x4"], "{kind:?}: replay keeps the order");
+        let receiver = Arc::new(Receiver::default());
+        drain_with(&reopened, &receiver).await;
+        assert_eq!(receiver.sends(), ["x2=two", "x3=three", "x4=four"], "{kind:?}: every pending row, oldest first");
+    }
+}
+
+fn refusal(result: faultline_runtime::Result<Enqueued>) -> OutboxError {
+    match result {
+        Err(faultline_runtime::Error::Outbox(e)) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// The queue's input limits are exact: what is at a limit is queued whole, one byte more is
+/// refused before anything is stored.
+#[tokio::test]
+async fn an_execution_id_and_a_payload_at_their_limits_are_queued_and_one_byte_more_is_refused() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        let id_max = "i".repeat(EXECUTION_ID_BYTES_MAX);
+        assert_eq!(q.enqueue(&id_max, "p").unwrap(), Enqueued::New, "{kind:?}");
+        for bad in ["i".repeat(EXECUTION_ID_BYTES_MAX + 1), String::new(), "a\nb".to_owned()] {
+            assert!(matches!(refusal(q.enqueue(&bad, "p")), OutboxError::BadExecutionId), "{kind:?}: {bad:?}");
+            assert_eq!(q.get(&bad).unwrap(), None);
+        }
+        // The documented limit, spelled out: a constant that shrank would still equal itself.
+        assert_eq!(PAYLOAD_BYTES_MAX, 1 << 20, "payloads up to 1 MiB are promised to embedders");
+        let payload_max = "p".repeat(1 << 20);
+        assert_eq!(q.enqueue("x-max", &payload_max).unwrap(), Enqueued::New, "{kind:?}");
+        assert_eq!(q.get("x-max").unwrap().unwrap().payload.map(|p| p.len()), Some(PAYLOAD_BYTES_MAX));
+        let over = "p".repeat(PAYLOAD_BYTES_MAX + 1);
+        assert!(
+            matches!(refusal(q.enqueue("x-over", &over)), OutboxError::PayloadTooLarge(n) if n == PAYLOAD_BYTES_MAX + 1),
+            "{kind:?}"
+        );
+        assert_eq!(q.get("x-over").unwrap(), None);
+    }
+}
+
+/// A receiver's answer of any size is stored within OUTCOME_TEXT_BYTES_MAX, cut on the last
+/// character boundary (never inside a character); one that fits is stored whole.
+#[tokio::test]
+async fn a_receivers_long_answer_is_stored_cut_on_a_character_boundary() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        // "x" then 2-byte characters: the limit (even) falls inside one.
+        let long = format!("x{}", "é".repeat(OUTCOME_TEXT_BYTES_MAX));
+        let fits = "é".repeat(OUTCOME_TEXT_BYTES_MAX / 2);
+        let receiver = Arc::new(Receiver::default());
+        receiver
+            .answers
+            .lock()
+            .unwrap()
+            .extend([("long".to_owned(), Ok(long.clone())), ("fits".to_owned(), Ok(fits.clone()))]);
+        q.enqueue("long", "p").unwrap();
+        q.enqueue("fits", "p").unwrap();
+        drain_with(&q, &receiver).await;
+        let stored = |id: &str| q.get(id).unwrap().unwrap().result.unwrap();
+        assert_eq!(stored("long"), long[..OUTCOME_TEXT_BYTES_MAX - 1], "{kind:?}: cut before the split character");
+        assert_eq!(stored("fits"), fits, "{kind:?}: an answer at the limit is kept whole");
+    }
+}
+
 #[tokio::test]
 async fn an_exception_after_the_send_is_marked_unknown_by_the_next_drain_without_resending() {
     for kind in KINDS {
