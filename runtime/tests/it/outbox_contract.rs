@@ -511,6 +511,30 @@ fn a_journal_whose_rollback_failed_refuses_further_transitions_until_reopened() 
     assert!(reopened.get("x1").unwrap().is_some_and(|r| r.status == DeliveryStatus::Pending));
 }
 
+/// A torn final line (a transition never acknowledged) is cut off at open, so the next
+/// transition starts on a line of its own and the journal replays again; left in place,
+/// the torn bytes and the next line would read as corruption in the middle of the file.
+#[test]
+#[allow(clippy::disallowed_methods)] // writes the torn journal as a real file
+fn a_torn_final_line_is_cut_off_so_later_transitions_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.jsonl");
+    let whole = r#"{"op":"enqueue","id":"x1","payload":"p","at":1}"#;
+    std::fs::write(&journal, format!("{whole}\n{{\"op\":\"enqueue\",\"id\":\"x2\",\"pay")).unwrap();
+    let open = || {
+        let process: Arc<dyn Process> = TestProcess::new("a", &TestProcess::world());
+        JournalOutbox::open(seams_with(process, Arc::new(FaultyFs::default())), &journal).unwrap()
+    };
+    let queue = open();
+    assert_eq!(std::fs::read(&journal).unwrap(), format!("{whole}\n").into_bytes(), "the torn tail is gone");
+    assert_eq!(queue.get("x2").unwrap(), None, "an unacknowledged transition did not happen");
+    queue.enqueue("x3", "q").unwrap();
+    drop(queue);
+    let reopened = open();
+    let ids: Vec<String> = reopened.list(None).unwrap().into_iter().map(|r| r.execution_id).collect();
+    assert_eq!(ids, ["x1", "x3"]);
+}
+
 /// Older builds chose resend ids among live rows only, so a journal may enqueue an id that
 /// has a tombstone; replay accepts it, and the tombstone keeps blocking later enqueues.
 #[test]
