@@ -239,6 +239,25 @@ async fn a_rejection_records_failed_with_a_redacted_reason() {
     }
 }
 
+/// `prune(before_ms)` takes finished rows last changed strictly before `before_ms`, and
+/// never a row that is still pending, however old.
+#[tokio::test]
+async fn prune_takes_only_finished_rows_changed_before_its_cutoff() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        q.enqueue("x1", "hello").unwrap();
+        drain_with(&q, &Arc::new(Receiver::default())).await;
+        q.enqueue("x2", "still queued").unwrap();
+        let changed = q.get("x1").unwrap().unwrap().updated_at;
+        assert_eq!(q.prune(changed).unwrap(), 0, "{kind:?}: changed at the cutoff, not before it");
+        assert_eq!(q.prune(changed + 1).unwrap(), 1, "{kind:?}");
+        assert_eq!(q.get("x1").unwrap(), None);
+        assert_eq!(q.prune(u64::MAX).unwrap(), 0, "{kind:?}: a pending row is never pruned");
+        assert!(q.get("x2").unwrap().is_some());
+    }
+}
+
 #[tokio::test]
 async fn a_pruned_id_is_blocked_by_its_tombstone() {
     for kind in KINDS {
@@ -270,6 +289,10 @@ async fn deliveries_are_listed_and_sent_oldest_first_across_a_prune_and_a_reopen
             q.list(None).unwrap().into_iter().map(|r| r.execution_id).collect()
         };
         assert_eq!(ids(&q), ["x1", "x2", "x3", "x4"], "{kind:?}: every row, in enqueue order");
+        let with =
+            |status| -> Vec<String> { q.list(Some(status)).unwrap().into_iter().map(|r| r.execution_id).collect() };
+        assert_eq!(with(DeliveryStatus::Pending), ["x2", "x3", "x4"], "{kind:?}: only the rows of that status");
+        assert_eq!(with(DeliveryStatus::Delivered), ["x1"], "{kind:?}");
         assert_eq!(q.prune(u64::MAX).unwrap(), 1, "{kind:?}: only the delivered row is pruned");
         assert_eq!(ids(&q), ["x2", "x3", "x4"], "{kind:?}: a prune removes only its own row");
         drop(q);
