@@ -558,6 +558,36 @@ fn a_torn_final_line_is_cut_off_so_later_transitions_replay() {
     assert_eq!(ids, ["x1", "x3"]);
 }
 
+/// A line that decodes but does not fit the rows before it (a claim of an id never
+/// enqueued, a prune of a pending row) is no transition this code wrote: corruption at
+/// its offset, never applied.
+#[test]
+#[allow(clippy::disallowed_methods)] // writes the damaged journal as a real file
+fn a_transition_that_does_not_fit_its_row_is_corruption_at_its_offset() {
+    let enqueue = r#"{"op":"enqueue","id":"x1","payload":"p","at":1}"#;
+    let cases = [
+        (
+            r#"{"op":"claim","id":"x9","owner":{"host":"h","pid":1,"started_at":1,"instance":"i"},"at":2}"#,
+            "claim",
+            "x9",
+        ),
+        (r#"{"op":"prune","id":"x1","at":2}"#, "prune", "x1"),
+    ];
+    for (line, op, id) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal.jsonl");
+        std::fs::write(&journal, format!("{enqueue}\n{line}\n{enqueue}\n")).unwrap();
+        let process: Arc<dyn Process> = TestProcess::new("a", &TestProcess::world());
+        match JournalOutbox::open(seams_with(process, Arc::new(FaultyFs::default())), &journal) {
+            Err(faultline_runtime::Error::JournalCorrupt { offset, reason, .. }) => {
+                assert_eq!(offset, enqueue.len() as u64 + 1, "{op}: the line's own offset");
+                assert!(reason.contains(op) && reason.contains(id), "{op}: {reason}");
+            }
+            other => panic!("{op} of {id} must be corruption, got {other:?}"),
+        }
+    }
+}
+
 /// Older builds chose resend ids among live rows only, so a journal may enqueue an id that
 /// has a tombstone; replay accepts it, and the tombstone keeps blocking later enqueues.
 #[test]
