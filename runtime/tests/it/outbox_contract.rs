@@ -588,6 +588,30 @@ fn a_transition_that_does_not_fit_its_row_is_corruption_at_its_offset() {
     }
 }
 
+/// Only an unterminated last line, or a last line of zero bytes (a power loss inside the
+/// last write), is a tear to drop: a whole last line that does not decode was written as
+/// it is — corruption, reported rather than silently dropped with the transition it held.
+#[test]
+#[allow(clippy::disallowed_methods)] // writes the damaged journal as a real file
+fn a_whole_last_line_that_does_not_decode_is_corruption_and_a_zeroed_one_a_tear() {
+    let enqueue = r#"{"op":"enqueue","id":"x1","payload":"p","at":1}"#;
+    let open = |tail: &[u8]| {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal.jsonl");
+        std::fs::write(&journal, [format!("{enqueue}\n").as_bytes(), tail].concat()).unwrap();
+        let process: Arc<dyn Process> = TestProcess::new("a", &TestProcess::world());
+        JournalOutbox::open(seams_with(process, Arc::new(FaultyFs::default())), &journal)
+            .map(|q| q.list(None).unwrap().len())
+    };
+    let garbled = open(b"{\"op\":\"finish\",\"id\":\"x1\",\"stat\n");
+    assert!(matches!(garbled, Err(faultline_runtime::Error::JournalCorrupt { .. })), "{garbled:?}");
+    assert_eq!(
+        open(&[0u8; 40].iter().copied().chain([b'\n']).collect::<Vec<u8>>()).unwrap(),
+        1,
+        "a zeroed last line is torn"
+    );
+}
+
 /// Older builds chose resend ids among live rows only, so a journal may enqueue an id that
 /// has a tombstone; replay accepts it, and the tombstone keeps blocking later enqueues.
 #[test]
