@@ -163,6 +163,47 @@ fn an_oversized_body_is_an_error() {
     assert_eq!(result, Err(SseError::BodyTooLarge));
 }
 
+/// Each limit is exact and of its documented size: a line, an event and a body at their
+/// limit decode whole, one byte more is the error. (The sizes are spelled out: a constant
+/// that shrank would still equal itself.)
+#[test]
+fn each_limit_is_exact_at_its_documented_size() {
+    assert_eq!((SSE_LINE_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_BODY_BYTES_MAX), (1 << 20, 4 << 20, 64 << 20));
+    let feed = |bytes: &[u8]| {
+        let mut items = Vec::new();
+        SseDecoder::new().feed(bytes, &mut items).map(|()| items)
+    };
+    let line_value = "x".repeat(SSE_LINE_BYTES_MAX - "data: ".len());
+    let at_limit = feed(format!("data: {line_value}\n\n").as_bytes()).unwrap();
+    assert_eq!(at_limit, [SseItem::Data(line_value.clone())], "a line of exactly the limit");
+    assert_eq!(feed(format!("data: {line_value}y\n\n").as_bytes()), Err(SseError::LineTooLong));
+
+    // An event of exactly the limit: full lines, joined by one `\n` each, the last one short.
+    let mut values: Vec<String> = Vec::new();
+    let mut room = SSE_EVENT_BYTES_MAX;
+    while room > 0 {
+        room -= usize::from(!values.is_empty());
+        let n = room.min(line_value.len());
+        values.push("x".repeat(n));
+        room -= n;
+    }
+    let event: String = values.iter().map(|v| format!("data: {v}\n")).collect();
+    let at_limit = feed(format!("{event}\n").as_bytes()).unwrap();
+    assert_eq!(at_limit, [SseItem::Data(values.join("\n"))], "an event of exactly the limit");
+    assert_eq!(values.join("\n").len(), SSE_EVENT_BYTES_MAX);
+    // One more (empty) data line adds its joining `\n`: one byte over.
+    assert_eq!(feed(format!("{event}data:\n\n").as_bytes()), Err(SseError::EventTooLarge));
+
+    let mut decoder = SseDecoder::new();
+    let mut items = Vec::new();
+    let block = vec![b'\n'; 1 << 20];
+    for _ in 0..SSE_BODY_BYTES_MAX / block.len() as u64 {
+        decoder.feed(&block, &mut items).expect("a body of exactly the limit");
+    }
+    assert_eq!(decoder.total_bytes(), SSE_BODY_BYTES_MAX);
+    assert_eq!(decoder.feed(b"\n", &mut items), Err(SseError::BodyTooLarge), "one byte over");
+}
+
 #[test]
 fn event_data_must_be_utf8() {
     let mut decoder = SseDecoder::new();
