@@ -149,6 +149,24 @@ async fn a_claim_whose_owner_exits_stays_delivering_until_recovery_then_is_unkno
     }
 }
 
+/// The other half: a claim whose owner is another process still alive is that process's
+/// delivery in flight — recovery leaves it `delivering` (it may yet record its receipt).
+#[tokio::test]
+async fn a_claim_whose_owner_is_alive_is_left_delivering_by_another_processs_recovery() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let a = bench.process("worker-a");
+        let q = bench.open(&a);
+        q.enqueue("x1", "hello").unwrap();
+        assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
+        drop(q);
+        let b = bench.open(&bench.process("worker-b"));
+        assert_eq!(b.recover_abandoned().unwrap(), Vec::<String>::new(), "{kind:?}: worker-a is alive");
+        assert_eq!(b.get("x1").unwrap().unwrap().status, DeliveryStatus::Delivering, "{kind:?}");
+        drop(a);
+    }
+}
+
 #[tokio::test]
 async fn a_zero_wait_on_a_claimed_row_makes_it_unknown() {
     for kind in KINDS {
