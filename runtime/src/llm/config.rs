@@ -70,8 +70,8 @@ pub enum Preset {
     OpenaiCompatible,
 }
 
-/// `[provider]` as written.
-#[derive(Debug, Clone, Deserialize)]
+/// `[provider]` as written. Its `Debug` hides URL credentials (see [`hide_userinfo`]).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The adapter preset.
@@ -355,8 +355,9 @@ impl Endpoint {
     }
 }
 
-/// A resolved provider route: one immutable snapshot.
-#[derive(Debug, Clone, PartialEq)]
+/// A resolved provider route: one immutable snapshot. Its `Debug` hides the proxy's
+/// credentials (see [`hide_userinfo`]).
+#[derive(Clone, PartialEq)]
 pub struct ResolvedProvider {
     /// Route name (`provider` field of `llm/retry`).
     pub name: String,
@@ -376,6 +377,50 @@ pub struct ResolvedProvider {
     pub ca_file: Option<String>,
     /// The route's own proxy URL (credentials included: never printed).
     pub proxy: Option<String>,
+}
+
+/// `url` with whatever sits between `scheme://` and the authority's `@` (a user, a
+/// password, a token used as a user name) replaced by `***`: a config printed for debugging
+/// — a panic message, a `tracing` field — must not carry a proxy's or endpoint's credentials.
+pub(crate) fn hide_userinfo(url: &str) -> String {
+    let Some(authority_start) = url.find("://").map(|i| i + 3) else { return url.to_owned() };
+    let authority_end = url[authority_start..].find(['/', '?', '#']).map_or(url.len(), |i| authority_start + i);
+    match url[authority_start..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..authority_start], &url[authority_start + at..]),
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("preset", &self.preset)
+            .field("name", &self.name)
+            .field("base_url", &self.base_url.as_deref().map(hide_userinfo))
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("retry_policy", &self.retry_policy)
+            .field("ca_file", &self.ca_file)
+            .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
+            .finish()
+    }
+}
+
+impl fmt::Debug for ResolvedProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedProvider")
+            .field("name", &self.name)
+            .field("preset", &self.preset)
+            .field("endpoint", &self.endpoint)
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("retry", &self.retry)
+            .field("ca_file", &self.ca_file)
+            .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
+            .finish()
+    }
 }
 
 impl ProviderConfig {

@@ -118,3 +118,19 @@ fn credentials_resolve_lazily_and_never_print() {
     assert_eq!(secret.expose(), "sk-abc");
     assert_eq!(format!("{secret:?} {secret}"), "Secret(***) ***");
 }
+
+/// A config printed for debugging (a panic message, a `tracing` field) never carries a
+/// proxy's credentials: the user and password are hidden, the rest stays for diagnosis.
+#[test]
+fn debug_output_hides_proxy_credentials() {
+    let text = format!("{BASE}proxy = \"http://alice:s3cret-pw@proxy.internal:3128\"\n");
+    let written = from_toml::<File>(&text).unwrap().provider;
+    let resolved = written.resolve("provider").unwrap();
+    for printed in [format!("{written:?}"), format!("{resolved:?}"), format!("{resolved:#?}")] {
+        assert!(!printed.contains("s3cret-pw") && !printed.contains("alice"), "{printed}");
+        assert!(printed.contains("http://***@proxy.internal:3128"), "{printed}");
+    }
+    let token_as_user = format!("{BASE}proxy = \"http://tok-123456@proxy.internal:3128\"\n");
+    let printed = format!("{:?}", resolve(&token_as_user).unwrap());
+    assert!(!printed.contains("tok-123456"), "{printed}");
+}
