@@ -97,6 +97,8 @@ struct Spec {
     /// Appends carrying a `tool/call` fail (the tool checkpoint cannot pass).
     fail_tool_call_appends: bool,
     max_steps: u32,
+    /// The agent's answer limit (default: the store's).
+    answer_bytes_max: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +122,7 @@ impl Spec {
             preload: None,
             fail_tool_call_appends: false,
             max_steps: 16,
+            answer_bytes_max: None,
         }
     }
 }
@@ -183,6 +186,9 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
     let route = from_toml::<File>(&text).unwrap().provider.resolve("provider").unwrap();
     let mut config = AgentConfig::default();
     (config.tool_concurrency, config.max_steps) = (spec.tool_concurrency, spec.max_steps);
+    if let Some(max) = spec.answer_bytes_max {
+        config.answer_bytes_max = max;
+    }
     let agent = Agent::builder(route, Arc::new(StaticCredentials(BTreeMap::new())))
         .seams(seams.clone())
         .open(if spec.preload.is_some() { Open::Resume } else { Open::Create })
@@ -638,6 +644,61 @@ fn invalid_tool_arguments_become_an_error_result_the_model_reads() {
     assert_eq!(last["role"], "tool");
     assert!(last["content"].as_str().unwrap().contains("not valid JSON"), "{last}");
     assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+}
+
+/// `send` with a required `to`: a call without it must not run.
+struct Requiring(Arc<AtomicUsize>);
+
+impl Tool for Requiring {
+    fn schema(&self) -> ToolSchema {
+        let parameters = json!({"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]});
+        ToolSchema { name: "send".into(), description: "send".into(), parameters }
+    }
+    fn call(&self, _: ToolInvocation, _: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { ToolOutput::Ok("sent".into()) })
+    }
+}
+
+#[test]
+fn a_call_missing_a_required_argument_is_an_error_result_and_never_runs() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![
+        Response::tool_call("c1", "send", "{\"subject\":\"hi\"}"),
+        Response::tool_call("c2", "send", "{\"to\":\"team\"}"),
+        Response::text(&["sent it"]),
+    ]);
+    spec.tools = ToolSet::new().with(Arc::new(Requiring(executions.clone())));
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 1, "only the call that names `to` runs");
+    let second: serde_json::Value = serde_json::from_str(&run.requests[1].body).unwrap();
+    let answer = second["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(answer["tool_call_id"], "c1");
+    assert!(answer["content"].as_str().unwrap().contains("missing required arguments: to"), "{answer}");
+    let third: serde_json::Value = serde_json::from_str(&run.requests[2].body).unwrap();
+    let answer = third["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((answer["tool_call_id"].as_str(), answer["content"].as_str()), (Some("c2"), Some("sent")));
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+}
+
+/// FAILURE-LIMITS-AGREE counts a tool call's id, name and arguments, not only text: a call
+/// whose arguments outgrow the answer limit ends its attempt RESPONSE_TOO_LARGE, and neither
+/// the oversize message nor its call is stored or run.
+#[test]
+fn an_oversize_tool_call_ends_its_attempt_and_never_runs() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let arguments = format!("{{\"to\":\"{}\"}}", "x".repeat(5000));
+    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", &arguments), Response::text(&["never"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    spec.answer_bytes_max = Some(4096);
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 0);
+    assert!(run.events("tool/call").is_empty() && run.events("assistant/message").is_empty());
+    match &run.turn_ends()[..] {
+        [TurnEndReason::Error { error }] => assert_eq!(error.code, ErrorCode::ResponseTooLarge, "{error:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(run.requests.len(), 1, "RESPONSE_TOO_LARGE is never retried");
 }
 
 #[test]
