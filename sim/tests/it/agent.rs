@@ -20,18 +20,28 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{sim_builder_with_tick, ScriptedEntropy};
 
-/// A memory store whose logs refuse batches holding a `tool/call` when asked to: the tool
-/// path's checkpoint flush then fails.
+/// Whether appends of batches holding a `tool/call` fail (the tool path's checkpoint flush
+/// then fails).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ToolCallAppends {
+    Succeed,
+    /// Every such append fails: nothing of the tool path becomes durable.
+    FailAlways,
+    /// The first such append fails (a transient EIO); the write-behind's retry succeeds.
+    FailOnce,
+}
+
+/// A memory store whose logs refuse batches holding a `tool/call` as `fail_tool_calls` says.
 #[derive(Debug)]
 struct FailingStore {
     inner: MemoryStore,
-    fail_tool_calls: bool,
+    fail_tool_calls: ToolCallAppends,
 }
 
 #[derive(Debug)]
 struct FailingLog {
     inner: Box<dyn SessionLog>,
-    fail_tool_calls: bool,
+    fail_tool_calls: ToolCallAppends,
 }
 
 impl SessionLog for FailingLog {
@@ -45,7 +55,12 @@ impl SessionLog for FailingLog {
         self.inner.token()
     }
     fn append(&mut self, batch: &[Record]) -> faultline_runtime::Result<()> {
-        if self.fail_tool_calls && batch.iter().any(|r| matches!(r.event, Event::ToolCall(_))) {
+        if self.fail_tool_calls != ToolCallAppends::Succeed
+            && batch.iter().any(|r| matches!(r.event, Event::ToolCall(_)))
+        {
+            if self.fail_tool_calls == ToolCallAppends::FailOnce {
+                self.fail_tool_calls = ToolCallAppends::Succeed;
+            }
             return Err(faultline_runtime::Error::io("append", std::io::Error::other("injected EIO")));
         }
         self.inner.append(batch)
@@ -95,7 +110,7 @@ struct Spec {
     /// Records already in the session, left by a previous (dead) owner: the agent resumes.
     preload: Option<Vec<Record>>,
     /// Appends carrying a `tool/call` fail (the tool checkpoint cannot pass).
-    fail_tool_call_appends: bool,
+    fail_tool_call_appends: ToolCallAppends,
     max_steps: u32,
     /// The agent's answer limit (default: the store's).
     answer_bytes_max: Option<usize>,
@@ -120,7 +135,7 @@ impl Spec {
             entropy: None,
             action: None,
             preload: None,
-            fail_tool_call_appends: false,
+            fail_tool_call_appends: ToolCallAppends::Succeed,
             max_steps: 16,
             answer_bytes_max: None,
         }
@@ -221,7 +236,7 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
     }
     agent.when_idle().await;
     let disposed = agent.dispose().await;
-    if !spec.fail_tool_call_appends {
+    if spec.fail_tool_call_appends != ToolCallAppends::FailAlways {
         disposed.unwrap();
     }
     (store.inner.inspect(&id).unwrap().records, second_dispose, submit_after_dispose)
@@ -601,7 +616,7 @@ fn a_failing_tool_checkpoint_fails_closed() {
     let executions = Arc::new(AtomicUsize::new(0));
     let mut spec = Spec::new(vec![Response::tool_call("c1", "send", "{}"), Response::text(&["never"])]);
     spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
-    spec.fail_tool_call_appends = true;
+    spec.fail_tool_call_appends = ToolCallAppends::FailAlways;
     let run = run_sim(&spec);
     assert_eq!(executions.load(Ordering::SeqCst), 0, "no tool body runs without its durable intent");
     assert_eq!(run.requests.len(), 1, "and no further model request");
@@ -610,6 +625,44 @@ fn a_failing_tool_checkpoint_fails_closed() {
     assert!(run.events("tool/call").is_empty());
     assert!(run.events("assistant/message").is_empty());
     assert_eq!(run.records.last().map(|r| r.event.type_name()), Some("request/header"));
+}
+
+/// A checkpoint that fails once (a transient EIO the write-behind's retry gets past) stops
+/// the step before any body runs, and still answers each call exactly once: the call whose
+/// checkpoint failed, and every call after it, with ABORTED_BEFORE_DISPATCH.
+#[test]
+fn a_checkpoint_that_fails_once_answers_each_call_once_and_runs_none() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let both_calls = Response {
+        frames: vec![
+            Frame::ToolCall { index: 0, id: Some("c1".into()), name: Some("send".into()), arguments: "{}".into() },
+            Frame::ToolCall { index: 1, id: Some("c2".into()), name: Some("send".into()), arguments: "{}".into() },
+        ],
+        finish: Some("tool_calls".into()),
+        done: true,
+        ..Response::default()
+    };
+    let mut spec = Spec::new(vec![both_calls, Response::text(&["never"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    spec.fail_tool_call_appends = ToolCallAppends::FailOnce;
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 0, "no body ran after the failed checkpoint");
+    Validator::validate_all(&run.records).unwrap();
+    let ids = |kind: &str| -> Vec<String> {
+        run.events(kind)
+            .iter()
+            .map(|r| match &r.event {
+                Event::ToolCall(c) => c.call_id.clone(),
+                Event::ToolResult(t) => {
+                    format!("{}:{}", t.call_id, t.error.as_ref().map_or("ok".into(), |e| e.code.to_string()))
+                }
+                _ => unreachable!(),
+            })
+            .collect()
+    };
+    assert_eq!(ids("tool/call"), ["c1", "c2"], "one durable intent per call");
+    assert_eq!(ids("tool/result"), ["c1:ABORTED_BEFORE_DISPATCH", "c2:ABORTED_BEFORE_DISPATCH"]);
+    assert_eq!(run.requests.len(), 1, "the turn stopped: no further model request");
 }
 
 #[test]
