@@ -740,8 +740,23 @@ fn a_call_missing_a_required_argument_is_an_error_result_and_never_runs() {
 #[test]
 fn an_oversize_tool_call_ends_its_attempt_and_never_runs() {
     let executions = Arc::new(AtomicUsize::new(0));
-    let arguments = format!("{{\"to\":\"{}\"}}", "x".repeat(5000));
-    let mut spec = Spec::new(vec![Response::tool_call("c1", "send", &arguments), Response::text(&["never"])]);
+    // The arguments arrive in a later fragment, without the id and name (as providers stream
+    // them): every fragment counts, not only the first.
+    let oversize = Response {
+        frames: vec![
+            Frame::ToolCall {
+                index: 0,
+                id: Some("c1".into()),
+                name: Some("send".into()),
+                arguments: "{\"to\":".into(),
+            },
+            Frame::ToolCall { index: 0, id: None, name: None, arguments: format!("\"{}\"}}", "x".repeat(5000)) },
+        ],
+        finish: Some("tool_calls".into()),
+        done: true,
+        ..Response::default()
+    };
+    let mut spec = Spec::new(vec![oversize, Response::text(&["never"])]);
     spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
     spec.answer_bytes_max = Some(4096);
     let run = run_sim(&spec);
