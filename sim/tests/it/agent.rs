@@ -769,6 +769,27 @@ fn an_oversize_tool_call_ends_its_attempt_and_never_runs() {
     assert_eq!(run.requests.len(), 1, "RESPONSE_TOO_LARGE is never retried");
 }
 
+/// The limit is exact on a tool call too: its block (48 bytes), id, name and arguments at
+/// the limit are kept and run; one byte more ends the attempt.
+#[test]
+fn a_tool_call_exactly_at_the_answer_limit_runs_and_one_byte_more_does_not() {
+    const LIMIT: usize = 4096;
+    // 48 for the block, 2 for `c1`, 4 for `send`, and the arguments as JSON escapes them
+    // (each of their 4 quotes costs a backslash more).
+    let at_limit = LIMIT - 48 - 2 - 4 - 4;
+    for (arguments_bytes, runs) in [(at_limit, 1), (at_limit + 1, 0)] {
+        let executions = Arc::new(AtomicUsize::new(0));
+        let padding = "x".repeat(arguments_bytes - "{\"to\":\"\"}".len());
+        let arguments = format!("{{\"to\":\"{padding}\"}}");
+        let mut spec = Spec::new(vec![Response::tool_call("c1", "send", &arguments), Response::text(&["done"])]);
+        spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+        spec.answer_bytes_max = Some(LIMIT);
+        let run = run_sim(&spec);
+        assert_eq!(executions.load(Ordering::SeqCst), runs, "{arguments_bytes} bytes of arguments");
+        assert_eq!(run.events("tool/call").len(), runs, "{arguments_bytes} bytes of arguments");
+    }
+}
+
 #[test]
 fn resume_repairs_and_the_model_sees_the_unknown_outcome_without_a_rerun() {
     // A previous run crashed after the durable tool/call of c1, before its result.
