@@ -137,3 +137,44 @@ fn a_line_deep_into_a_batch_is_measured_on_its_own() {
         assert_eq!(back.record_count, batch.len() as u64, "{backend:?}");
     }
 }
+
+/// A user message at `seq` whose line, newline included, is exactly `bytes` long.
+fn message_with_line(seq: u64, bytes: usize) -> Record {
+    let record =
+        |text: String| Record::new(seq, T0, Event::UserMessage(UserMessage { message: Message::user_text(&text) }));
+    let envelope = record(String::new()).encode().len() + 1;
+    let record = record("x".repeat(bytes - envelope));
+    assert_eq!(record.encode().len() + 1, bytes);
+    record
+}
+
+/// One append's batch is written in units of at most WRITE_UNIT_BYTES_MAX of text, each cut at
+/// a line end and packed full — a unit ends only where the next line would not fit, and a
+/// unit of exactly the limit is whole. (The torn-tail rule leans on that bound: a zeroed
+/// region farther than one unit from the end is corruption.) In zstd each unit is one frame,
+/// so the file itself shows where the writer cut.
+#[test]
+#[allow(clippy::disallowed_methods)] // reads the written file back
+fn one_batch_is_cut_into_full_write_units_at_line_ends() {
+    use faultline_runtime::store::{FileStore, Format, Store};
+    use faultline_runtime::testing::{walk_frames, FrameWalk};
+    let quarter = WRITE_UNIT_BYTES_MAX / 4;
+    // Four lines that fill the first unit exactly, then two that start the second.
+    let sizes = [quarter, quarter, quarter, WRITE_UNIT_BYTES_MAX - 3 * quarter, quarter, 400];
+    let batch: Vec<Record> = sizes.iter().enumerate().map(|(i, &n)| message_with_line(2 + i as u64, n)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let process = crate::fixtures::TestProcess::new("w", &crate::fixtures::TestProcess::world());
+    let seams = crate::fixtures::seams_with(process, std::sync::Arc::new(crate::fixtures::FaultyFs::default()));
+    let store = FileStore::new(seams, dir.path(), Format::Zstd);
+    let mut log = store.create(&sid("s"), T0).unwrap();
+    log.append(&opening()).unwrap();
+    log.append(&batch).unwrap();
+    log.close().unwrap();
+    let bytes = std::fs::read(store.session_path(&sid("s"))).unwrap();
+    let FrameWalk::Complete(frames) = walk_frames(&bytes) else { panic!("a closed file has only whole frames") };
+    let units: Vec<usize> = frames[2..]
+        .iter()
+        .map(|f| zstd::decode_all(&bytes[f.start..f.end]).unwrap().len())
+        .collect();
+    assert_eq!(units, [WRITE_UNIT_BYTES_MAX, quarter + 400], "frames after the header and the opening batch");
+}
