@@ -172,9 +172,7 @@ fn one_batch_is_cut_into_full_write_units_at_line_ends() {
     log.close().unwrap();
     let bytes = std::fs::read(store.session_path(&sid("s"))).unwrap();
     let FrameWalk::Complete(frames) = walk_frames(&bytes) else { panic!("a closed file has only whole frames") };
-    let units: Vec<usize> = frames[2..]
-        .iter()
-        .map(|f| zstd::decode_all(&bytes[f.start..f.end]).unwrap().len())
-        .collect();
+    let units: Vec<usize> =
+        frames[2..].iter().map(|f| zstd::decode_all(&bytes[f.start..f.end]).unwrap().len()).collect();
     assert_eq!(units, [WRITE_UNIT_BYTES_MAX, quarter + 400], "frames after the header and the opening batch");
 }
