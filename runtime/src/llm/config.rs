@@ -70,7 +70,7 @@ pub enum Preset {
     OpenaiCompatible,
 }
 
-/// `[provider]` as written. Its `Debug` hides URL credentials (see [`hide_userinfo`]).
+/// `[provider]` as written. Its `Debug` hides URL credentials (a user, a password).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
@@ -356,7 +356,7 @@ impl Endpoint {
 }
 
 /// A resolved provider route: one immutable snapshot. Its `Debug` hides the proxy's
-/// credentials (see [`hide_userinfo`]).
+/// credentials (a user, a password).
 #[derive(Clone, PartialEq)]
 pub struct ResolvedProvider {
     /// Route name (`provider` field of `llm/retry`).
