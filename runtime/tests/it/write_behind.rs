@@ -254,3 +254,36 @@ async fn a_close_error_never_masks_an_earlier_drain_error() {
     let error = rig.wb.close().await.unwrap_err();
     assert!(error.to_string().contains("injected close failure"), "{error}");
 }
+
+/// Each knob's documented range is asserted when the writer starts: the edges start, one
+/// step outside each refuses with the knob's name (a zero-sized queue would never accept an
+/// event; a zero-sized batch would never write one).
+#[tokio::test]
+async fn each_knob_outside_its_documented_range_is_refused_at_start() {
+    let base = WriteBehindConfig::default();
+    let edges = [
+        WriteBehindConfig { batch_window_ms: 60_000, ..base.clone() },
+        WriteBehindConfig { pending_events_max: 1, ..base.clone() },
+        WriteBehindConfig { pending_events_max: 1_000_000, ..base.clone() },
+        WriteBehindConfig { batch_events_max: 1, ..base.clone() },
+        WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX, ..base.clone() },
+    ];
+    for config in edges {
+        rig(config, false).wb.close().await.unwrap();
+    }
+    let outside = [
+        (WriteBehindConfig { batch_window_ms: 60_001, ..base.clone() }, "batch_window_ms"),
+        (WriteBehindConfig { pending_events_max: 0, ..base.clone() }, "pending_events_max"),
+        (WriteBehindConfig { pending_events_max: 1_000_001, ..base.clone() }, "pending_events_max"),
+        (WriteBehindConfig { batch_events_max: 0, ..base.clone() }, "batch_events_max"),
+        (WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX + 1, ..base.clone() }, "batch_events_max"),
+    ];
+    for (config, knob) in outside {
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rig(config, false)))
+            .err()
+            .unwrap_or_else(|| panic!("{knob} out of range must be refused"));
+        let message =
+            refused.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| refused.downcast_ref::<String>().cloned());
+        assert!(message.as_deref().is_some_and(|m| m.contains(knob)), "{knob}: {message:?}");
+    }
+}
