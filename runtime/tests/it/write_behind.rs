@@ -262,21 +262,21 @@ async fn a_close_error_never_masks_an_earlier_drain_error() {
 async fn each_knob_outside_its_documented_range_is_refused_at_start() {
     let base = WriteBehindConfig::default();
     let edges = [
-        WriteBehindConfig { batch_window_ms: 60_000, ..base.clone() },
-        WriteBehindConfig { pending_events_max: 1, ..base.clone() },
-        WriteBehindConfig { pending_events_max: 1_000_000, ..base.clone() },
-        WriteBehindConfig { batch_events_max: 1, ..base.clone() },
-        WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX, ..base.clone() },
+        WriteBehindConfig { batch_window_ms: 60_000, ..base },
+        WriteBehindConfig { pending_events_max: 1, ..base },
+        WriteBehindConfig { pending_events_max: 1_000_000, ..base },
+        WriteBehindConfig { batch_events_max: 1, ..base },
+        WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX, ..base },
     ];
     for config in edges {
         rig(config, false).wb.close().await.unwrap();
     }
     let outside = [
-        (WriteBehindConfig { batch_window_ms: 60_001, ..base.clone() }, "batch_window_ms"),
-        (WriteBehindConfig { pending_events_max: 0, ..base.clone() }, "pending_events_max"),
-        (WriteBehindConfig { pending_events_max: 1_000_001, ..base.clone() }, "pending_events_max"),
-        (WriteBehindConfig { batch_events_max: 0, ..base.clone() }, "batch_events_max"),
-        (WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX + 1, ..base.clone() }, "batch_events_max"),
+        (WriteBehindConfig { batch_window_ms: 60_001, ..base }, "batch_window_ms"),
+        (WriteBehindConfig { pending_events_max: 0, ..base }, "pending_events_max"),
+        (WriteBehindConfig { pending_events_max: 1_000_001, ..base }, "pending_events_max"),
+        (WriteBehindConfig { batch_events_max: 0, ..base }, "batch_events_max"),
+        (WriteBehindConfig { batch_events_max: BATCH_EVENTS_MAX + 1, ..base }, "batch_events_max"),
     ];
     for (config, knob) in outside {
         let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rig(config, false)))
