@@ -123,15 +123,20 @@ async fn a_zero_wait_on_an_unclaimed_row_defers_and_the_next_drain_sends_it() {
     }
 }
 
+/// `worker-a` enqueues and claims `x1`, then lets go of its queue (no result recorded).
+fn claimed_by_worker_a(bench: &Bench) -> Arc<TestProcess> {
+    let a = bench.process("worker-a");
+    let q = bench.open(&a);
+    q.enqueue("x1", "hello").unwrap();
+    assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
+    a
+}
+
 #[tokio::test]
 async fn a_claim_whose_owner_exits_stays_delivering_until_recovery_then_is_unknown() {
     for kind in KINDS {
         let bench = Bench::new(kind);
-        let a = bench.process("worker-a");
-        let q = bench.open(&a);
-        q.enqueue("x1", "hello").unwrap();
-        assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
-        drop(q);
+        let a = claimed_by_worker_a(&bench);
         a.kill(); // exited without a result
         let b = bench.open(&bench.process("worker-b"));
         assert_eq!(
@@ -155,11 +160,7 @@ async fn a_claim_whose_owner_exits_stays_delivering_until_recovery_then_is_unkno
 async fn a_claim_whose_owner_is_alive_is_left_delivering_by_another_processs_recovery() {
     for kind in KINDS {
         let bench = Bench::new(kind);
-        let a = bench.process("worker-a");
-        let q = bench.open(&a);
-        q.enqueue("x1", "hello").unwrap();
-        assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
-        drop(q);
+        let a = claimed_by_worker_a(&bench);
         let b = bench.open(&bench.process("worker-b"));
         assert_eq!(b.recover_abandoned().unwrap(), Vec::<String>::new(), "{kind:?}: worker-a is alive");
         assert_eq!(b.get("x1").unwrap().unwrap().status, DeliveryStatus::Delivering, "{kind:?}");
