@@ -202,15 +202,37 @@ async fn a_full_batch_is_written_without_waiting_out_the_window() {
     let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 16, batch_events_max: 4 };
     let rig = rig(config, false);
     append_n(&rig.wb, 4).await;
-    for _ in 0..4 {
-        tokio::task::yield_now().await;
-    }
+    let_writer_settle().await;
     assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3])], "a whole batch goes at once");
     append_n(&rig.wb, 2).await;
     advance_ms(100).await;
     assert_eq!(rig.batches.lock().unwrap().len(), 1, "a partial batch waits for its window");
     advance_ms(101).await;
     assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3]), (200, vec![4, 5])]);
+}
+
+/// Lets the writer task run until it waits again (on its window or for a wake).
+async fn let_writer_settle() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_event_that_fills_a_batch_wakes_a_writer_already_waiting_on_its_window() {
+    // Each event is appended while the writer already sleeps on the window, so the only
+    // thing that can get the full batch written before the window is the wake sent by the
+    // append that fills it (a wake left over from an earlier append would hide its absence).
+    let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 16, batch_events_max: 4 };
+    let rig = rig(config, false);
+    for _ in 0..3 {
+        append_n(&rig.wb, 1).await;
+        let_writer_settle().await;
+    }
+    assert!(rig.batches.lock().unwrap().is_empty(), "three of four: the writer waits for the window");
+    append_n(&rig.wb, 1).await;
+    let_writer_settle().await;
+    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3])], "the fourth event woke the writer");
 }
 
 #[tokio::test(start_paused = true)]
