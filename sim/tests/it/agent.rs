@@ -31,17 +31,64 @@ enum ToolCallAppends {
     FailOnce,
 }
 
-/// A memory store whose logs refuse batches holding a `tool/call` as `fail_tool_calls` says.
+/// Holds the append of the batch carrying one call's `tool/call` open until released, so the
+/// tool path's checkpoint flush for that call stays in progress for as long as the test
+/// wants. Real runtime only: the writer blocks its worker thread (`block_in_place`).
+#[derive(Debug)]
+struct HeldAppend {
+    call_id: &'static str,
+    /// Notified when the held append starts.
+    held: tokio::sync::Notify,
+    released: Mutex<bool>,
+    release: std::sync::Condvar,
+}
+
+/// Longest a held append waits for its release before the test gives up on it.
+const HELD_APPEND_WAIT_S_MAX: u64 = 30;
+
+impl HeldAppend {
+    fn new(call_id: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            call_id,
+            held: tokio::sync::Notify::new(),
+            released: Mutex::new(false),
+            release: std::sync::Condvar::new(),
+        })
+    }
+
+    fn hold_if_it_carries_the_call(&self, batch: &[Record]) {
+        if !batch.iter().any(|r| matches!(&r.event, Event::ToolCall(c) if c.call_id == self.call_id)) {
+            return;
+        }
+        self.held.notify_one();
+        tokio::task::block_in_place(|| {
+            let released = self.released.lock().unwrap();
+            let limit = Duration::from_secs(HELD_APPEND_WAIT_S_MAX);
+            let (_released, waited) = self.release.wait_timeout_while(released, limit, |released| !*released).unwrap();
+            assert!(!waited.timed_out(), "the held append of {} was never released", self.call_id);
+        });
+    }
+
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.release.notify_all();
+    }
+}
+
+/// A memory store whose logs refuse batches holding a `tool/call` as `fail_tool_calls` says,
+/// and hold one call's batch open when `hold` is set.
 #[derive(Debug)]
 struct FailingStore {
     inner: MemoryStore,
     fail_tool_calls: ToolCallAppends,
+    hold: Option<Arc<HeldAppend>>,
 }
 
 #[derive(Debug)]
 struct FailingLog {
     inner: Box<dyn SessionLog>,
     fail_tool_calls: ToolCallAppends,
+    hold: Option<Arc<HeldAppend>>,
 }
 
 impl SessionLog for FailingLog {
@@ -63,6 +110,9 @@ impl SessionLog for FailingLog {
             }
             return Err(faultline_runtime::Error::io("append", std::io::Error::other("injected EIO")));
         }
+        if let Some(hold) = &self.hold {
+            hold.hold_if_it_carries_the_call(batch);
+        }
         self.inner.append(batch)
     }
     fn close(self: Box<Self>) -> faultline_runtime::Result<()> {
@@ -72,7 +122,8 @@ impl SessionLog for FailingLog {
 
 impl Store for FailingStore {
     fn create(&self, id: &SessionId, created_at: u64) -> faultline_runtime::Result<Box<dyn SessionLog>> {
-        Ok(Box::new(FailingLog { inner: self.inner.create(id, created_at)?, fail_tool_calls: self.fail_tool_calls }))
+        let inner = self.inner.create(id, created_at)?;
+        Ok(Box::new(FailingLog { inner, fail_tool_calls: self.fail_tool_calls, hold: self.hold.clone() }))
     }
     fn open(
         &self,
@@ -80,7 +131,8 @@ impl Store for FailingStore {
         takeover: faultline_runtime::store::Takeover,
     ) -> faultline_runtime::Result<faultline_runtime::store::Opened> {
         let mut opened = self.inner.open(id, takeover)?;
-        opened.log = Box::new(FailingLog { inner: opened.log, fail_tool_calls: self.fail_tool_calls });
+        opened.log =
+            Box::new(FailingLog { inner: opened.log, fail_tool_calls: self.fail_tool_calls, hold: self.hold.clone() });
         Ok(opened)
     }
     fn inspect(&self, id: &SessionId) -> faultline_runtime::Result<faultline_runtime::store::Inspection> {
@@ -111,6 +163,8 @@ struct Spec {
     preload: Option<Vec<Record>>,
     /// Appends carrying a `tool/call` fail (the tool checkpoint cannot pass).
     fail_tool_call_appends: ToolCallAppends,
+    /// The append carrying this call's `tool/call` is held open (real runtime only).
+    hold: Option<Arc<HeldAppend>>,
     max_steps: u32,
     /// The agent's answer limit (default: the store's).
     answer_bytes_max: Option<usize>,
@@ -122,6 +176,9 @@ enum Action {
     CancelKeepInbox,
     CancelThenSubmit,
     Dispose,
+    /// Cancel while the held append is in progress; release it once the turn has answered
+    /// the held call.
+    CancelWhileHeld,
 }
 
 impl Spec {
@@ -136,6 +193,7 @@ impl Spec {
             action: None,
             preload: None,
             fail_tool_call_appends: ToolCallAppends::Succeed,
+            hold: None,
             max_steps: 16,
             answer_bytes_max: None,
         }
@@ -158,6 +216,20 @@ impl Run {
         self.records
             .iter()
             .filter_map(|r| if let Event::TurnEnd(end) = &r.event { Some(end.reason.clone()) } else { None })
+            .collect()
+    }
+
+    /// Call ids of the `tool/call` records, or `id:CODE` (`id:ok`) of the `tool/result` ones.
+    fn tool_ids(&self, type_name: &str) -> Vec<String> {
+        self.events(type_name)
+            .iter()
+            .map(|r| match &r.event {
+                Event::ToolCall(c) => c.call_id.clone(),
+                Event::ToolResult(t) => {
+                    format!("{}:{}", t.call_id, t.error.as_ref().map_or("ok".into(), |e| e.code.to_string()))
+                }
+                other => unreachable!("{other:?}"),
+            })
             .collect()
     }
 
@@ -189,7 +261,7 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
             earlier.as_process(seams.process.clone())
         }
     };
-    let store = FailingStore { inner: memory, fail_tool_calls: spec.fail_tool_call_appends };
+    let store = FailingStore { inner: memory, fail_tool_calls: spec.fail_tool_call_appends, hold: spec.hold.clone() };
     let text = format!(
         "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n{}",
         spec.provider
@@ -231,6 +303,20 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
                 first.unwrap();
                 second_dispose = Some(format!("{second:?}"));
                 submit_after_dispose = agent.submit("too late").is_ok();
+            }
+            Action::CancelWhileHeld => {
+                let hold = spec.hold.clone().expect("CancelWhileHeld needs a held append");
+                let mut accepted = agent.subscribe();
+                hold.held.notified().await;
+                agent.cancel();
+                // The turn saw the cancel with the flush still open once it answers the call.
+                loop {
+                    let record = accepted.recv().await.expect("the agent is alive");
+                    if matches!(&record.event, Event::ToolResult(r) if r.call_id == hold.call_id) {
+                        break;
+                    }
+                }
+                hold.release();
             }
         }
     }
@@ -633,36 +719,34 @@ fn a_failing_tool_checkpoint_fails_closed() {
 #[test]
 fn a_checkpoint_that_fails_once_answers_each_call_once_and_runs_none() {
     let executions = Arc::new(AtomicUsize::new(0));
-    let both_calls = Response {
-        frames: vec![
-            Frame::ToolCall { index: 0, id: Some("c1".into()), name: Some("send".into()), arguments: "{}".into() },
-            Frame::ToolCall { index: 1, id: Some("c2".into()), name: Some("send".into()), arguments: "{}".into() },
-        ],
-        finish: Some("tool_calls".into()),
-        done: true,
-        ..Response::default()
-    };
-    let mut spec = Spec::new(vec![both_calls, Response::text(&["never"])]);
+    let mut spec = Spec::new(vec![two_calls(), Response::text(&["never"])]);
     spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
     spec.fail_tool_call_appends = ToolCallAppends::FailOnce;
     let run = run_sim(&spec);
     assert_eq!(executions.load(Ordering::SeqCst), 0, "no body ran after the failed checkpoint");
     Validator::validate_all(&run.records).unwrap();
-    let ids = |kind: &str| -> Vec<String> {
-        run.events(kind)
-            .iter()
-            .map(|r| match &r.event {
-                Event::ToolCall(c) => c.call_id.clone(),
-                Event::ToolResult(t) => {
-                    format!("{}:{}", t.call_id, t.error.as_ref().map_or("ok".into(), |e| e.code.to_string()))
-                }
-                _ => unreachable!(),
-            })
-            .collect()
-    };
-    assert_eq!(ids("tool/call"), ["c1", "c2"], "one durable intent per call");
-    assert_eq!(ids("tool/result"), ["c1:ABORTED_BEFORE_DISPATCH", "c2:ABORTED_BEFORE_DISPATCH"]);
+    assert_eq!(run.tool_ids("tool/call"), ["c1", "c2"], "one durable intent per call");
+    assert_eq!(run.tool_ids("tool/result"), ["c1:ABORTED_BEFORE_DISPATCH", "c2:ABORTED_BEFORE_DISPATCH"]);
     assert_eq!(run.requests.len(), 1, "the turn stopped: no further model request");
+}
+
+/// A cancel that arrives while a call's checkpoint flush is still in progress answers that
+/// call ABORTED_BEFORE_DISPATCH once, never runs it, and leaves the calls before it (already
+/// dispatched) to drain. Real runtime only: in turmoil the flush always completes first.
+#[test]
+fn a_cancel_during_a_checkpoint_flush_answers_that_call_once_and_never_runs_it() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut spec = Spec::new(vec![two_calls(), Response::text(&["never"])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    spec.hold = Some(HeldAppend::new("c2"));
+    spec.action = Some((0, Action::CancelWhileHeld));
+    let run = run_real(&spec);
+    Validator::validate_all(&run.records).unwrap();
+    assert_eq!(executions.load(Ordering::SeqCst), 1, "c1 was dispatched before the cancel; c2 never ran");
+    assert_eq!(run.tool_ids("tool/call"), ["c1", "c2"], "one intent per call");
+    assert_eq!(run.tool_ids("tool/result"), ["c1:ok", "c2:ABORTED_BEFORE_DISPATCH"], "one answer per call");
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Aborted { cause: AbortCause::User }]);
+    assert_eq!(run.requests.len(), 1, "no further model request");
 }
 
 #[test]
@@ -697,6 +781,22 @@ fn invalid_tool_arguments_become_an_error_result_the_model_reads() {
     assert_eq!(last["role"], "tool");
     assert!(last["content"].as_str().unwrap().contains("not valid JSON"), "{last}");
     assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+}
+
+/// One response with two `send` calls, `c1` and `c2`.
+fn two_calls() -> Response {
+    let call = |index: u32, id: &str| Frame::ToolCall {
+        index,
+        id: Some(id.into()),
+        name: Some("send".into()),
+        arguments: "{}".into(),
+    };
+    Response {
+        frames: vec![call(0, "c1"), call(1, "c2")],
+        finish: Some("tool_calls".into()),
+        done: true,
+        ..Response::default()
+    }
 }
 
 /// `send` with a required `to`: a call without it must not run.
