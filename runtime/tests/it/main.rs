@@ -19,3 +19,4 @@ mod tls;
 mod tools;
 mod validator;
 mod write_behind;
+mod zstd_frame_walk;
