@@ -201,3 +201,33 @@ fn frames_of_every_shape_back_to_back_are_walked_one_by_one() {
         FrameWalk::Torn { frames: expected[..expected.len() - 1].to_vec(), torn_at: last.start }
     );
 }
+
+/// SPEC: "bad magic with ≥ 4 bytes left → corruption"; fewer cannot be judged (a frame whose
+/// append was cut inside its magic), so they are torn.
+#[test]
+fn bad_magic_is_corruption_from_exactly_four_bytes_and_torn_below() {
+    let (frame, _) =
+        handmade(Shape { single_segment: true, content_size_flag: 0, dictionary_id_bytes: 0, checksum: true });
+    let whole = FrameSpan { start: 0, end: frame.len(), has_checksum: true };
+    for left in 1..=3 {
+        let file = [frame.as_slice(), &b"XYZW"[..left]].concat();
+        assert_eq!(
+            walk_frames(&file),
+            FrameWalk::Torn { frames: vec![whole], torn_at: frame.len() },
+            "{left} bytes left"
+        );
+    }
+    for garbage in [&b"XYZW"[..], &b"XYZWV"[..]] {
+        let file = [frame.as_slice(), garbage].concat();
+        match walk_frames(&file) {
+            FrameWalk::Corrupt { frames, offset, reason } => {
+                assert_eq!((frames, offset), (vec![whole], frame.len()), "{} bytes left", garbage.len());
+                assert!(reason.contains("magic"), "{reason}");
+            }
+            other => panic!("{} bytes of bad magic: {other:?}", garbage.len()),
+        }
+    }
+    // The magic alone, whole: a frame cut just after it is torn, not corrupt.
+    let file = [frame.as_slice(), &FRAME_MAGIC[..]].concat();
+    assert_eq!(walk_frames(&file), FrameWalk::Torn { frames: vec![whole], torn_at: frame.len() });
+}
