@@ -131,7 +131,7 @@ pub(crate) fn walk_one(source: &mut dyn Source, start: u64) -> std::io::Result<F
         if got < BLOCK_HEADER_BYTES {
             return Ok(FrameEnd::Torn);
         }
-        let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+        let header = u32::from_le_bytes([header[0], header[1], header[2], 0]);
         let last = header & 1 == 1;
         let block_type = ((header >> 1) & 0b11) as u8;
         let block_size = u64::from(header >> 3);

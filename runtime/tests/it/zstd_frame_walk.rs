@@ -231,3 +231,25 @@ fn bad_magic_is_corruption_from_exactly_four_bytes_and_torn_below() {
     let file = [frame.as_slice(), &FRAME_MAGIC[..]].concat();
     assert_eq!(walk_frames(&file), FrameWalk::Torn { frames: vec![whole], torn_at: frame.len() });
 }
+
+/// SPEC: "EOF inside a frame → torn at that frame's start" — also when the file ends inside a
+/// block header whose first bytes would read as the reserved block type: a header is judged
+/// only when it is whole.
+#[test]
+fn a_frame_cut_inside_a_block_header_is_torn_whatever_its_first_bytes_read_as() {
+    let shape = Shape { single_segment: true, content_size_flag: 0, dictionary_id_bytes: 0, checksum: false };
+    let (frame, _) = handmade(shape);
+    // Magic, descriptor, a one-byte content size: the first block header starts at 6.
+    let block_header_at = 6;
+    for kept in 1..3 {
+        let mut cut = frame[..block_header_at + kept].to_vec();
+        cut[block_header_at] = 0b110; // block type 3 (reserved), not last
+        assert_eq!(walk_frames(&cut), FrameWalk::Torn { frames: vec![], torn_at: 0 }, "{kept} header bytes");
+    }
+    let mut whole_header = frame[..block_header_at + 3].to_vec();
+    whole_header[block_header_at] = 0b110;
+    assert!(
+        matches!(walk_frames(&whole_header), FrameWalk::Corrupt { offset: 6, .. }),
+        "a whole header of the reserved type is corruption"
+    );
+}
