@@ -650,3 +650,26 @@ fn a_journal_that_enqueues_a_tombstoned_id_still_opens() {
     assert_eq!(queue.get("x1").unwrap().unwrap().payload.as_deref(), Some("again"));
     assert_eq!(queue.enqueue("x1", "third").unwrap(), Enqueued::Tombstoned(DeliveryStatus::Failed));
 }
+
+/// `claimed` is the evidence repair reads to tell "never sent" from "maybe sent": it is false
+/// until a worker claims the row, true from then on, and survives a reopen.
+#[test]
+fn a_row_says_whether_it_was_ever_claimed_and_a_reopen_keeps_it() {
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let a = bench.process("a");
+        let q = bench.open(&a);
+        q.enqueue("x1", "one").unwrap();
+        q.enqueue("x2", "two").unwrap();
+        let claimed = |q: &Arc<dyn Outbox>| -> Vec<(String, bool)> {
+            q.list(None).unwrap().into_iter().map(|d| (d.execution_id, d.claimed)).collect()
+        };
+        assert_eq!(claimed(&q), [("x1".into(), false), ("x2".into(), false)], "{kind:?}: fresh rows");
+        assert_eq!(q.claim_next().unwrap().unwrap().execution_id, "x1");
+        assert!(q.finish("x1", Finish::Delivered("ack".into())).unwrap());
+        assert_eq!(claimed(&q), [("x1".into(), true), ("x2".into(), false)], "{kind:?}: after a claim");
+        let reopened = bench.open(&bench.process("b"));
+        assert_eq!(claimed(&reopened), [("x1".into(), true), ("x2".into(), false)], "{kind:?}: after a reopen");
+        assert_eq!(reopened.get("x2").unwrap().map(|d| d.claimed), Some(false), "{kind:?}");
+    }
+}
