@@ -673,3 +673,25 @@ fn a_row_says_whether_it_was_ever_claimed_and_a_reopen_keeps_it() {
         assert_eq!(reopened.get("x2").unwrap().map(|d| d.claimed), Some(false), "{kind:?}");
     }
 }
+
+/// `updated_at` is the queue's clock at the row's last change (prune's cutoff reads it), as
+/// bracketed by the same clock read before and after the change.
+#[tokio::test]
+async fn a_row_is_stamped_with_the_clock_at_each_change() {
+    let clock = SystemClock::new();
+    for kind in KINDS {
+        let bench = Bench::new(kind);
+        let q = bench.open(&bench.process("a"));
+        let before = clock.now_ms();
+        q.enqueue("x1", "one").unwrap();
+        let after = clock.now_ms();
+        let enqueued = q.get("x1").unwrap().unwrap().updated_at;
+        assert!((before..=after).contains(&enqueued), "{kind:?}: enqueued at {enqueued}, not in {before}..={after}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let before = clock.now_ms();
+        drain_with(&q, &Arc::new(Receiver::default())).await;
+        let after = clock.now_ms();
+        let delivered = q.get("x1").unwrap().unwrap().updated_at;
+        assert!((before..=after).contains(&delivered), "{kind:?}: delivered at {delivered}, not in {before}..={after}");
+    }
+}
