@@ -43,6 +43,8 @@ pub struct SqliteOutbox {
     in_flight: Arc<Mutex<BTreeSet<String>>>,
     path: PathBuf,
     secrets: crate::Scrubber,
+    /// The private copy a read-only queue reads, if it needed one.
+    _copy: Option<Arc<tempfile::TempDir>>,
 }
 
 impl std::fmt::Debug for SqliteOutbox {
@@ -82,12 +84,13 @@ impl SqliteOutbox {
         let path = path.as_ref().to_path_buf();
         let conn = super::sqlite_store::open_durable(&path)?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self::on(conn, path, process, clock, entropy))
+        Ok(Self::on(conn, None, path, process, clock, entropy))
     }
 
     /// A queue on an open connection; this process's identity gets a fresh instance suffix.
     fn on(
         conn: Connection,
+        copy: Option<Arc<tempfile::TempDir>>,
         path: PathBuf,
         process: Arc<dyn Process>,
         clock: Arc<dyn Clock>,
@@ -103,6 +106,7 @@ impl SqliteOutbox {
             in_flight: Arc::default(),
             path,
             secrets: crate::Scrubber::new(),
+            _copy: copy,
         }
     }
 
@@ -122,8 +126,8 @@ impl SqliteOutbox {
         entropy: &dyn crate::Entropy,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let conn = super::sqlite_store::open_read_only(&path, &["deliveries", "tombstones"])?;
-        Ok(Self::on(conn, path, process, clock, entropy))
+        let read_only = super::sqlite_store::open_read_only(&path, &["deliveries", "tombstones"])?;
+        Ok(Self::on(read_only.conn, read_only.copy, path, process, clock, entropy))
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

@@ -54,11 +54,18 @@ pub(crate) fn open_durable(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
+/// A read-only connection, and the private copy it reads when the database could not be read
+/// in place without writing beside it (kept as long as the connection).
+pub(crate) struct ReadOnly {
+    pub(crate) conn: Connection,
+    pub(crate) copy: Option<Arc<tempfile::TempDir>>,
+}
+
 /// Opens an existing faultline database for reading only: the file is never created, no
-/// schema is written, and a database without every table in `tables` (someone else's SQLite
-/// file, or not SQLite at all) is refused. What inspecting commands use: an inspection never
-/// writes.
-pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection> {
+/// schema is written, nothing is created beside it, and a database without every table in
+/// `tables` (someone else's SQLite file, or not SQLite at all) is refused. What inspecting
+/// commands use: an inspection never writes.
+pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<ReadOnly> {
     let not_ours = |reason: String| Error::NotFaultlineDatabase { path: path.display().to_string(), reason };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => {}
@@ -69,12 +76,23 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection>
     // A read-only connection to a WAL database creates `-wal` and `-shm` beside it when they
     // are missing, and cannot remove them. Missing means no writer is live and nothing waits in
     // a WAL: the file alone is the whole database, so open it immutable and create nothing.
-    let side = |suffix: &str| {
+    let beside = |suffix: &str| {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
-        std::path::PathBuf::from(name).exists()
+        PathBuf::from(name)
     };
-    let conn = if side("-wal") || side("-shm") {
+    let (wal, shm) = (beside("-wal").exists(), beside("-shm").exists());
+    let mut copy = None;
+    let conn = if wal && !shm {
+        // A -wal without its -shm (files copied by hand, or a crash that lost the index): no
+        // writer is live (a live one always has both), and the WAL may hold commits the file
+        // lacks. Reading them needs a wal-index, which SQLite would create beside the
+        // database — so read a private copy of the two instead (costs one copy of the file).
+        let private = private_copy(path, &beside("-wal"))?;
+        let opened = Connection::open_with_flags(private.path().join(PRIVATE_COPY_NAME), flags);
+        copy = Some(Arc::new(private));
+        opened
+    } else if wal || shm {
         Connection::open_with_flags(path, flags)
     } else {
         Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI)
@@ -89,7 +107,25 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<Connection>
             return Err(not_ours(format!("it has no {table:?} table")));
         }
     }
-    Ok(conn)
+    Ok(ReadOnly { conn, copy })
+}
+
+/// The database's name inside a private copy.
+const PRIVATE_COPY_NAME: &str = "copy.sqlite";
+
+/// A private directory holding copies of the database and its WAL, removed when dropped.
+fn private_copy(path: &Path, wal: &Path) -> Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("faultline-inspect-")
+        .tempdir()
+        .map_err(|e| Error::io("creating a private copy to inspect", e))?;
+    let db = dir.path().join(PRIVATE_COPY_NAME);
+    let mut copy_wal = db.as_os_str().to_owned();
+    copy_wal.push("-wal");
+    for (from, to) in [(path, db.as_path()), (wal, Path::new(&copy_wal))] {
+        std::fs::copy(from, to).map_err(|e| Error::io(format!("copying {} to inspect it", from.display()), e))?;
+    }
+    Ok(dir)
 }
 
 /// `file:PATH?immutable=1`, with the characters a URI path cannot hold escaped.
@@ -112,6 +148,8 @@ pub struct SqliteStore {
     process: Arc<dyn Process>,
     path: PathBuf,
     evidence: Arc<dyn repair::OutcomeEvidence>,
+    /// The private copy a read-only store reads, if it needed one.
+    _copy: Option<Arc<tempfile::TempDir>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -134,7 +172,13 @@ impl SqliteStore {
         let conn = open_durable(&path)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            process,
+            path,
+            evidence: Arc::new(repair::NoEvidence),
+            _copy: None,
+        })
     }
 
     /// Opens an existing session database for inspection only: never creates it, never
@@ -142,8 +186,14 @@ impl SqliteStore {
     /// `load`, `open` and `create` on such a store fail with SQLite's read-only error.
     pub fn open_read_only(path: impl AsRef<Path>, process: Arc<dyn Process>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let conn = open_read_only(&path, &["sessions", "events"])?;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), process, path, evidence: Arc::new(repair::NoEvidence) })
+        let ReadOnly { conn, copy } = open_read_only(&path, &["sessions", "events"])?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            process,
+            path,
+            evidence: Arc::new(repair::NoEvidence),
+            _copy: copy,
+        })
     }
 
     /// Crash repair consults `evidence` (the delivery queue) before calling a started call's

@@ -687,7 +687,7 @@ async fn a_row_is_stamped_with_the_clock_at_each_change() {
         let after = clock.now_ms();
         let enqueued = q.get("x1").unwrap().unwrap().updated_at;
         assert!((before..=after).contains(&enqueued), "{kind:?}: enqueued at {enqueued}, not in {before}..={after}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        clock.sleep(Duration::from_millis(5)).await;
         let before = clock.now_ms();
         drain_with(&q, &Arc::new(Receiver::default())).await;
         let after = clock.now_ms();
