@@ -74,8 +74,7 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<ReadOnly> {
     }
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
     // A read-only connection to a WAL database creates `-wal` and `-shm` beside it when they
-    // are missing, and cannot remove them. Missing means no writer is live and nothing waits in
-    // a WAL: the file alone is the whole database, so open it immutable and create nothing.
+    // are missing, and cannot remove them: open it in place only when both exist.
     let beside = |suffix: &str| {
         let mut name = path.as_os_str().to_owned();
         name.push(suffix);
@@ -83,19 +82,22 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<ReadOnly> {
     };
     let (wal, shm) = (beside("-wal").exists(), beside("-shm").exists());
     let mut copy = None;
-    let conn = if wal && !shm {
+    let conn = match (wal, shm) {
+        // A writer may be live: read through its WAL and share its wal-index.
+        (true, true) => Connection::open_with_flags(path, flags),
         // A -wal without its -shm (files copied by hand, or a crash that lost the index): no
         // writer is live (a live one always has both), and the WAL may hold commits the file
         // lacks. Reading them needs a wal-index, which SQLite would create beside the
         // database — so read a private copy of the two instead (costs one copy of the file).
-        let private = private_copy(path, &beside("-wal"))?;
-        let opened = Connection::open_with_flags(private.path().join(PRIVATE_COPY_NAME), flags);
-        copy = Some(Arc::new(private));
-        opened
-    } else if wal || shm {
-        Connection::open_with_flags(path, flags)
-    } else {
-        Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI)
+        (true, false) => {
+            let private = private_copy(path, &beside("-wal"))?;
+            let opened = Connection::open_with_flags(private.path().join(PRIVATE_COPY_NAME), flags);
+            copy = Some(Arc::new(private));
+            opened
+        }
+        // No WAL: the file alone is the whole database (a stray -shm indexes nothing). Opened
+        // immutable, SQLite creates nothing beside it.
+        (false, _) => Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI),
     }
     .map_err(|e| not_ours(e.to_string()))?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;

@@ -138,3 +138,17 @@ fn a_copied_database_with_its_wal_but_no_shm_is_read_with_the_wal() {
     assert_eq!(inspection.records, log.records, "the records only the WAL holds are read");
     assert_eq!(listing(copy.path()), before, "and no -shm is created beside them");
 }
+
+/// A `-shm` left without a `-wal` indexes nothing: the file alone is the database, read as it
+/// is, and no `-wal` is created beside it.
+#[test]
+fn a_stray_shm_without_a_wal_is_ignored_and_the_file_read_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.sqlite");
+    let log = store_with_one_session(&path);
+    std::fs::write(dir.path().join("sessions.sqlite-shm"), vec![0u8; 32 * 1024]).unwrap();
+    let before = listing(dir.path());
+    let inspection = SqliteStore::open_read_only(&path, process()).unwrap().inspect(&sid("s")).unwrap();
+    assert_eq!(inspection.records, log.records);
+    assert_eq!(listing(dir.path()), before, "no -wal is created");
+}
