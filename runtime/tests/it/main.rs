@@ -11,7 +11,7 @@ mod outbox_contract;
 mod proxy;
 mod reconcile;
 mod secrets;
-mod sqlite_read_only;
+mod sqlite_store;
 mod store_contract;
 mod store_scan;
 mod store_stream;

@@ -1,6 +1,7 @@
-//! Opening a SQLite session store or delivery queue for inspection only: a command that
-//! inspects never writes. What it refuses (with which reason), and that it creates nothing
-//! beside the database — not the file, not `-wal`/`-shm`, not a journal.
+//! The SQLite session store on real files, beyond the shared store contract. Mostly opening
+//! it (and the delivery queue) for inspection only — a command that inspects never writes:
+//! what it refuses, with which reason, and that it creates nothing beside the database (not
+//! the file, not `-wal`/`-shm`, not a journal). Also the repair revision counter.
 #![allow(clippy::disallowed_methods)] // real SQLite files in a real directory, as a user has them
 
 use std::collections::BTreeSet;
@@ -151,4 +152,31 @@ fn a_stray_shm_without_a_wal_is_ignored_and_the_file_read_alone() {
     let inspection = SqliteStore::open_read_only(&path, process()).unwrap().inspect(&sid("s")).unwrap();
     assert_eq!(inspection.records, log.records);
     assert_eq!(listing(dir.path()), before, "no -wal is created");
+}
+
+/// `revision` counts the rewrites of a session's log by repair (what a report cites as "the
+/// transcript was repaired"): one per repair, none for a clean open or an inspection.
+#[test]
+fn a_repair_bumps_the_revision_once_and_clean_opens_and_inspections_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.sqlite");
+    let world = TestProcess::world();
+    let crashed = TestProcess::new("crashed", &world);
+    let store = SqliteStore::open(&path, crashed.clone()).unwrap();
+    let mut writer = store.create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &crate::store_contract::interrupted_turn(2).records, 3);
+    crashed.kill();
+    drop(writer); // SIGKILL: no close
+    let recovery = SqliteStore::open(&path, TestProcess::new("recovery", &world)).unwrap();
+    assert_eq!(recovery.revision(&sid("s")).unwrap(), 0, "never repaired");
+    recovery.inspect(&sid("s")).unwrap();
+    assert_eq!(recovery.revision(&sid("s")).unwrap(), 0, "an inspection repairs nothing");
+    let opened = recovery.open(&sid("s"), faultline_runtime::store::Takeover::IfDead).unwrap();
+    assert!(opened.loaded.repair.is_some());
+    opened.log.close().unwrap();
+    assert_eq!(recovery.revision(&sid("s")).unwrap(), 1, "one repair");
+    let again = recovery.open(&sid("s"), faultline_runtime::store::Takeover::IfDead).unwrap();
+    assert!(again.loaded.repair.is_none());
+    again.log.close().unwrap();
+    assert_eq!(recovery.revision(&sid("s")).unwrap(), 1, "a clean open is no repair");
 }
