@@ -180,3 +180,23 @@ fn a_repair_bumps_the_revision_once_and_clean_opens_and_inspections_do_not() {
     again.log.close().unwrap();
     assert_eq!(recovery.revision(&sid("s")).unwrap(), 1, "a clean open is no repair");
 }
+
+/// SQLite cannot tear, so a committed row whose key disagrees with the record it holds is
+/// corruption at that row — even when the records alone would still read as a valid log.
+#[test]
+fn a_row_whose_seq_key_disagrees_with_its_record_is_corruption_at_that_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.sqlite");
+    let log = store_with_one_session(&path);
+    let last = log.records.last().unwrap().seq;
+    let changed = rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE events SET seq = 999 WHERE seq = ?1", [last as i64])
+        .unwrap();
+    assert_eq!(changed, 1);
+    let inspection = SqliteStore::open_read_only(&path, process()).unwrap().inspect(&sid("s")).unwrap();
+    assert_eq!(inspection.status, faultline_runtime::store::ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, 999, "the offset of a row is its seq");
+    assert_eq!(error.reason, format!("row seq 999 holds seq {last}"));
+}
