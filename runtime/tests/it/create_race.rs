@@ -1,7 +1,8 @@
-//! Two writers racing to create the same file — a session's owner token, the delivery
-//! journal. The loser learns who won (the session is locked, and by whom) or uses what the
-//! winner published (the journal); any other failure to create stays an I/O error (an
-//! operator must not be sent looking for a rival writer that does not exist).
+//! Two writers racing to create the same file or directory — a session's owner token, the
+//! delivery journal, the store's root. The loser learns who won (the session is locked, and
+//! by whom) or uses what the winner published (the journal, the directory); any other
+//! failure to create stays an I/O error (an operator must not be sent looking for a rival
+//! writer that does not exist).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,8 @@ enum Moment {
     ExclusiveCreate,
     /// Our publishing of a fully written temp file under the final name (`hard_link`).
     Publish,
+    /// Our `create_dir` of a directory.
+    CreateDir,
 }
 
 /// What happens at that moment, once.
@@ -32,6 +35,8 @@ enum Rival {
     /// Another writer puts its own file (these bytes, given the final path) under the name
     /// just before us, so our step meets `AlreadyExists`.
     WinsTheRace(fn(&Path) -> Vec<u8>),
+    /// Another writer creates the directory just before us.
+    MakesTheDirectory,
     /// The disk fails our step.
     DiskFails,
 }
@@ -60,6 +65,7 @@ impl RacingFs {
                 crate::fixtures::write(path, &bytes(path));
                 Ok(())
             }
+            Rival::MakesTheDirectory => RealFs.create_dir(path),
             Rival::DiskFails => Err(io::Error::other("injected EIO creating the file")),
         }
     }
@@ -76,6 +82,7 @@ impl Fs for RacingFs {
         RealFs.read(path)
     }
     fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.strike(Moment::CreateDir, path)?;
         RealFs.create_dir(path)
     }
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
@@ -163,4 +170,18 @@ fn a_disk_that_fails_to_publish_the_delivery_journal_is_an_io_error() {
     let (_dir, opened) = open_journal_with(Rival::DiskFails);
     let error = opened.expect_err("no journal was created");
     assert!(error.to_string().contains("injected EIO"), "the disk's own error is reported: {error}");
+}
+
+/// Two processes starting on a fresh machine both create the store's root: the one that
+/// finds it made by the other between its look and its create goes on.
+#[test]
+fn a_rival_creating_the_store_root_first_is_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sessions");
+    let fs = RacingFs::new("sessions", Moment::CreateDir, Rival::MakesTheDirectory);
+    let store =
+        FileStore::new(seams_with(TestProcess::new("us", &TestProcess::world()), fs.clone()), &root, Format::Jsonl);
+    store.create(&sid("s"), T0).expect("the root exists: whoever made it").close().unwrap();
+    assert!(fs.fired.load(Ordering::SeqCst), "the rival made the root first");
+    assert!(root.join("s").join("session.jsonl").is_file());
 }

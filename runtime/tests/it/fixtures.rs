@@ -58,17 +58,24 @@ pub enum FailOp {
     Write,
     Sync,
     SetLen,
+    CreateDir,
 }
 
-/// Real files, except that the next `n`-th write/sync/set_len (armed by the test) fails
-/// with EIO.
+/// Real files, except that the next `n`-th write/sync/set_len/create_dir (armed by the test)
+/// fails with EIO. Records every directory it syncs.
 #[derive(Debug, Clone, Default)]
 pub struct FaultyFs {
     armed: Arc<Mutex<Vec<(FailOp, u64)>>>,
     calls: Arc<AtomicU64>,
+    synced_dirs: Arc<Mutex<Vec<PathBuf>>>,
 }
 
 impl FaultyFs {
+    /// Every directory synced so far, in order.
+    pub fn synced_dirs(&self) -> Vec<PathBuf> {
+        self.synced_dirs.lock().unwrap().clone()
+    }
+
     /// Fails the `after`-th next call of `op` (0 = the very next one).
     pub fn fail(&self, op: FailOp, after: u64) {
         self.armed.lock().unwrap().push((op, after));
@@ -140,6 +147,7 @@ impl Fs for FaultyFs {
         RealFs.read(path)
     }
     fn create_dir(&self, path: &Path) -> io::Result<()> {
+        self.check(FailOp::CreateDir)?;
         RealFs.create_dir(path)
     }
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
@@ -158,7 +166,9 @@ impl Fs for FaultyFs {
         RealFs.metadata(path)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        RealFs.sync_dir(path)
+        RealFs.sync_dir(path)?;
+        self.synced_dirs.lock().unwrap().push(path.to_path_buf());
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod create_race;
 mod event_model;
+mod file_store;
 mod fixtures;
 mod limits;
 mod llm_classify;

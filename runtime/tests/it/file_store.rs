@@ -1,0 +1,53 @@
+//! The file backends' own directory handling: a store root that does not exist yet is
+//! created level by level, each new name made durable in its parent, and a directory that
+//! cannot be created is an error that says so.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use faultline_runtime::store::{FileStore, Format, Store};
+use faultline_runtime::Error;
+
+use crate::fixtures::{seams_with, FailOp, FaultyFs, TestProcess};
+use crate::store_contract::sid;
+use crate::support::T0;
+
+fn store(fs: &FaultyFs, root: &std::path::Path) -> FileStore {
+    let process = TestProcess::new("a", &TestProcess::world());
+    FileStore::new(seams_with(process, Arc::new(fs.clone())), root, Format::Jsonl)
+}
+
+#[test]
+fn a_missing_root_is_created_level_by_level_and_each_new_name_synced_in_its_parent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("a").join("b").join("sessions");
+    let fs = FaultyFs::default();
+    store(&fs, &root).create(&sid("s"), T0).unwrap().close().unwrap();
+    assert!(root.join("s").join("session.jsonl").is_file());
+    let synced = fs.synced_dirs();
+    let at = |dir: &PathBuf| {
+        synced.iter().position(|d| d == dir).unwrap_or_else(|| panic!("{dir:?} never synced: {synced:?}"))
+    };
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("a").join("b"));
+    // Each directory's parent is synced after the directory is created, outermost first.
+    assert!(at(&tmp.path().to_path_buf()) < at(&a), "{synced:?}");
+    assert!(at(&a) < at(&b), "{synced:?}");
+    assert!(at(&b) < at(&root), "{synced:?}");
+    assert!(synced.contains(&root.join("s")), "the session directory's new file names: {synced:?}");
+}
+
+#[test]
+fn a_root_that_cannot_be_created_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("sessions");
+    let fs = FaultyFs::default();
+    fs.fail(FailOp::CreateDir, 0);
+    match store(&fs, &root).create(&sid("s"), T0) {
+        Err(Error::Io { context, source }) => {
+            assert_eq!(context, format!("creating directory {}", root.display()));
+            assert!(source.to_string().contains("injected EIO"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!root.exists());
+}
