@@ -185,3 +185,22 @@ fn a_rival_creating_the_store_root_first_is_no_error() {
     assert!(fs.fired.load(Ordering::SeqCst), "the rival made the root first");
     assert!(root.join("s").join("session.jsonl").is_file());
 }
+
+/// A session header, as a rival that created the same session first would have published.
+fn rival_session_file(_: &Path) -> Vec<u8> {
+    let header = faultline_runtime::event::SessionHeader::new("s", T0).encode();
+    format!("{header}\n").into_bytes()
+}
+
+#[test]
+fn losing_the_race_to_publish_a_session_file_says_the_session_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = RacingFs::new("session.jsonl", Moment::Publish, Rival::WinsTheRace(rival_session_file));
+    let store =
+        FileStore::new(seams_with(TestProcess::new("us", &TestProcess::world()), fs), dir.path(), Format::Jsonl);
+    match store.create(&sid("s"), T0) {
+        Err(Error::SessionExists(id)) => assert_eq!(id, "s"),
+        Err(other) => panic!("expected SessionExists, got {other}"),
+        Ok(_) => panic!("two creates of one session both succeeded"),
+    }
+}

@@ -51,3 +51,40 @@ fn a_root_that_cannot_be_created_is_an_error_naming_it() {
     }
     assert!(!root.exists());
 }
+
+#[test]
+fn a_session_directory_that_cannot_be_created_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("sessions");
+    std::fs::create_dir(&root).unwrap();
+    let fs = FaultyFs::default();
+    fs.fail(FailOp::CreateDir, 0);
+    match store(&fs, &root).create(&sid("s"), T0) {
+        Err(Error::Io { context, source }) => {
+            assert_eq!(context, format!("creating directory {}", root.join("s").display()));
+            assert!(source.to_string().contains("injected EIO"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Inspecting a file by path: a missing file is "no such session"; any other failure to
+/// open it is an I/O error, never mistaken for a missing session.
+#[test]
+fn inspecting_a_missing_file_is_session_not_found_and_an_unopenable_one_an_io_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seams = seams_with(TestProcess::new("a", &TestProcess::world()), Arc::new(FaultyFs::default()));
+    let missing = tmp.path().join("gone").join("session.jsonl");
+    match faultline_runtime::store::inspect_file(&seams, &missing) {
+        Err(Error::SessionNotFound(path)) => assert_eq!(path, missing.display().to_string()),
+        other => panic!("{other:?}"),
+    }
+    // A regular file where a directory should be: opening below it fails with ENOTDIR.
+    let file = tmp.path().join("plain");
+    crate::fixtures::write(&file, b"not a directory");
+    let below = file.join("session.jsonl");
+    match faultline_runtime::store::inspect_file(&seams, &below) {
+        Err(Error::Io { context, .. }) => assert_eq!(context, format!("reading {}", below.display())),
+        other => panic!("{other:?}"),
+    }
+}
