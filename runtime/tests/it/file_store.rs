@@ -88,3 +88,18 @@ fn inspecting_a_missing_file_is_session_not_found_and_an_unopenable_one_an_io_er
         other => panic!("{other:?}"),
     }
 }
+
+/// A store whose root does not exist yet lists no sessions; a root that cannot be listed is an
+/// I/O error, never an empty store (a caller would conclude there is nothing to recover).
+#[test]
+fn listing_a_missing_root_is_empty_and_an_unlistable_one_an_io_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::default();
+    assert_eq!(store(&fs, &tmp.path().join("not-yet")).list().unwrap(), vec![]);
+    let plain = tmp.path().join("plain");
+    crate::fixtures::write(&plain, b"a file where the root should be");
+    match store(&fs, &plain).list() {
+        Err(Error::Io { context, .. }) => assert_eq!(context, format!("listing {}", plain.display())),
+        other => panic!("{other:?}"),
+    }
+}
