@@ -62,15 +62,23 @@ pub enum FailOp {
 }
 
 /// Real files, except that the next `n`-th write/sync/set_len/create_dir (armed by the test)
-/// fails with EIO. Records every directory it syncs.
+/// fails with EIO, and reads may be made short. Records every directory it syncs.
 #[derive(Debug, Clone, Default)]
 pub struct FaultyFs {
     armed: Arc<Mutex<Vec<(FailOp, u64)>>>,
     calls: Arc<AtomicU64>,
     synced_dirs: Arc<Mutex<Vec<PathBuf>>>,
+    /// Most bytes one `read_at` returns (0: no limit). A positioned read may legally return
+    /// fewer bytes than asked (network and FUSE filesystems do); every reader must loop.
+    read_bytes_max: Arc<AtomicU64>,
 }
 
 impl FaultyFs {
+    /// From now on, every `read_at` returns at most `bytes` bytes (0: no limit).
+    pub fn short_reads(&self, bytes: u64) {
+        self.read_bytes_max.store(bytes, Ordering::Relaxed);
+    }
+
     /// Every directory synced so far, in order.
     pub fn synced_dirs(&self) -> Vec<PathBuf> {
         self.synced_dirs.lock().unwrap().clone()
@@ -121,7 +129,9 @@ impl FsFile for FaultyFile {
     }
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read_at(offset, buf)
+        let max = usize::try_from(self.fs.read_bytes_max.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let len = if max == 0 { buf.len() } else { buf.len().min(max) };
+        self.inner.read_at(offset, &mut buf[..len])
     }
 
     fn sync(&mut self) -> io::Result<()> {

@@ -340,3 +340,29 @@ fn zstd_a_lost_first_append_after_the_header_is_torn() {
     let inspection = inspect(&bench);
     assert_eq!((inspection.status, inspection.torn_bytes), (ScanStatus::Torn, 100));
 }
+
+/// A positioned read may return fewer bytes than asked for. Every verdict — clean, torn with
+/// records recovered, corrupt — and every record is the same when the disk hands the scanner
+/// one byte, or seven, at a time.
+#[test]
+fn every_verdict_is_the_same_when_the_disk_returns_short_reads() {
+    type Damage = fn(&[u8], &Log) -> Vec<u8>;
+    let damages: [(&str, Backend, Damage); 6] = [
+        ("jsonl clean", Backend::Jsonl, |b, _| b.to_vec()),
+        ("jsonl unterminated last line", Backend::Jsonl, |b, _| b[..b.len() - 7].to_vec()),
+        ("jsonl duplicated last line", Backend::Jsonl, |b, log| [b, &line(log.records.last().unwrap())].concat()),
+        ("zstd clean", Backend::Zstd, |b, _| b.to_vec()),
+        ("zstd torn inside its checksum", Backend::Zstd, |b, _| b[..b.len() - 2].to_vec()),
+        ("zstd two stray magic bytes", Backend::Zstd, |b, _| [b, &[0x28, 0xB5][..]].concat()),
+    ];
+    for (name, backend, damage) in damages {
+        let (bench, path, log) = two_turns(backend);
+        write(&path, &damage(&read(&path), &log));
+        let whole = format!("{:?}", inspect(&bench));
+        for bytes in [1, 7] {
+            bench.fs.short_reads(bytes);
+            assert_eq!(format!("{:?}", inspect(&bench)), whole, "{name}: reads of at most {bytes} bytes");
+        }
+        bench.fs.short_reads(0);
+    }
+}
