@@ -81,25 +81,24 @@ pub(crate) fn open_read_only(path: &Path, tables: &[&str]) -> Result<ReadOnly> {
         PathBuf::from(name)
     };
     let (wal, shm) = (beside("-wal").exists(), beside("-shm").exists());
-    let mut copy = None;
-    let conn = match (wal, shm) {
+    let (opened, copy) = match (wal, shm) {
         // A writer may be live: read through its WAL and share its wal-index.
-        (true, true) => Connection::open_with_flags(path, flags),
+        (true, true) => (Connection::open_with_flags(path, flags), None),
         // A -wal without its -shm (files copied by hand, or a crash that lost the index): no
         // writer is live (a live one always has both), and the WAL may hold commits the file
         // lacks. Reading them needs a wal-index, which SQLite would create beside the
         // database — so read a private copy of the two instead (costs one copy of the file).
         (true, false) => {
             let private = private_copy(path, &beside("-wal"))?;
-            let opened = Connection::open_with_flags(private.path().join(PRIVATE_COPY_NAME), flags);
-            copy = Some(Arc::new(private));
-            opened
+            (Connection::open_with_flags(private.path().join(PRIVATE_COPY_NAME), flags), Some(Arc::new(private)))
         }
         // No WAL: the file alone is the whole database (a stray -shm indexes nothing). Opened
         // immutable, SQLite creates nothing beside it.
-        (false, _) => Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI),
-    }
-    .map_err(|e| not_ours(e.to_string()))?;
+        (false, _) => {
+            (Connection::open_with_flags(immutable_uri(path), flags | rusqlite::OpenFlags::SQLITE_OPEN_URI), None)
+        }
+    };
+    let conn = opened.map_err(|e| not_ours(e.to_string()))?;
     conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
     for table in tables {
         let found: i64 = conn

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use faultline_runtime::production::{self, SqliteOutbox, SqliteStore};
-use faultline_runtime::store::Store;
+use faultline_runtime::store::{SessionLog, Store};
 use faultline_runtime::Error;
 
 use crate::fixtures::TestProcess;
@@ -36,6 +36,17 @@ fn store_with_one_session(path: &Path) -> Log {
     writer.close().unwrap();
     drop(store);
     log
+}
+
+/// A store at `path` whose writer is still live, holding one tool turn: its commits sit in the
+/// `-wal`, not yet checkpointed into the file.
+fn live_writer(path: &Path) -> (Log, Box<dyn SessionLog>) {
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let store = SqliteStore::open(path, process()).unwrap();
+    let mut writer = store.create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &log.records, 2);
+    (log, writer)
 }
 
 fn refusal(result: faultline_runtime::Result<SqliteStore>) -> String {
@@ -104,11 +115,7 @@ fn a_store_under_a_path_with_uri_characters_is_read_whole_and_nothing_is_created
 fn an_inspection_beside_a_live_writer_sees_what_it_committed_only_to_its_wal() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.sqlite");
-    let mut log = Log::default();
-    log.tool_turn(1);
-    let store = SqliteStore::open(&path, process()).unwrap();
-    let mut writer = store.create(&sid("s"), T0).unwrap();
-    append_all(writer.as_mut(), &log.records, 2);
+    let (log, writer) = live_writer(&path);
     // The writer is live: its commits are in the -wal, not yet checkpointed into the file.
     assert!(listing(dir.path()).contains("sessions.sqlite-wal"));
     let inspection = SqliteStore::open_read_only(&path, process()).unwrap().inspect(&sid("s")).unwrap();
@@ -124,11 +131,7 @@ fn an_inspection_beside_a_live_writer_sees_what_it_committed_only_to_its_wal() {
 fn a_copied_database_with_its_wal_but_no_shm_is_read_with_the_wal() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sessions.sqlite");
-    let mut log = Log::default();
-    log.tool_turn(1);
-    let store = SqliteStore::open(&path, process()).unwrap();
-    let mut writer = store.create(&sid("s"), T0).unwrap();
-    append_all(writer.as_mut(), &log.records, 2);
+    let (log, writer) = live_writer(&path);
     let copy = tempfile::tempdir().unwrap();
     let copied = copy.path().join("sessions.sqlite");
     std::fs::copy(&path, &copied).unwrap();
