@@ -192,8 +192,20 @@ impl Source for FileSource {
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let left = self.len.saturating_sub(offset);
         let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        self.file.read_at(offset, &mut buf[..want])
+        let n = self.file.read_at(offset, &mut buf[..want])?;
+        if n == 0 && want > 0 {
+            // The length was fixed when the scan started; a file that ends before it was cut
+            // under the scan (a repair truncating its tail), and no verdict about the bytes
+            // it no longer has would be true. Every reader of a source sees this one error.
+            return Err(shrank());
+        }
+        Ok(n)
     }
+}
+
+/// The error of a file that ends before the length its scan started with.
+fn shrank() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was scanned")
 }
 
 /// The bytes `[from, to)` of `source`, whole. A file that ends early is an I/O error: it
@@ -204,7 +216,7 @@ fn read_range(source: &mut dyn Source, from: u64, to: u64) -> io::Result<Vec<u8>
     while at < out.len() {
         let n = source.read_at(from + at as u64, &mut out[at..])?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was scanned"));
+            return Err(shrank());
         }
         at += n;
     }
@@ -408,7 +420,8 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
         }
         let n = source.read_at(buffer_at + used as u64, &mut buffer[used..])?;
         used += n;
-        let at_end = buffer_at + used as u64 >= file_len || n == 0;
+        // A source returns 0 bytes only at its end (a file that shrank is an error).
+        let at_end = buffer_at + used as u64 >= file_len;
         let Some(last_newline) = memchr::memrchr(b'\n', &buffer[..used]) else {
             if at_end {
                 break;

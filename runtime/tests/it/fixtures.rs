@@ -71,12 +71,20 @@ pub struct FaultyFs {
     /// Most bytes one `read_at` returns (0: no limit). A positioned read may legally return
     /// fewer bytes than asked (network and FUSE filesystems do); every reader must loop.
     read_bytes_max: Arc<AtomicU64>,
+    /// Armed by [`FaultyFs::shrinks_at_next_read`]: the length a rival cuts the file to.
+    shrink_to: Arc<Mutex<Option<u64>>>,
 }
 
 impl FaultyFs {
     /// From now on, every `read_at` returns at most `bytes` bytes (0: no limit).
     pub fn short_reads(&self, bytes: u64) {
         self.read_bytes_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// At the next `read_at` of any file, a rival first truncates that file to `len` bytes
+    /// (a repair cutting a torn tail while someone reads): the reader opened it longer.
+    pub fn shrinks_at_next_read(&self, len: u64) {
+        *self.shrink_to.lock().unwrap() = Some(len);
     }
 
     /// Every directory synced so far, in order.
@@ -116,6 +124,7 @@ impl FaultyFs {
 struct FaultyFile {
     inner: Box<dyn FsFile>,
     fs: FaultyFs,
+    path: PathBuf,
 }
 
 impl FsFile for FaultyFile {
@@ -129,6 +138,9 @@ impl FsFile for FaultyFile {
     }
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(len) = self.fs.shrink_to.lock().unwrap().take() {
+            std::fs::OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
+        }
         let max = usize::try_from(self.fs.read_bytes_max.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let len = if max == 0 { buf.len() } else { buf.len().min(max) };
         self.inner.read_at(offset, &mut buf[..len])
@@ -151,7 +163,7 @@ impl FsFile for FaultyFile {
 
 impl Fs for FaultyFs {
     fn open(&self, path: &Path, options: OpenOptions) -> io::Result<Box<dyn FsFile>> {
-        Ok(Box::new(FaultyFile { inner: RealFs.open(path, options)?, fs: self.clone() }))
+        Ok(Box::new(FaultyFile { inner: RealFs.open(path, options)?, fs: self.clone(), path: path.to_owned() }))
     }
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         RealFs.read(path)

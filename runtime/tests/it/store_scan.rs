@@ -347,22 +347,56 @@ fn zstd_a_lost_first_append_after_the_header_is_torn() {
 #[test]
 fn every_verdict_is_the_same_when_the_disk_returns_short_reads() {
     type Damage = fn(&[u8], &Log) -> Vec<u8>;
-    let damages: [(&str, Backend, Damage); 6] = [
-        ("jsonl clean", Backend::Jsonl, |b, _| b.to_vec()),
-        ("jsonl unterminated last line", Backend::Jsonl, |b, _| b[..b.len() - 7].to_vec()),
-        ("jsonl duplicated last line", Backend::Jsonl, |b, log| [b, &line(log.records.last().unwrap())].concat()),
-        ("zstd clean", Backend::Zstd, |b, _| b.to_vec()),
-        ("zstd torn inside its checksum", Backend::Zstd, |b, _| b[..b.len() - 2].to_vec()),
-        ("zstd two stray magic bytes", Backend::Zstd, |b, _| [b, &[0x28, 0xB5][..]].concat()),
+    let damages: [(&str, Backend, Damage, ScanStatus); 7] = [
+        ("jsonl clean", Backend::Jsonl, |b, _| b.to_vec(), ScanStatus::Clean),
+        // JSON allows it, the writer never writes it: one record line starting with a space,
+        // so not every line starts with the byte the one before it did.
+        (
+            "jsonl one line with leading whitespace",
+            Backend::Jsonl,
+            |b, _| {
+                let third = b.iter().enumerate().filter(|&(_, &c)| c == b'\n').nth(1).unwrap().0 + 1;
+                [&b[..third], b" ", &b[third..]].concat()
+            },
+            ScanStatus::Clean,
+        ),
+        ("jsonl unterminated last line", Backend::Jsonl, |b, _| b[..b.len() - 7].to_vec(), ScanStatus::Torn),
+        (
+            "jsonl duplicated last line",
+            Backend::Jsonl,
+            |b, log| [b, &line(log.records.last().unwrap())].concat(),
+            ScanStatus::Corrupt,
+        ),
+        ("zstd clean", Backend::Zstd, |b, _| b.to_vec(), ScanStatus::Clean),
+        ("zstd torn inside its checksum", Backend::Zstd, |b, _| b[..b.len() - 2].to_vec(), ScanStatus::Torn),
+        ("zstd two stray magic bytes", Backend::Zstd, |b, _| [b, &[0x28, 0xB5][..]].concat(), ScanStatus::Torn),
     ];
-    for (name, backend, damage) in damages {
+    for (name, backend, damage, status) in damages {
         let (bench, path, log) = two_turns(backend);
         write(&path, &damage(&read(&path), &log));
-        let whole = format!("{:?}", inspect(&bench));
+        let whole = inspect(&bench);
+        assert_eq!(whole.status, status, "{name}");
+        let whole = format!("{whole:?}");
         for bytes in [1, 7] {
             bench.fs.short_reads(bytes);
             assert_eq!(format!("{:?}", inspect(&bench)), whole, "{name}: reads of at most {bytes} bytes");
         }
         bench.fs.short_reads(0);
+    }
+}
+
+/// A rival truncates the file after the scan measured it (a repair cutting a torn tail while
+/// someone inspects): the scan says the file changed under it; it never reports a torn tail
+/// or a clean prefix of bytes it could not read.
+#[test]
+fn a_file_that_shrinks_while_it_is_scanned_is_an_io_error_not_a_verdict() {
+    for backend in [Backend::Jsonl, Backend::Zstd] {
+        let (bench, path, _) = two_turns(backend);
+        let len = read(&path).len() as u64;
+        bench.fs.shrinks_at_next_read(len / 2);
+        let error = bench.store(&bench.process("inspector")).inspect(&sid("s")).unwrap_err();
+        assert!(matches!(error, Error::Io { .. }), "{backend:?}: {error:?}");
+        assert!(error.to_string().contains("the file shrank while it was scanned"), "{backend:?}: {error}");
+        assert_eq!(read(&path).len() as u64, len / 2, "{backend:?}: the rival did cut it");
     }
 }
