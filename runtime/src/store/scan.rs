@@ -625,9 +625,11 @@ fn complete_records(rest: &[u8]) -> Vec<Record> {
     line_spans(rest).into_iter().filter_map(|(s, e)| decode_line(&rest[s..e]).ok()).collect()
 }
 
-/// Longest decompressed content accepted from one frame: a batch is at most a few thousand
-/// records, so 256 MiB is garbage or a decompression bomb.
-pub const FRAME_CONTENT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Longest decompressed content accepted from one frame: the largest unit the writer makes,
+/// one record of [`RECORD_LINE_BYTES_MAX`] and its newline (a unit of several records is at
+/// most 1 MiB). Anything longer is garbage or a decompression bomb, and the bound is what a
+/// hostile frame can make a scan allocate (per decoding core).
+pub const FRAME_CONTENT_BYTES_MAX: u64 = RECORD_LINE_BYTES_MAX as u64 + 1;
 
 fn decompress_frame(frame: &[u8]) -> io::Result<Vec<u8>> {
     let mut decoder = zstd::stream::read::Decoder::with_buffer(frame)?.single_frame();
@@ -920,7 +922,7 @@ fn complete_frame_after(source: &mut dyn Source, from: u64) -> io::Result<Option
         for i in memchr::memmem::find_iter(&buffer[..n], &MAGIC) {
             let start = search + i as u64;
             if let FrameEnd::Complete(frame) = walk_one(source, start)? {
-                if frame.end as u64 - start <= ZSTD_FRAME_BYTES_MAX {
+                if frame.end as u64 - start <= zstd_unit_bytes_max() {
                     let bytes = read_range(source, start, frame.end as u64)?;
                     let local = FrameSpan { start: 0, end: bytes.len(), ..frame };
                     if complete_frame_text(&bytes, &local).is_ok() {
@@ -935,14 +937,12 @@ fn complete_frame_after(source: &mut dyn Source, from: u64) -> io::Result<Option
     Ok(None)
 }
 
-/// Largest frame a zstd scan reads to check it: one oversize record's unit, compressed.
-const ZSTD_FRAME_BYTES_MAX: u64 = FRAME_CONTENT_BYTES_MAX;
-
 /// Shortest run of zero bytes inside a zstd tail taken for a power-loss hole. Holes are whole
 /// disk blocks (512 bytes and up); 64 zeros in a row do not occur in a frame zstd wrote.
 const ZSTD_HOLE_ZERO_BYTES_MIN: usize = 64;
 
-/// The largest tail that can be one write unit's frame.
+/// The largest tail that can be one write unit's frame, and the largest frame a scan reads
+/// to check it: one oversize record's unit, compressed.
 fn zstd_unit_bytes_max() -> u64 {
     zstd::zstd_safe::compress_bound(torn_unit_bytes_max(true)) as u64
 }

@@ -71,6 +71,9 @@ pub struct FaultyFs {
     /// Most bytes one `read_at` returns (0: no limit). A positioned read may legally return
     /// fewer bytes than asked (network and FUSE filesystems do); every reader must loop.
     read_bytes_max: Arc<AtomicU64>,
+    /// The largest buffer any `read_at` was asked to fill: a reader's memory bound, seen
+    /// from the disk's side.
+    largest_read: Arc<AtomicU64>,
     /// Armed by [`FaultyFs::shrinks_at_next_read`]: the length a rival cuts the file to.
     shrink_to: Arc<Mutex<Option<u64>>>,
 }
@@ -85,6 +88,11 @@ impl FaultyFs {
     /// (a repair cutting a torn tail while someone reads): the reader opened it longer.
     pub fn shrinks_at_next_read(&self, len: u64) {
         *self.shrink_to.lock().unwrap() = Some(len);
+    }
+
+    /// The largest buffer one `read_at` was asked to fill so far.
+    pub fn largest_read(&self) -> u64 {
+        self.largest_read.load(Ordering::Relaxed)
     }
 
     /// Every directory synced so far, in order.
@@ -141,6 +149,7 @@ impl FsFile for FaultyFile {
         if let Some(len) = self.fs.shrink_to.lock().unwrap().take() {
             std::fs::OpenOptions::new().write(true).open(&self.path)?.set_len(len)?;
         }
+        self.fs.largest_read.fetch_max(buf.len() as u64, Ordering::Relaxed);
         let max = usize::try_from(self.fs.read_bytes_max.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
         let len = if max == 0 { buf.len() } else { buf.len().min(max) };
         self.inner.read_at(offset, &mut buf[..len])

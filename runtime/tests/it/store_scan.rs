@@ -400,3 +400,26 @@ fn a_file_that_shrinks_while_it_is_scanned_is_an_io_error_not_a_verdict() {
         assert_eq!(read(&path).len() as u64, len / 2, "{backend:?}: the rival did cut it");
     }
 }
+
+/// A frame that decompresses to more than any unit the writer makes (one record at the line
+/// limit and its newline) is refused before it is held whole: a few KiB of zstd cannot make
+/// the scan allocate what they expand to.
+#[test]
+fn zstd_a_frame_that_expands_past_the_largest_unit_is_corrupt() {
+    let (bench, path, _) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    // One byte over the largest unit: a line of the limit plus one, and its newline.
+    let mut text = vec![b'x'; RECORD_LINE_BYTES_MAX + 1];
+    text.push(b'\n');
+    assert_eq!(text.len() as u64, FRAME_CONTENT_BYTES_MAX + 1);
+    let bomb = frame(&text, true);
+    assert!(bomb.len() < 64 * 1024, "{} bytes expand to {}", bomb.len(), text.len());
+    write(&path, &[clean.clone(), bomb].concat());
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(error.reason.contains("frame content exceeds the size limit"), "{error:?}");
+    // The largest unit the writer does make (a line of exactly the limit) reads back on every
+    // store: limits::a_line_of_exactly_the_limit_is_kept_and_one_byte_more_is_refused.
+}

@@ -166,3 +166,105 @@ fn a_resumed_writer_keeps_only_the_conversation_and_continues_from_the_scan() {
         Validator::validate_all(&after.records).unwrap();
     }
 }
+
+/// A small closed session (two tool turns), its file and log.
+fn small_session() -> (Bench, PathBuf, Log) {
+    let bench = Bench::new(Backend::Jsonl);
+    let mut log = Log::default();
+    log.tool_turn(1);
+    log.tool_turn(2);
+    let mut writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &log.records, 5);
+    writer.close().unwrap();
+    let path = bench.session_file(&sid("s")).unwrap();
+    (bench, path, log)
+}
+
+fn record_line(record: &Record) -> Vec<u8> {
+    let mut bytes = record.encode().into_bytes();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// A line of `bytes` copies of `fill`, newline-terminated or not.
+fn long_line(fill: u8, bytes: usize, terminated: bool) -> Vec<u8> {
+    let mut line = vec![fill; bytes];
+    if terminated {
+        line.push(b'\n');
+    }
+    line
+}
+
+/// The most a scan asks the disk for at once: one record's bound (the buffer grown to hold
+/// the longest line the limit allows), however large the damage.
+const READ_BYTES_BOUND: u64 = RECORD_LINE_BYTES_MAX as u64 + 2;
+
+#[test]
+fn a_line_longer_than_any_record_is_damage_when_terminated_and_torn_when_it_runs_to_the_end() {
+    let (bench, path, log) = small_session();
+    let clean = read(&path);
+    let long = 24 * 1024 * 1024;
+
+    // Ends in a newline: a crash cannot write that, and nothing after it could be one unit.
+    write(&path, &[clean.clone(), long_line(b'x', long, true)].concat());
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(error.reason.contains(&format!("line exceeds the {RECORD_LINE_BYTES_MAX}-byte limit")), "{error:?}");
+    assert!(error.reason.contains("the last line damaged"), "{error:?}");
+    assert!(bench.fs.largest_read() <= READ_BYTES_BOUND, "read {} bytes at once", bench.fs.largest_read());
+
+    // No newline: an append cut short, however long — torn, the prefix kept.
+    write(&path, &[clean.clone(), long_line(b'x', long, false)].concat());
+    let inspection = inspect(&bench);
+    assert_eq!((inspection.status, inspection.torn_bytes), (ScanStatus::Torn, long as u64));
+    assert_eq!(inspection.records, log.records);
+}
+
+#[test]
+fn a_turn_end_far_past_an_oversize_line_is_found_through_a_bounded_buffer() {
+    let (bench, path, _) = small_session();
+    let clean = read(&path);
+    // After the damage: 6 MiB of complete records (more than one scan buffer, so lines
+    // straddle its reads), a line longer than the grown buffer (skipped in pieces), and only
+    // then the turn/end that proves the damage is not a torn tail.
+    let filler =
+        Record::new(900, T0, Event::UserMessage(UserMessage { message: Message::user_text("f".repeat(1000)) }));
+    let fillers = record_line(&filler).repeat(6 * 1024);
+    let turn_end = Record::new(4242, T0, Event::TurnEnd(TurnEnd { turn: 9, reason: TurnEndReason::Completed }));
+    let tampered = [
+        clean.clone(),
+        long_line(b'x', 17 * 1024 * 1024, true),
+        fillers,
+        long_line(b'y', 33 * 1024 * 1024, true),
+        record_line(&turn_end),
+    ]
+    .concat();
+    write(&path, &tampered);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(error.reason.contains("a later committed turn/end (seq 4242) rules out a torn tail"), "{error:?}");
+    assert!(bench.fs.largest_read() <= READ_BYTES_BOUND, "read {} bytes at once", bench.fs.largest_read());
+    assert_eq!(read(&path), tampered, "inspect never writes");
+}
+
+#[test]
+fn a_hole_in_the_last_unit_of_a_session_larger_than_the_scan_buffer_is_torn() {
+    let (bench, path, log) = big_session(Backend::Jsonl);
+    let clean = read(&path);
+    assert!(clean.len() > 2 * SCAN_CHUNK_BYTES);
+    // A power loss zeroed the second-to-last record (its newline survived): a hole inside the
+    // last write unit, with one complete record after it.
+    let ends: Vec<usize> = clean.iter().enumerate().filter(|&(_, &b)| b == b'\n').map(|(i, _)| i).collect();
+    let (hole_from, hole_to) = (ends[ends.len() - 3] + 1, ends[ends.len() - 2]);
+    let mut holed = clean.clone();
+    holed[hole_from..hole_to].fill(0);
+    write(&path, &holed);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn, "{:?}", inspection.error);
+    assert_eq!(inspection.records, log.records[..log.records.len() - 2]);
+    assert_eq!((inspection.torn_bytes, inspection.dropped_records), ((clean.len() - hole_from) as u64, 1));
+}
