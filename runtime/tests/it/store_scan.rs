@@ -115,8 +115,15 @@ fn jsonl_duplicated_final_line_is_corrupt_not_torn() {
 #[test]
 fn jsonl_missing_or_unsupported_header() {
     let (bench, path, _) = two_turns(Backend::Jsonl);
-    write(&path, b"");
-    assert_eq!(inspect(&bench).status, ScanStatus::Corrupt);
+    // What a person reading the refusal is told: which of the two it is.
+    let refusal = |bytes: &[u8]| {
+        write(&path, bytes);
+        let inspection = inspect(&bench);
+        assert_eq!(inspection.status, ScanStatus::Corrupt);
+        inspection.error.unwrap().reason
+    };
+    assert_eq!(refusal(b""), "empty file: no session header");
+    assert_eq!(refusal(b"{\"type\":\"session\",\"version\":1"), "session header line is unterminated");
     write(&path, b"{\"type\":\"session\",\"version\":9,\"id\":\"s\",\"created_at\":0}\n");
     let inspection = inspect(&bench);
     assert_eq!(inspection.status, ScanStatus::Unsupported);
@@ -422,4 +429,40 @@ fn zstd_a_frame_that_expands_past_the_largest_unit_is_corrupt() {
     assert!(error.reason.contains("frame content exceeds the size limit"), "{error:?}");
     // The largest unit the writer does make (a line of exactly the limit) reads back on every
     // store: limits::a_line_of_exactly_the_limit_is_kept_and_one_byte_more_is_refused.
+}
+
+/// The same proof found far from the damage: the search for a later complete frame reads the
+/// rest of the file in bounded pieces, so the frame it finds lies beyond the first of them.
+#[test]
+fn zstd_a_complete_frame_several_scan_buffers_past_the_damage_is_found() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    // A frame of raw blocks (2 MiB - 1 each: the largest a block header can say) whose last
+    // block claims more than the file has left: torn to the structural walk.
+    let raw_block = |size: u32, last: bool| {
+        let header = (size << 3) | u32::from(last);
+        let mut block = header.to_le_bytes()[..3].to_vec();
+        if !last {
+            block.extend(std::iter::repeat_n(b'A', size as usize));
+        }
+        block
+    };
+    let block_max = (1u32 << 21) - 1;
+    let mut tampered = clean.clone();
+    tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
+    for _ in 0..3 {
+        tampered.extend(raw_block(block_max, false));
+    }
+    tampered.extend(raw_block(block_max, true));
+    let later = tampered.len() as u64;
+    assert!(later - clean.len() as u64 > SCAN_CHUNK_BYTES as u64);
+    let next = log.records.len() as u64;
+    tampered.extend(frame(&line(&Record::new(next, T0, Event::TurnStart(TurnStart { turn: 3 }))), true));
+    write(&path, &tampered);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt, "{:?}", inspection.error);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(error.reason.contains(&format!("a complete frame at byte {later} follows the damaged one")), "{error:?}");
+    assert!(bench.fs.largest_read() <= RECORD_LINE_BYTES_MAX as u64 + 2, "read {} at once", bench.fs.largest_read());
 }
