@@ -707,6 +707,16 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
             && (frames.is_empty() || walked - batch_start < ZSTD_BATCH_BYTES)
         {
             match walk_one(source, walked)? {
+                // Larger than any unit the writer makes, compressed: refused before it is
+                // read, so a hostile frame cannot make the scan hold it whole.
+                FrameEnd::Complete(span) if (span.end - span.start) as u64 > zstd_unit_bytes_max() => {
+                    let reason = format!(
+                        "zstd frame of {} bytes is larger than any unit the writer makes ({} bytes)",
+                        span.end - span.start,
+                        zstd_unit_bytes_max()
+                    );
+                    corrupt = Some((walked, reason));
+                }
                 FrameEnd::Complete(span) => {
                     walked = span.end as u64;
                     frames.push(span);

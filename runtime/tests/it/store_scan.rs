@@ -437,23 +437,14 @@ fn zstd_a_frame_that_expands_past_the_largest_unit_is_corrupt() {
 fn zstd_a_complete_frame_several_scan_buffers_past_the_damage_is_found() {
     let (bench, path, log) = two_turns(Backend::Zstd);
     let clean = read(&path);
-    // A frame of raw blocks (2 MiB - 1 each: the largest a block header can say) whose last
-    // block claims more than the file has left: torn to the structural walk.
-    let raw_block = |size: u32, last: bool| {
-        let header = (size << 3) | u32::from(last);
-        let mut block = header.to_le_bytes()[..3].to_vec();
-        if !last {
-            block.extend(std::iter::repeat_n(b'A', size as usize));
-        }
-        block
-    };
-    let block_max = (1u32 << 21) - 1;
+    // A frame of raw blocks whose last block claims more than the file has left: torn to the
+    // structural walk.
     let mut tampered = clean.clone();
     tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
     for _ in 0..3 {
-        tampered.extend(raw_block(block_max, false));
+        tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
     }
-    tampered.extend(raw_block(block_max, true));
+    tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, true, true));
     let later = tampered.len() as u64;
     assert!(later - clean.len() as u64 > SCAN_CHUNK_BYTES as u64);
     let next = log.records.len() as u64;
@@ -465,4 +456,40 @@ fn zstd_a_complete_frame_several_scan_buffers_past_the_damage_is_found() {
     assert_eq!(error.offset, clean.len() as u64);
     assert!(error.reason.contains(&format!("a complete frame at byte {later} follows the damaged one")), "{error:?}");
     assert!(bench.fs.largest_read() <= RECORD_LINE_BYTES_MAX as u64 + 2, "read {} at once", bench.fs.largest_read());
+}
+
+/// The largest block a zstd block header can describe (21 bits of size).
+const RAW_BLOCK_BYTES_MAX: u32 = (1 << 21) - 1;
+
+/// A raw zstd block header saying `size` bytes, with those bytes (`A`s) unless `claim_only`.
+fn raw_block(size: u32, last: bool, claim_only: bool) -> Vec<u8> {
+    let header = (size << 3) | u32::from(last);
+    let mut block = header.to_le_bytes()[..3].to_vec();
+    if !claim_only {
+        block.extend(std::iter::repeat_n(b'A', size as usize));
+    }
+    block
+}
+
+/// A structurally complete frame larger (compressed) than any unit the writer makes is
+/// refused from its headers alone: the scan never reads a frame it could not have written.
+#[test]
+fn zstd_a_frame_larger_than_any_unit_the_writer_makes_is_corrupt_before_it_is_read() {
+    let (bench, path, _) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    let mut tampered = clean.clone();
+    tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
+    for _ in 0..9 {
+        tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
+    }
+    tampered.extend(raw_block(10, true, false));
+    let frame_bytes = tampered.len() - clean.len();
+    assert!(frame_bytes > RECORD_LINE_BYTES_MAX + 64 * 1024, "{frame_bytes}");
+    write(&path, &tampered);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    let error = inspection.error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(bench.fs.largest_read() < 1024 * 1024, "read {} bytes at once", bench.fs.largest_read());
+    assert!(error.reason.contains(&format!("zstd frame of {frame_bytes} bytes is larger than any unit")), "{error:?}");
 }
