@@ -261,6 +261,17 @@ fn a_turn_end_far_past_an_oversize_line_is_found_through_a_bounded_buffer() {
     write(&path, &tampered);
     let error = inspect(&bench).error.unwrap();
     assert!(error.reason.contains("a later committed turn/end (seq 777) rules out a torn tail"), "{error:?}");
+
+    // A short damaged line, then a line the search's buffer must grow for: the search reads
+    // on from where it is, never the committed records before the damage (whose turn/ends
+    // prove nothing about it).
+    let tampered =
+        [clean.clone(), b"garbage\n".to_vec(), long_line(b'z', 20 * 1024 * 1024, true), record_line(&turn_end)]
+            .concat();
+    write(&path, &tampered);
+    let error = inspect(&bench).error.unwrap();
+    assert_eq!(error.offset, clean.len() as u64);
+    assert!(error.reason.contains("a later committed turn/end (seq 4242) rules out a torn tail"), "{error:?}");
 }
 
 #[test]
