@@ -493,3 +493,61 @@ fn zstd_a_frame_larger_than_any_unit_the_writer_makes_is_corrupt_before_it_is_re
     assert!(bench.fs.largest_read() < 1024 * 1024, "read {} bytes at once", bench.fs.largest_read());
     assert!(error.reason.contains(&format!("zstd frame of {frame_bytes} bytes is larger than any unit")), "{error:?}");
 }
+
+/// A zstd session holding a turn and a step, closed, to which a test appends a torn frame.
+fn opened_zstd() -> (Bench, PathBuf, Vec<u8>) {
+    let bench = Bench::new(Backend::Zstd);
+    let opening = [
+        Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 })),
+        Record::new(1, T0, Event::StepStart(StepRef { turn: 1, step: 1 })),
+    ];
+    let mut writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
+    writer.append(&opening).unwrap();
+    writer.close().unwrap();
+    let path = bench.session_file(&sid("s")).unwrap();
+    let clean = read(&path);
+    (bench, path, clean)
+}
+
+/// A frame torn inside its checksum: every block whole, the last 2 checksum bytes lost.
+fn torn_frame(text: &[u8]) -> Vec<u8> {
+    let whole = frame(text, true);
+    whole[..whole.len() - 2].to_vec()
+}
+
+/// Salvage from a torn frame keeps everything up to the content bound, exactly: the largest
+/// unit the writer makes (one record at the line limit) is salvaged whole.
+#[test]
+fn zstd_a_torn_frame_of_one_record_at_the_line_limit_is_salvaged_whole() {
+    let (bench, path, clean) = opened_zstd();
+    let record =
+        |text: String| Record::new(2, T0, Event::UserMessage(UserMessage { message: Message::user_text(&text) }));
+    let envelope = record(String::new()).encode().len();
+    let exact = record("a".repeat(RECORD_LINE_BYTES_MAX - envelope));
+    assert_eq!(line(&exact).len() as u64, FRAME_CONTENT_BYTES_MAX);
+    write(&path, &[clean, torn_frame(&line(&exact))].concat());
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    assert_eq!(inspection.recovered, vec![exact]);
+}
+
+/// A torn frame whose content runs past the bound (no writer made it): salvage stops at the
+/// bound instead of holding whatever the frame expands to.
+#[test]
+fn zstd_salvage_from_a_torn_frame_stops_at_the_content_bound() {
+    let (bench, path, clean) = opened_zstd();
+    let mut text = Vec::new();
+    let mut records = 0u64;
+    while text.len() as u64 <= FRAME_CONTENT_BYTES_MAX + 64 * 1024 {
+        let delta = Chunk::TextDelta { index: 0, text: "lorem ipsum dolor sit amet ".into() };
+        text.extend(line(&Record::new(2 + records, T0, chunk(1, 1, 1, delta))));
+        records += 1;
+    }
+    write(&path, &[clean, torn_frame(&text)].concat());
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Torn);
+    let salvaged: usize = inspection.recovered.iter().map(|r| line(r).len()).sum();
+    assert!(!inspection.recovered.is_empty());
+    assert!(salvaged as u64 <= FRAME_CONTENT_BYTES_MAX, "{salvaged} bytes salvaged");
+    assert!((inspection.recovered.len() as u64) < records);
+}
