@@ -551,3 +551,20 @@ fn zstd_salvage_from_a_torn_frame_stops_at_the_content_bound() {
     assert!(salvaged as u64 <= FRAME_CONTENT_BYTES_MAX, "{salvaged} bytes salvaged");
     assert!((inspection.recovered.len() as u64) < records);
 }
+
+/// The first frame holds exactly the header line: a header frame that also carries a record
+/// is refused as such, however well-formed both lines are.
+#[test]
+fn zstd_a_header_frame_holding_more_than_the_header_line_is_corrupt() {
+    let (bench, path, clean) = opened_zstd();
+    let first = match walk_frames(&clean) {
+        FrameWalk::Complete(frames) => frames[0],
+        other => panic!("{other:?}"),
+    };
+    let header_line = zstd::decode_all(&clean[first.start..first.end]).unwrap();
+    let turn_start = Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 }));
+    write(&path, &frame(&[header_line, line(&turn_start)].concat(), true));
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    assert_eq!(inspection.error.unwrap().reason, "header frame must hold exactly one line");
+}
