@@ -333,6 +333,14 @@ fn zstd_a_hole_inside_the_last_frame_is_torn_and_nothing_is_salvaged_from_it() {
     assert_eq!(inspection.status, ScanStatus::Torn, "{:?}", inspection.error);
     assert_eq!(inspection.torn_bytes, last.len() as u64);
     assert!(inspection.recovered.is_empty(), "nothing is salvaged from a frame whose checksum failed");
+
+    // The same hole with garbage after the frame: the rest is no longer what a power loss
+    // leaves (zeros, or a torn frame), so the hole proves nothing and the file is refused.
+    bytes.extend_from_slice(b"garbage after the holed frame");
+    write(&path, &bytes);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    assert_eq!(inspection.error.unwrap().offset, clean.len() as u64);
 }
 
 #[test]
@@ -441,12 +449,13 @@ fn zstd_a_complete_frame_several_scan_buffers_past_the_damage_is_found() {
     // structural walk.
     let mut tampered = clean.clone();
     tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
-    for _ in 0..3 {
+    for _ in 0..5 {
         tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
     }
     tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, true, true));
     let later = tampered.len() as u64;
-    assert!(later - clean.len() as u64 > SCAN_CHUNK_BYTES as u64);
+    // Past two scan buffers, and past the largest frame's size in bytes from the start.
+    assert!(later - clean.len() as u64 > 2 * SCAN_CHUNK_BYTES as u64 && later > RECORD_LINE_BYTES_MAX as u64 / 2 + 1);
     let next = log.records.len() as u64;
     tampered.extend(frame(&line(&Record::new(next, T0, Event::TurnStart(TurnStart { turn: 3 }))), true));
     write(&path, &tampered);
