@@ -577,3 +577,25 @@ fn zstd_a_header_frame_holding_more_than_the_header_line_is_corrupt() {
     assert_eq!(inspection.status, ScanStatus::Corrupt);
     assert_eq!(inspection.error.unwrap().reason, "header frame must hold exactly one line");
 }
+
+/// Zero bytes after the last complete frame are a hole only within one unit of the end: the
+/// largest frame the writer can make, compressed (`compress_bound` of a record at the line
+/// limit and its newline). Exactly that many is torn; one more is corrupt, decided from the
+/// length alone (the scan never reads a tail that could not be one unit).
+#[test]
+fn zstd_a_zero_tail_is_torn_up_to_exactly_one_unit_and_corrupt_past_it() {
+    let unit = zstd::zstd_safe::compress_bound(RECORD_LINE_BYTES_MAX + 1);
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    write(&path, &[clean.clone(), vec![0; unit]].concat());
+    let inspection = inspect(&bench);
+    assert_eq!((inspection.status, inspection.torn_bytes), (ScanStatus::Torn, unit as u64), "{:?}", inspection.error);
+    assert_eq!(inspection.records, log.records);
+
+    let reads_before = bench.fs.largest_read();
+    write(&path, &[clean.clone(), vec![0; unit + 1]].concat());
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Corrupt);
+    assert_eq!(inspection.error.unwrap().offset, clean.len() as u64);
+    assert!(bench.fs.largest_read() <= reads_before, "read {} bytes at once", bench.fs.largest_read());
+}
