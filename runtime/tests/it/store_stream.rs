@@ -292,3 +292,30 @@ fn a_hole_in_the_last_unit_of_a_session_larger_than_the_scan_buffer_is_torn() {
     assert_eq!(inspection.records, log.records[..log.records.len() - 2]);
     assert_eq!((inspection.torn_bytes, inspection.dropped_records), ((clean.len() - hole_from) as u64, 1));
 }
+
+/// Frames far into a file are judged by their own size: a zstd session of three records of
+/// 10 MiB (poorly compressible: ~5 MiB a frame, ~16 MB in all) reads back whole.
+#[test]
+fn a_zstd_session_of_several_oversize_records_reads_back_whole() {
+    let bench = Bench::new(Backend::Zstd);
+    let mut log = Log::default();
+    for turn in 1..=3 {
+        log.push(Event::TurnStart(TurnStart { turn }));
+        log.push(Event::StepStart(StepRef { turn, step: 1 }));
+        let text = noise(u64::from(turn), 10 * 1024 * 1024);
+        log.push(Event::UserMessage(UserMessage { message: Message::user_text(text) }));
+        let c = log.push(chunk(turn, 1, 1, Chunk::TextDelta { index: 0, text: "ok".into() }));
+        log.push_cited(Event::AssistantMessage(text_message(turn, 1, "ok")), vec![c]);
+        log.push(Event::StepEnd(StepRef { turn, step: 1 }));
+        log.push(Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Completed }));
+    }
+    let mut writer = bench.store(&bench.process("a")).create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &log.records, 7);
+    writer.close().unwrap();
+    let size = read(&bench.session_file(&sid("s")).unwrap()).len();
+    // Its last frame starts past 8 MiB: its start and end together exceed any frame size.
+    assert!(size > 12 * 1024 * 1024, "{size} bytes");
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Clean, "{:?}", inspection.error);
+    assert_eq!(inspection.records, log.records);
+}
