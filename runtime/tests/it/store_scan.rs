@@ -447,12 +447,7 @@ fn zstd_a_complete_frame_several_scan_buffers_past_the_damage_is_found() {
     let clean = read(&path);
     // A frame of raw blocks whose last block claims more than the file has left: torn to the
     // structural walk.
-    let mut tampered = clean.clone();
-    tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
-    for _ in 0..5 {
-        tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
-    }
-    tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, true, true));
+    let mut tampered = [clean.clone(), raw_frame(5, RAW_BLOCK_BYTES_MAX, true)].concat();
     let later = tampered.len() as u64;
     // Past two scan buffers, and past the largest frame's size in bytes from the start.
     assert!(later - clean.len() as u64 > 2 * SCAN_CHUNK_BYTES as u64 && later > RECORD_LINE_BYTES_MAX as u64 / 2 + 1);
@@ -480,18 +475,24 @@ fn raw_block(size: u32, last: bool, claim_only: bool) -> Vec<u8> {
     block
 }
 
+/// A frame header without a checksum, `full` raw blocks of the largest size, then a last raw
+/// block of `last` bytes (only claimed, not written, when `claim_only`: the frame is torn).
+fn raw_frame(full: usize, last: u32, claim_only: bool) -> Vec<u8> {
+    let mut frame = vec![0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10];
+    for _ in 0..full {
+        frame.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
+    }
+    frame.extend(raw_block(last, true, claim_only));
+    frame
+}
+
 /// A structurally complete frame larger (compressed) than any unit the writer makes is
 /// refused from its headers alone: the scan never reads a frame it could not have written.
 #[test]
 fn zstd_a_frame_larger_than_any_unit_the_writer_makes_is_corrupt_before_it_is_read() {
     let (bench, path, _) = two_turns(Backend::Zstd);
     let clean = read(&path);
-    let mut tampered = clean.clone();
-    tampered.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x10]);
-    for _ in 0..9 {
-        tampered.extend(raw_block(RAW_BLOCK_BYTES_MAX, false, false));
-    }
-    tampered.extend(raw_block(10, true, false));
+    let tampered = [clean.clone(), raw_frame(9, 10, false)].concat();
     let frame_bytes = tampered.len() - clean.len();
     assert!(frame_bytes > RECORD_LINE_BYTES_MAX + 64 * 1024, "{frame_bytes}");
     write(&path, &tampered);
