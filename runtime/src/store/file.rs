@@ -5,7 +5,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::format::{BatchEncoder, Encoded};
+use super::format::{BatchEncoder, Encoded, SealedBatch, Sealer};
 use super::owner::{self, CurrentOwner};
 use super::repair::{never_claimed, NoEvidence, OutcomeEvidence};
 use super::scan::FileSource;
@@ -225,6 +225,7 @@ impl FileStore {
             dir: path.parent().expect("session dir").to_path_buf(),
             file,
             len,
+            format: self.format,
             encoder: BatchEncoder::new(self.format),
         }))
     }
@@ -341,6 +342,7 @@ struct FileMedium {
     file: Box<dyn FsFile>,
     /// Length of the durable prefix: where a failed append truncates back to.
     len: u64,
+    format: Format,
     encoder: BatchEncoder,
 }
 
@@ -361,6 +363,20 @@ impl LogMedium for FileMedium {
     ) -> Result<()> {
         owner::check_fence(&self.seams, &self.dir, id.as_str(), token)?;
         let encoded = self.encoder.encode_accepted(batch)?;
+        append_durably(self.file.as_mut(), self.len, &encoded)?;
+        self.len += encoded.bytes.len() as u64;
+        Ok(())
+    }
+
+    fn sealer(&self) -> Option<Arc<Sealer>> {
+        Some(Arc::new(Sealer::new(self.format)))
+    }
+
+    fn write_fenced_sealed(&mut self, id: &SessionId, token: u64, batch: &SealedBatch) -> Result<()> {
+        // A batch sealed for another format would write bytes this file's reader refuses.
+        assert_eq!(batch.format, self.format, "a sealed batch is written in the format it was sealed for");
+        owner::check_fence(&self.seams, &self.dir, id.as_str(), token)?;
+        let encoded = batch.encoded();
         append_durably(self.file.as_mut(), self.len, &encoded)?;
         self.len += encoded.bytes.len() as u64;
         Ok(())

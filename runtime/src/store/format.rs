@@ -109,6 +109,60 @@ impl EncodedRecord {
     }
 }
 
+/// A full batch encoded for disk ahead of its write: the write-behind seals a batch on the
+/// producer's side as soon as it is full, so the writer's critical path is the fence check,
+/// the write and its fsync (not encoding, not compression).
+#[derive(Debug)]
+pub struct SealedBatch {
+    /// The batch, in seq order (contiguous seqs).
+    pub(crate) records: Vec<std::sync::Arc<EncodedRecord>>,
+    /// The format `bytes` are in.
+    pub(crate) format: Format,
+    /// Everything the batch appends.
+    pub(crate) bytes: Vec<u8>,
+    /// End offset in `bytes` of each write unit, ascending; the last is `bytes.len()`.
+    pub(crate) unit_ends: Vec<usize>,
+}
+
+impl SealedBatch {
+    /// The batch's records.
+    pub fn records(&self) -> &[std::sync::Arc<EncodedRecord>] {
+        &self.records
+    }
+
+    /// The bytes as [`append_durably`](super::append_durably) writes them.
+    pub(crate) fn encoded(&self) -> Encoded<'_> {
+        Encoded { bytes: &self.bytes, unit_ends: &self.unit_ends }
+    }
+}
+
+/// Seals full batches for a log that writes bytes in one [`Format`] (file stores); see
+/// [`SealedBatch`]. One encoder, shared by whichever producer seals (they rarely overlap).
+#[derive(Debug)]
+pub struct Sealer {
+    format: Format,
+    encoder: std::sync::Mutex<BatchEncoder>,
+}
+
+impl Sealer {
+    pub(crate) fn new(format: Format) -> Self {
+        Sealer { format, encoder: std::sync::Mutex::new(BatchEncoder::new(format)) }
+    }
+
+    /// Encodes `records` (contiguous seqs, non-empty) exactly as the log's own writer would.
+    /// `None` when a record's line is one the reader would refuse: the writer then meets the
+    /// same refusal itself and fails the batch as usual, before anything is written.
+    pub fn seal(&self, records: Vec<std::sync::Arc<EncodedRecord>>) -> Option<SealedBatch> {
+        assert!(!records.is_empty(), "a sealed batch is non-empty");
+        debug_assert!(records.windows(2).all(|w| w[0].record.seq + 1 == w[1].record.seq));
+        let mut encoder = self.encoder.lock().unwrap_or_else(|p| p.into_inner());
+        let encoded = encoder.encode_accepted(&records).ok()?;
+        let (bytes, unit_ends) = (encoded.bytes.to_vec(), encoded.unit_ends.to_vec());
+        drop(encoder);
+        Some(SealedBatch { records, format: self.format, bytes, unit_ends })
+    }
+}
+
 /// A batch encoded for disk: its bytes, cut into write units (each written and fsynced on
 /// its own, each one zstd frame).
 #[derive(Debug)]

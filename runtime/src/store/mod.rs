@@ -23,8 +23,8 @@ use serde::Serialize;
 pub(crate) use file::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 pub use file::{inspect_file, inspect_file_keeping, inspect_file_with, repair_file, FileStore};
 pub(crate) use format::Encoded;
-pub use format::EncodedRecord;
 pub use format::Format;
+pub use format::{EncodedRecord, SealedBatch, Sealer};
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
 pub(crate) use limits::check_record_line;
 pub use limits::{
@@ -324,6 +324,18 @@ pub trait SessionLog: Send + std::fmt::Debug {
     fn append_accepted(&mut self, batch: &[std::sync::Arc<EncodedRecord>]) -> Result<()> {
         let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
         self.append(&records)
+    }
+
+    /// A sealer that encodes full batches for this log ahead of their append (off the
+    /// writer's critical path), when the log writes bytes; `None` (the default) otherwise.
+    fn sealer(&self) -> Option<std::sync::Arc<Sealer>> {
+        None
+    }
+
+    /// [`SessionLog::append_accepted`] of `batch.records()`, writing the bytes `batch` was
+    /// sealed into (by this log's [`SessionLog::sealer`]): the same contract.
+    fn append_sealed(&mut self, batch: &SealedBatch) -> Result<()> {
+        self.append_accepted(batch.records())
     }
 
     /// Releases ownership. The log must not be used afterwards.

@@ -11,6 +11,14 @@
 //! *durable*. A failed batch stays at the front of the queue, in order, and pauses the
 //! automatic path; the failure is reported at once and surfaced by the next flush, which also
 //! retries it.
+//!
+//! Work is kept off the writer's critical path (it should be the write and its fsync): each
+//! record is encoded when accepted, on the producer's side; when the log has a [`Sealer`]
+//! (file stores), the append that fills a batch also *seals* it — concatenates and, for zstd,
+//! compresses it into the exact bytes the writer would have made — while the writer is still
+//! writing the batch before; and the records of a sealed batch made durable are freed by the
+//! next producer. Seals are claimed in seq order and never overlap what the writer takes
+//! unsealed, so batches, order and bytes are what they would be without sealing.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,7 +26,7 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, watch, Notify};
 
-use super::{EncodedRecord, SessionLog};
+use super::{EncodedRecord, SealedBatch, Sealer, SessionLog};
 use crate::event::{Event, Record};
 use crate::seams::{Clock, CrashPoint, Monotonic, Probe};
 use crate::{Error, Result};
@@ -88,6 +96,19 @@ struct State {
     /// side), and shared with the writer by reference, so the writer's critical path is the
     /// write and its fsync.
     pending: VecDeque<Arc<EncodedRecord>>,
+    /// Full batches of `pending` sealed on a producer's side (encoded, compressed), in seq
+    /// order, not yet durable.
+    sealed: VecDeque<Arc<SealedBatch>>,
+    /// First seqs of the batches a producer is sealing right now (between its two lock
+    /// sections, with no await in between: a seal cannot be abandoned half-way).
+    sealing: Vec<u64>,
+    /// Every seq below this is claimed, by a seal (done or under way) or by the writer.
+    /// Claims are made in seq order, so the unclaimed records are the tail of `pending`.
+    claimed_through: u64,
+    /// Sealed batches made durable, left for the next producer to free: freeing a batch's
+    /// records is hundreds of deallocations, off the writer's critical path this way. At
+    /// most the batches written since the last append (bounded by the queue).
+    spent: Vec<Arc<SealedBatch>>,
     next_seq: u64,
     deadline: Option<Monotonic>,
     /// Set by a failed batch; cleared by an explicit flush.
@@ -109,6 +130,8 @@ struct Shared {
     reporter: Option<FailureReporter>,
     accepted: broadcast::Sender<Record>,
     probe: Arc<dyn Probe>,
+    /// The log's sealer, when it writes bytes that can be encoded ahead.
+    sealer: Option<Arc<Sealer>>,
 }
 
 /// Records buffered for slow subscribers before they start missing some.
@@ -117,6 +140,42 @@ const SUBSCRIBER_BACKLOG_MAX: usize = 1024;
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims the unclaimed tail of the queue for sealing once it is a full batch: returns
+    /// its first seq and its records.
+    fn claim_full_batch(&self, state: &mut State) -> Option<(u64, Vec<Arc<EncodedRecord>>)> {
+        self.sealer.as_ref()?;
+        let full = self.config.full_batch_events();
+        let unclaimed = state.next_seq - state.claimed_through;
+        if unclaimed < full as u64 {
+            return None;
+        }
+        debug_assert_eq!(unclaimed, full as u64, "a full batch is claimed the moment it is full");
+        let first = state.claimed_through;
+        let records: Vec<_> = state.pending.range(state.pending.len() - full..).cloned().collect();
+        assert_eq!(records[0].record.seq, first, "the unclaimed records are the tail of the queue");
+        state.claimed_through += full as u64;
+        state.sealing.push(first);
+        Some((first, records))
+    }
+
+    /// Seals a claimed batch (no lock held while encoding) and hands it to the writer. A seal
+    /// that fails (a record the reader would refuse) leaves the records to the writer, which
+    /// meets the same refusal and fails the batch as usual.
+    fn seal(&self, first: u64, records: Vec<Arc<EncodedRecord>>) {
+        let sealed = self.sealer.as_ref().expect("only a log with a sealer claims").seal(records);
+        let mut state = self.lock();
+        state.sealing.retain(|&s| s != first);
+        if let Some(sealed) = sealed {
+            // Claims are disjoint and never written unsealed while claimed, so these records
+            // are still pending; two producers may publish out of order.
+            debug_assert!(state.pending.front().is_some_and(|r| r.record.seq <= first));
+            let at = state.sealed.partition_point(|s| s.records[0].record.seq < first);
+            state.sealed.insert(at, Arc::new(sealed));
+        }
+        drop(state);
+        self.wake_writer.notify_one();
     }
 }
 
@@ -158,10 +217,15 @@ impl WriteBehind {
     ) -> Self {
         config.validate();
         let next_seq = log.next_seq();
+        let sealer = log.sealer();
         let (progress, _) = watch::channel(Progress { durable_through: next_seq, ..Progress::default() });
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 pending: VecDeque::new(),
+                sealed: VecDeque::new(),
+                sealing: Vec::new(),
+                claimed_through: next_seq,
+                spent: Vec::new(),
                 next_seq,
                 deadline: None,
                 paused: false,
@@ -177,6 +241,7 @@ impl WriteBehind {
             reporter,
             accepted: broadcast::channel(SUBSCRIBER_BACKLOG_MAX).0,
             probe,
+            sealer,
         });
         let writer = tokio::spawn(run_writer(shared.clone(), log));
         Self { shared, writer: Arc::new(Mutex::new(Some(writer))) }
@@ -184,7 +249,7 @@ impl WriteBehind {
 
     /// Accepts `event` (waiting only while the queue is full) and returns its seq.
     pub async fn append(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<u64> {
-        loop {
+        let (seq, claim, spent) = loop {
             let space = self.shared.space.notified();
             {
                 let mut state = self.shared.lock();
@@ -209,11 +274,17 @@ impl WriteBehind {
                     } else if state.pending.len() == self.shared.config.full_batch_events() {
                         self.shared.wake_writer.notify_one();
                     }
-                    return Ok(seq);
+                    break (seq, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent));
                 }
             }
             space.await;
+        };
+        // Outside the lock: the writer keeps writing the batch before meanwhile.
+        drop(spent);
+        if let Some((first, records)) = claim {
+            self.shared.seal(first, records);
         }
+        Ok(seq)
     }
 
     /// Every record accepted from now on, in seq order (a subscriber that falls more than
@@ -297,9 +368,31 @@ impl WriteBehind {
 }
 
 enum Action {
-    Write(Vec<Arc<EncodedRecord>>),
+    Write(Batch),
     Wait(Option<Monotonic>),
     Exit,
+}
+
+/// The batch the writer appends next.
+enum Batch {
+    /// Records the writer encodes itself (a partial batch, or a log without a sealer).
+    Records(Vec<Arc<EncodedRecord>>),
+    /// A full batch a producer sealed.
+    Sealed(Arc<SealedBatch>),
+}
+
+impl Batch {
+    fn records(&self) -> &[Arc<EncodedRecord>] {
+        match self {
+            Batch::Records(records) => records,
+            Batch::Sealed(sealed) => sealed.records(),
+        }
+    }
+
+    /// One past the last seq of the batch.
+    fn end_seq(&self) -> u64 {
+        self.records().last().expect("batches are non-empty").record.seq + 1
+    }
 }
 
 fn next_action(shared: &Shared) -> Action {
@@ -312,8 +405,22 @@ fn next_action(shared: &Shared) -> Action {
     let window_over = state.deadline.is_some_and(|d| shared.clock.now() >= d);
     let batch_full = state.pending.len() >= shared.config.full_batch_events();
     if state.flush_wanted || ((window_over || batch_full) && !state.paused) {
-        let n = state.pending.len().min(shared.config.batch_events_max);
-        return Action::Write(state.pending.iter().take(n).cloned().collect());
+        let front = state.pending.front().expect("non-empty").record.seq;
+        if let Some(sealed) = state.sealed.front().filter(|s| s.records[0].record.seq == front) {
+            return Action::Write(Batch::Sealed(sealed.clone()));
+        }
+        if state.sealing.contains(&front) {
+            // Its producer is encoding it right now and wakes the writer when done.
+            return Action::Wait(None);
+        }
+        // Unsealed records: the unclaimed tail, a claimed batch whose seal failed, or a
+        // batch taken before that failed. Never into a later sealed or sealing batch.
+        let next_claim = state.sealed.iter().map(|s| s.records[0].record.seq).chain(state.sealing.iter().copied());
+        let limit = next_claim.filter(|&s| s > front).min().map_or(usize::MAX, |s| (s - front) as usize);
+        let n = state.pending.len().min(shared.config.batch_events_max).min(limit);
+        let batch: Vec<_> = state.pending.iter().take(n).cloned().collect();
+        state.claimed_through = state.claimed_through.max(front + n as u64);
+        return Action::Write(Batch::Records(batch));
     }
     if state.stopping && state.paused {
         // Teardown after a failed drain: the failure was surfaced; nothing more will succeed.
@@ -337,28 +444,40 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
             Action::Write(batch) => {
                 crate::seams::crash_point(shared.probe.as_ref(), CrashPoint::MidFlush).await;
                 if crate::testing::bugs::planted("ack-before-fsync") {
-                    let through = batch.last().expect("batches are non-empty").record.seq + 1;
+                    let through = batch.end_seq();
                     shared.progress.send_modify(|p| p.durable_through = through);
                 }
-                let written = log.append_accepted(&batch);
+                let written = match &batch {
+                    Batch::Records(records) => log.append_accepted(records),
+                    Batch::Sealed(sealed) => log.append_sealed(sealed),
+                };
                 let mut state = shared.lock();
+                let records = batch.records();
                 match written {
                     Ok(()) => {
                         debug_assert_eq!(
                             state.pending.front().map(|r| r.record.seq),
-                            batch.first().map(|r| r.record.seq)
+                            records.first().map(|r| r.record.seq)
                         );
-                        state.pending.drain(..batch.len());
+                        state.pending.drain(..records.len());
+                        if let Batch::Sealed(sealed) = &batch {
+                            let done = state.sealed.pop_front();
+                            debug_assert!(done.is_some_and(|d| Arc::ptr_eq(&d, sealed)));
+                            state.spent.push(sealed.clone());
+                        }
                         if state.pending.is_empty() {
                             state.deadline = None;
                         }
-                        let durable_through = batch.last().expect("batches are non-empty").record.seq + 1;
+                        let durable_through = batch.end_seq();
                         drop(state);
                         shared.progress.send_modify(|p| p.durable_through = durable_through);
                         shared.space.notify_waiters();
                     }
                     Err(_) if crate::testing::bugs::planted("drop-failed-batch") => {
-                        state.pending.drain(..batch.len());
+                        state.pending.drain(..records.len());
+                        if matches!(batch, Batch::Sealed(_)) {
+                            state.sealed.pop_front();
+                        }
                     }
                     Err(error) => {
                         // The batch stays at the front of the queue, in order; the automatic

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::format::EncodedRecord;
+use super::format::{EncodedRecord, SealedBatch, Sealer};
 use super::{SessionId, SessionLog};
 use crate::event::{Record, Validator};
 use crate::{Error, Result};
@@ -27,6 +27,18 @@ pub(crate) trait LogMedium: Send + std::fmt::Debug {
     fn write_fenced_accepted(&mut self, id: &SessionId, token: u64, batch: &[Arc<EncodedRecord>]) -> Result<()> {
         let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
         self.write_fenced(id, token, &records)
+    }
+
+    /// A sealer for full batches when this medium writes bytes it can have encoded ahead
+    /// (see [`SealedBatch`]); `None` (the default) when it writes records.
+    fn sealer(&self) -> Option<Arc<Sealer>> {
+        None
+    }
+
+    /// [`LogMedium::write_fenced_accepted`] of a batch sealed by [`LogMedium::sealer`]'s
+    /// sealer: the sealed bytes are written as they are.
+    fn write_fenced_sealed(&mut self, id: &SessionId, token: u64, batch: &SealedBatch) -> Result<()> {
+        self.write_fenced_accepted(id, token, &batch.records)
     }
 
     /// Releases ownership of `id` if `token` still holds it.
@@ -137,6 +149,15 @@ impl SessionLog for SessionWriter {
     fn append_accepted(&mut self, batch: &[Arc<EncodedRecord>]) -> Result<()> {
         let next = check_records(&self.validator, batch.iter().map(|e| &e.record));
         self.guarded(next, |medium, id, token| medium.write_fenced_accepted(id, token, batch))
+    }
+
+    fn sealer(&self) -> Option<Arc<Sealer>> {
+        self.medium.sealer()
+    }
+
+    fn append_sealed(&mut self, batch: &SealedBatch) -> Result<()> {
+        let next = check_records(&self.validator, batch.records.iter().map(|e| &e.record));
+        self.guarded(next, |medium, id, token| medium.write_fenced_sealed(id, token, batch))
     }
 
     fn close(self: Box<Self>) -> Result<()> {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use faultline_runtime::event::*;
-use faultline_runtime::production::SystemClock;
+use faultline_runtime::production::{RealFs, SystemClock};
 use faultline_runtime::store::*;
 use faultline_runtime::{Clock, Error, Result};
 
@@ -17,13 +17,31 @@ use crate::store_contract::sid;
 type BatchLog = Arc<Mutex<Vec<(u128, Vec<u64>)>>>;
 
 /// A log that records each batch (with the clock time it was written) and fails on demand.
+/// It seals batches when the log it wraps does, and records which batches came sealed.
 #[derive(Debug)]
 struct RecordingLog {
     inner: Box<dyn SessionLog>,
     batches: BatchLog,
+    /// The seqs of each batch written as a producer sealed it.
+    sealed: Arc<Mutex<Vec<Vec<u64>>>>,
     fail_next: Arc<Mutex<u32>>,
     clock: SystemClock,
     close_fails: bool,
+}
+
+impl RecordingLog {
+    fn injected_failure(&self) -> Result<()> {
+        let mut fail = self.fail_next.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(Error::io("append", std::io::Error::other("injected EIO")));
+        }
+        Ok(())
+    }
+
+    fn record(&self, seqs: Vec<u64>) {
+        self.batches.lock().unwrap().push((self.clock.now().as_millis(), seqs));
+    }
 }
 
 impl SessionLog for RecordingLog {
@@ -37,13 +55,20 @@ impl SessionLog for RecordingLog {
         self.inner.token()
     }
     fn append(&mut self, batch: &[Record]) -> Result<()> {
-        let mut fail = self.fail_next.lock().unwrap();
-        if *fail > 0 {
-            *fail -= 1;
-            return Err(Error::io("append", std::io::Error::other("injected EIO")));
-        }
+        self.injected_failure()?;
         self.inner.append(batch)?;
-        self.batches.lock().unwrap().push((self.clock.now().as_millis(), batch.iter().map(|r| r.seq).collect()));
+        self.record(batch.iter().map(|r| r.seq).collect());
+        Ok(())
+    }
+    fn sealer(&self) -> Option<Arc<Sealer>> {
+        self.inner.sealer()
+    }
+    fn append_sealed(&mut self, batch: &SealedBatch) -> Result<()> {
+        self.injected_failure()?;
+        self.inner.append_sealed(batch)?;
+        let seqs: Vec<u64> = batch.records().iter().map(|r| r.record.seq).collect();
+        self.sealed.lock().unwrap().push(seqs.clone());
+        self.record(seqs);
         Ok(())
     }
     fn close(self: Box<Self>) -> Result<()> {
@@ -54,24 +79,36 @@ impl SessionLog for RecordingLog {
     }
 }
 
-struct Rig {
+struct Rig<S = MemoryStore> {
     wb: WriteBehind,
-    store: MemoryStore,
+    store: S,
     batches: BatchLog,
+    sealed: Arc<Mutex<Vec<Vec<u64>>>>,
     fail_next: Arc<Mutex<u32>>,
     reported: Arc<Mutex<Vec<String>>>,
 }
 
 fn rig(config: WriteBehindConfig, close_fails: bool) -> Rig {
     let world = TestProcess::world();
-    let store = MemoryStore::new(TestProcess::new("a", &world));
+    rig_on(MemoryStore::new(TestProcess::new("a", &world)), config, close_fails)
+}
+
+/// A rig over a JSONL or zstd file store in `dir`: its log seals full batches.
+fn file_rig(dir: &std::path::Path, format: Format, config: WriteBehindConfig) -> Rig<FileStore> {
+    let seams = crate::fixtures::seams_with(TestProcess::new("a", &TestProcess::world()), Arc::new(RealFs));
+    rig_on(FileStore::new(seams, dir, format), config, false)
+}
+
+fn rig_on<S: Store>(store: S, config: WriteBehindConfig, close_fails: bool) -> Rig<S> {
     let clock = SystemClock::new();
     let batches = Arc::default();
+    let sealed = Arc::default();
     let fail_next = Arc::default();
     let reported: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = RecordingLog {
         inner: store.create(&sid("s"), 0).unwrap(),
         batches: Arc::clone(&batches),
+        sealed: Arc::clone(&sealed),
         fail_next: Arc::clone(&fail_next),
         clock,
         close_fails,
@@ -79,7 +116,7 @@ fn rig(config: WriteBehindConfig, close_fails: bool) -> Rig {
     let sink = reported.clone();
     let reporter: FailureReporter = Arc::new(move |e: &Error| sink.lock().unwrap().push(e.to_string()));
     let wb = WriteBehind::start(Box::new(log), Arc::new(clock), config, Some(reporter));
-    Rig { wb, store, batches, fail_next, reported }
+    Rig { wb, store, batches, sealed, fail_next, reported }
 }
 
 fn turn_start(turn: u32) -> Event {
@@ -308,4 +345,120 @@ async fn each_knob_outside_its_documented_range_is_refused_at_start() {
             refused.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| refused.downcast_ref::<String>().cloned());
         assert!(message.as_deref().is_some_and(|m| m.contains(knob)), "{knob}: {message:?}");
     }
+}
+
+/// Every batch the rig's log wrote, seqs only.
+fn batch_seqs<S>(rig: &Rig<S>) -> Vec<Vec<u64>> {
+    rig.batches.lock().unwrap().iter().map(|(_, seqs)| seqs.clone()).collect()
+}
+
+/// Closes a file rig and returns its session file's bytes and the records it holds (read
+/// back by a load, without the closers the load's repair adds after them).
+async fn close_file_rig(rig: Rig<FileStore>) -> (Vec<u8>, Vec<Record>) {
+    let Rig { wb, store, .. } = rig;
+    let written = wb.next_seq() as usize;
+    wb.close().await.unwrap();
+    let bytes = crate::fixtures::read(&store.session_path(&sid("s")));
+    let mut records = store.load(&sid("s")).unwrap().records;
+    records.truncate(written);
+    (bytes, records)
+}
+
+/// The session file a plain `SessionLog::append` of the same records, cut into the same
+/// batches, writes: the oracle for the bytes of sealed batches.
+fn appended_directly(format: Format, records: &[Record], batches: &[Vec<u64>]) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let seams = crate::fixtures::seams_with(TestProcess::new("b", &TestProcess::world()), Arc::new(RealFs));
+    let store = FileStore::new(seams, dir.path(), format);
+    let mut log = store.create(&sid("s"), 0).unwrap();
+    for batch in batches {
+        let batch: Vec<Record> = batch.iter().map(|&seq| records[seq as usize].clone()).collect();
+        log.append(&batch).unwrap();
+    }
+    log.close().unwrap();
+    crate::fixtures::read(&store.session_path(&sid("s")))
+}
+
+fn four_per_batch() -> WriteBehindConfig {
+    WriteBehindConfig { batch_events_max: 4, ..WriteBehindConfig::default() }
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_batches_are_sealed_by_their_producer_and_written_byte_for_byte_as_the_writer_would() {
+    for format in [Format::Jsonl, Format::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let rig = file_rig(dir.path(), format, four_per_batch());
+        append_n(&rig.wb, 2).await;
+        advance_ms(201).await;
+        // Two batches fill (and are sealed as they do), one event is left over.
+        append_n(&rig.wb, 9).await;
+        rig.wb.flush().await.unwrap();
+        let expected: Vec<Vec<u64>> = vec![vec![0, 1], vec![2, 3, 4, 5], vec![6, 7, 8, 9], vec![10]];
+        assert_eq!(batch_seqs(&rig), expected, "{format:?}");
+        assert_eq!(
+            rig.sealed.lock().unwrap().clone(),
+            expected[1..3].to_vec(),
+            "{format:?}: the full ones came sealed"
+        );
+        let (bytes, records) = close_file_rig(rig).await;
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), (0..11).collect::<Vec<_>>());
+        assert!(bytes == appended_directly(format, &records, &expected), "{format:?}: sealed bytes differ");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_partial_batch_is_retried_alone_ahead_of_the_batches_sealed_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig = file_rig(dir.path(), Format::Zstd, four_per_batch());
+    *rig.fail_next.lock().unwrap() = 1;
+    append_n(&rig.wb, 2).await;
+    advance_ms(201).await;
+    assert_eq!(rig.reported.lock().unwrap().len(), 1, "the partial batch failed");
+    // Paused: two more batches fill and are sealed behind the failed one.
+    append_n(&rig.wb, 9).await;
+    rig.wb.flush().await.unwrap();
+    let expected: Vec<Vec<u64>> = vec![vec![0, 1], vec![2, 3, 4, 5], vec![6, 7, 8, 9], vec![10]];
+    assert_eq!(batch_seqs(&rig), expected, "the retry must not reach into a sealed batch");
+    assert_eq!(rig.sealed.lock().unwrap().clone(), expected[1..3].to_vec());
+    let (bytes, records) = close_file_rig(rig).await;
+    assert!(bytes == appended_directly(Format::Zstd, &records, &expected));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sealed_batch_that_fails_stays_at_the_front_and_the_next_flush_writes_it_once() {
+    for format in [Format::Jsonl, Format::Zstd] {
+        let dir = tempfile::tempdir().unwrap();
+        let rig = file_rig(dir.path(), format, four_per_batch());
+        *rig.fail_next.lock().unwrap() = 1;
+        append_n(&rig.wb, 4).await;
+        let_writer_settle().await;
+        assert_eq!(rig.reported.lock().unwrap().len(), 1, "{format:?}: the full batch was tried at once and failed");
+        assert_eq!(rig.wb.pending_len(), 4, "nothing accepted is lost");
+        append_n(&rig.wb, 1).await;
+        rig.wb.flush().await.unwrap();
+        let expected: Vec<Vec<u64>> = vec![vec![0, 1, 2, 3], vec![4]];
+        assert_eq!(batch_seqs(&rig), expected, "{format:?}");
+        assert_eq!(rig.sealed.lock().unwrap().clone(), vec![vec![0, 1, 2, 3]], "{format:?}: retried as sealed");
+        let (bytes, records) = close_file_rig(rig).await;
+        assert_eq!(records.len(), 5);
+        assert!(bytes == appended_directly(format, &records, &expected), "{format:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_batch_holding_a_record_too_large_to_read_back_is_refused_by_the_writer_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let rig =
+        file_rig(dir.path(), Format::Jsonl, WriteBehindConfig { batch_events_max: 3, ..WriteBehindConfig::default() });
+    let header_only = crate::fixtures::read(&rig.store.session_path(&sid("s")));
+    rig.wb.append(turn_start(1), None).await.unwrap();
+    rig.wb.append(Event::StepStart(StepRef { turn: 1, step: 1 }), None).await.unwrap();
+    let huge = "a".repeat(RECORD_LINE_BYTES_MAX);
+    rig.wb.append(Event::UserMessage(UserMessage { message: Message::user_text(huge) }), None).await.unwrap();
+    let error = rig.wb.flush().await.unwrap_err();
+    assert!(error.to_string().contains("record seq 2 is"), "{error}");
+    assert!(rig.sealed.lock().unwrap().is_empty(), "the seal was refused, not written");
+    assert!(batch_seqs(&rig).is_empty());
+    assert_eq!(rig.wb.pending_len(), 3, "the batch stays queued");
+    assert_eq!(crate::fixtures::read(&rig.store.session_path(&sid("s"))), header_only);
 }
