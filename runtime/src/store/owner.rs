@@ -7,6 +7,12 @@
 //! succeeds. Releasing writes a record with no owner (and the next token), so tokens never
 //! repeat and a released session can be opened without takeover. A writer checks before each
 //! append that no higher token exists: once taken over, its writes are rejected.
+//!
+//! **Invariant:** the records that exist form one contiguous run of tokens. They are created
+//! only at the top (one above the highest) and removed only from the bottom, lowest first,
+//! stopping at the first that cannot be removed. So a newer owner than token `t` exists exactly
+//! when `owner.<t+1>.json` exists or `owner.<t>.json` is gone, and the per-append fence check
+//! looks up those two names instead of listing the directory.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -104,12 +110,25 @@ pub(crate) fn acquire(seams: &Seams, dir: &Path, id: &str, takeover: Takeover) -
         }
     };
     write_record(seams, dir, id, &OwnerRecord { token, owner: Some(seams.process.identity()) })?;
-    // Older records are garbage now; removing them is best-effort (a leftover one is harmless,
-    // the highest token wins).
-    for stale in (token.saturating_sub(3)..token).map(|t| record_path(dir, t)) {
-        let _ = seams.fs.remove_file(&stale);
-    }
+    remove_older_records(seams, dir, token);
     Ok(token)
+}
+
+/// Removes the records older than `token`, lowest first, stopping at the first that cannot
+/// be removed (see the module's invariant: what is left stays one contiguous run). Best
+/// effort: a leftover record is harmless, the highest token wins.
+fn remove_older_records(seams: &Seams, dir: &Path, token: u64) {
+    let Ok(names) = seams.fs.read_dir(dir) else { return };
+    let mut older: Vec<u64> = names.iter().filter_map(|p| token_of(p)).filter(|&t| t < token).collect();
+    older.sort_unstable();
+    for stale in older {
+        match seams.fs.remove_file(&record_path(dir, stale)) {
+            // Gone already: another acquirer removing the same run, lowest first as well.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(_) => return,
+            Ok(()) => {}
+        }
+    }
 }
 
 /// Releases ownership held with `token`.
@@ -119,13 +138,30 @@ pub(crate) fn release(seams: &Seams, dir: &Path, id: &str, token: u64) -> Result
 }
 
 /// Errors with [`Error::Fenced`] if a newer owner record than `token` exists.
+///
+/// Two lookups, not a listing (the module's invariant): this runs before every append.
 pub(crate) fn check_fence(seams: &Seams, dir: &Path, id: &str, token: u64) -> Result<()> {
+    let exists = |t: u64| {
+        let path = record_path(dir, t);
+        seams.fs.metadata(&path).map(|m| m.is_some()).map_err(|e| io_err("looking up owner record", &path, e))
+    };
+    if !exists(token + 1)? && exists(token)? {
+        return Ok(());
+    }
+    // Fenced: the slow path lists the records to name the current owner's token.
     let names = seams.fs.read_dir(dir).map_err(|e| io_err("listing", dir, e))?;
     let newest = names.iter().filter_map(|p| token_of(p)).max().unwrap_or(0);
     if newest > token {
         return Err(Error::Fenced { id: id.to_owned(), token, current: newest });
     }
-    Ok(())
+    // Our own record is gone and nobody newer exists: nobody removes a current record, so
+    // something outside this protocol did. Ownership can no longer be shown; write nothing.
+    let path = record_path(dir, token);
+    Err(io_err(
+        "checking ownership",
+        &path,
+        io::Error::new(io::ErrorKind::NotFound, "this writer's owner record is gone"),
+    ))
 }
 
 fn write_record(seams: &Seams, dir: &Path, id: &str, record: &OwnerRecord) -> Result<()> {

@@ -59,9 +59,10 @@ pub enum FailOp {
     Sync,
     SetLen,
     CreateDir,
+    RemoveFile,
 }
 
-/// Real files, except that the next `n`-th write/sync/set_len/create_dir (armed by the test)
+/// Real files, except that the next `n`-th write/sync/set_len/create_dir/remove_file (armed by the test)
 /// fails with EIO, and reads may be made short. Records every directory it syncs.
 #[derive(Debug, Clone, Default)]
 pub struct FaultyFs {
@@ -188,6 +189,7 @@ impl Fs for FaultyFs {
         RealFs.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.check(FailOp::RemoveFile)?;
         RealFs.remove_file(path)
     }
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {

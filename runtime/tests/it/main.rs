@@ -9,6 +9,7 @@ mod llm_classify;
 mod llm_config;
 mod llm_sse;
 mod outbox_contract;
+mod owner_fence;
 mod proxy;
 mod reconcile;
 mod secrets;

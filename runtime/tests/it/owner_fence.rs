@@ -1,0 +1,102 @@
+//! The fence a writer checks before each append: two lookups (`owner.<t+1>.json` exists or
+//! `owner.<t>.json` is gone), exact because the owner records always form one contiguous run
+//! of tokens — also when removing old records fails.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use faultline_runtime::event::{Event, Record, TurnStart};
+use faultline_runtime::production::RealFs;
+use faultline_runtime::store::{FileStore, Format, SessionLog, Store, Takeover};
+use faultline_runtime::{Error, Fs};
+
+use crate::fixtures::{read, seams_with, FailOp, FaultyFs, TestProcess};
+use crate::store_contract::sid;
+use crate::support::{Log, T0};
+
+fn store(fs: &FaultyFs, root: &Path, process: &Arc<TestProcess>) -> FileStore {
+    FileStore::new(seams_with(process.clone(), Arc::new(fs.clone())), root, Format::Jsonl)
+}
+
+fn owner_tokens(root: &Path) -> Vec<u64> {
+    let mut tokens: Vec<u64> = RealFs
+        .read_dir(&root.join("s"))
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str()?.strip_prefix("owner.")?.strip_suffix(".json")?.parse().ok())
+        .collect();
+    tokens.sort_unstable();
+    tokens
+}
+
+/// A record that continues every writer's log here (turn 1 is complete).
+fn turn_two(log: &dyn SessionLog) -> Record {
+    Record::new(log.next_seq(), T0, Event::TurnStart(TurnStart { turn: 2 }))
+}
+
+fn assert_fenced(log: &mut Box<dyn SessionLog>, current: u64) {
+    let error = log.append(&[turn_two(log.as_ref())]).unwrap_err();
+    assert!(matches!(error, Error::Fenced { current: c, .. } if c == current), "token {}: {error}", log.token());
+}
+
+#[test]
+fn a_failed_removal_of_old_owner_records_never_unfences_their_writers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::default();
+    let world = TestProcess::world();
+    let (a, b, c, d) = (
+        TestProcess::new("a", &world),
+        TestProcess::new("b", &world),
+        TestProcess::new("c", &world),
+        TestProcess::new("d", &world),
+    );
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let mut first = store(&fs, tmp.path(), &a).create(&sid("s"), T0).unwrap();
+    first.append(&log.records).unwrap();
+    a.kill();
+
+    // B takes over; removing A's record fails, so both remain.
+    fs.fail(FailOp::RemoveFile, 0);
+    let mut second = store(&fs, tmp.path(), &b).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    assert_eq!(owner_tokens(tmp.path()), [1, 2]);
+    assert_fenced(&mut first, 2);
+    b.kill();
+
+    // C takes over; removing A's record fails again. Removal goes lowest first and stops
+    // there, so B's record stays — had it been removed, A (record present, no token 2)
+    // would pass its fence and write beside C.
+    fs.fail(FailOp::RemoveFile, 0);
+    let mut third = store(&fs, tmp.path(), &c).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    assert_eq!(owner_tokens(tmp.path()), [1, 2, 3], "the run of records stays contiguous");
+    assert_fenced(&mut first, 3);
+    assert_fenced(&mut second, 3);
+    c.kill();
+
+    // D takes over with removal working: every older record goes, each old writer is still
+    // fenced (its own record is gone) and D writes.
+    let mut fourth = store(&fs, tmp.path(), &d).open(&sid("s"), Takeover::IfDead).unwrap();
+    assert_eq!(owner_tokens(tmp.path()), [4]);
+    for old in [&mut first, &mut second, &mut third] {
+        assert_fenced(old, 4);
+    }
+    assert_eq!(fourth.loaded.records, log.records, "nothing was written beside an owner");
+    fourth.log.append(&[turn_two(fourth.log.as_ref())]).unwrap();
+    fourth.log.close().unwrap();
+}
+
+#[test]
+fn a_writer_whose_own_record_vanished_without_a_newer_owner_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::default();
+    let a = TestProcess::new("a", &TestProcess::world());
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let mut writer = store(&fs, tmp.path(), &a).create(&sid("s"), T0).unwrap();
+    writer.append(&log.records[..1]).unwrap();
+    let before = read(&tmp.path().join("s").join("session.jsonl"));
+    RealFs.remove_file(&tmp.path().join("s").join("owner.1.json")).unwrap();
+    let error = writer.append(&log.records[1..2]).unwrap_err();
+    assert!(error.to_string().contains("owner record is gone"), "{error}");
+    assert_eq!(read(&tmp.path().join("s").join("session.jsonl")), before, "nothing written");
+}
