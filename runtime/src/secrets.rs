@@ -199,11 +199,7 @@ impl StreamScrubber {
         if !rest.is_empty() {
             self.held.insert(key, rest);
         }
-        if joined.is_empty() {
-            joined
-        } else {
-            crate::outbox::redact(&joined)
-        }
+        crate::outbox::redact_owned(joined)
     }
 
     /// What is still held for `key`: the stream ended, so it can complete no secret.

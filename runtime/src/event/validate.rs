@@ -182,7 +182,8 @@ impl Validator {
     pub fn validate_all<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Validator, Violation> {
         let mut validator = Validator::new();
         for record in records {
-            validator.push(record)?;
+            // The validator is dropped on error: no copy per record to keep it unchanged.
+            validator.push_in_place(record)?;
         }
         Ok(validator)
     }

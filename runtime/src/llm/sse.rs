@@ -66,35 +66,45 @@ impl SseDecoder {
         if self.total > SSE_BODY_BYTES_MAX {
             return Err(SseError::BodyTooLarge);
         }
-        for &byte in bytes {
-            if self.after_cr {
-                self.after_cr = false;
-                if byte == b'\n' {
-                    continue;
-                }
+        // Whole runs up to the next line end at a time (SIMD search), not byte by byte.
+        let mut rest = bytes;
+        while let Some(&first) = rest.first() {
+            if std::mem::take(&mut self.after_cr) && first == b'\n' {
+                rest = &rest[1..];
+                continue;
             }
-            match byte {
-                b'\n' => self.end_line(out)?,
-                b'\r' => {
-                    self.after_cr = true;
-                    self.end_line(out)?;
-                }
-                _ => {
-                    if self.line.len() == SSE_LINE_BYTES_MAX {
-                        return Err(SseError::LineTooLong);
-                    }
-                    self.line.push(byte);
-                }
-            }
+            let Some(at) = memchr::memchr2(b'\n', b'\r', rest) else {
+                self.extend_line(rest)?;
+                break;
+            };
+            self.extend_line(&rest[..at])?;
+            self.after_cr = rest[at] == b'\r';
+            self.end_line(out)?;
+            rest = &rest[at + 1..];
         }
         Ok(())
     }
 
+    fn extend_line(&mut self, bytes: &[u8]) -> Result<(), SseError> {
+        if self.line.len() + bytes.len() > SSE_LINE_BYTES_MAX {
+            return Err(SseError::LineTooLong);
+        }
+        self.line.extend_from_slice(bytes);
+        Ok(())
+    }
+
     fn end_line(&mut self, out: &mut Vec<SseItem>) -> Result<(), SseError> {
-        let line = std::mem::take(&mut self.line);
-        if line.is_empty() {
+        if self.line.is_empty() {
             return self.dispatch(out);
         }
+        // The line buffer is reused: cleared, not reallocated, for every line.
+        let result = self.take_line(out);
+        self.line.clear();
+        result
+    }
+
+    fn take_line(&mut self, out: &mut Vec<SseItem>) -> Result<(), SseError> {
+        let line = &self.line;
         if line[0] == b':' {
             out.push(SseItem::Comment);
             return Ok(());

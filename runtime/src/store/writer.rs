@@ -50,7 +50,12 @@ pub(crate) trait LogMedium: Send + std::fmt::Debug {
 pub(crate) struct SessionWriter {
     id: SessionId,
     token: u64,
+    /// The log as written.
     validator: Validator,
+    /// Where a batch is checked before it is written: equal to `validator` between appends,
+    /// so a check costs the batch, not a copy of the open step's state (which holds every
+    /// chunk seq of the step: copying it per batch made a long stream quadratic).
+    scratch: Validator,
     poisoned: bool,
     medium: Box<dyn LogMedium>,
 }
@@ -75,51 +80,57 @@ impl SessionWriter {
         validator: Validator,
         medium: Box<dyn LogMedium>,
     ) -> Box<dyn SessionLog> {
-        Box::new(SessionWriter { id: id.clone(), token, validator, poisoned: false, medium })
+        let scratch = validator.clone();
+        Box::new(SessionWriter { id: id.clone(), token, validator, scratch, poisoned: false, medium })
     }
 }
 
-/// Checks that `batch` continues `validator`'s log, returning the validator after it.
-pub(crate) fn check_batch(validator: &Validator, batch: &[Record]) -> Result<Validator> {
-    check_records(validator, batch.iter())
-}
-
-fn check_records<'a>(validator: &Validator, mut batch: impl Iterator<Item = &'a Record>) -> Result<Validator> {
+/// Checks that `batch` continues the log `scratch` has seen, advancing `scratch` over it.
+/// On error `scratch` is left part-way: the caller resets it.
+fn check_records<'a>(scratch: &mut Validator, mut batch: impl Iterator<Item = &'a Record>) -> Result<()> {
     let first = batch.next().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
-    if first.seq != validator.next_seq() {
+    if first.seq != scratch.next_seq() {
         return Err(Error::BadBatch(format!(
             "batch starts at seq {}, the log continues at {}",
             first.seq,
-            validator.next_seq()
+            scratch.next_seq()
         )));
     }
-    let mut next = validator.clone();
-    next.push_in_place(first)?;
+    scratch.push_in_place(first)?;
     for record in batch {
-        next.push_in_place(record)?;
+        scratch.push_in_place(record)?;
     }
-    Ok(next)
+    Ok(())
 }
 
 impl SessionWriter {
     /// The append protocol once: a poisoned writer refuses; a batch that does not continue
-    /// the log (`next` is its check) writes nothing; the validator moves on only after the
-    /// medium wrote; a failed rollback poisons the writer.
-    fn guarded(
+    /// the log writes nothing; the validator moves on only after the medium wrote; a failed
+    /// rollback poisons the writer.
+    fn guarded<'a>(
         &mut self,
-        next: Result<Validator>,
+        records: impl Iterator<Item = &'a Record> + Clone,
         write: impl FnOnce(&mut dyn LogMedium, &SessionId, u64) -> Result<()>,
     ) -> Result<()> {
         if self.poisoned {
             return Err(Error::Poisoned(format!("session {}", self.id)));
         }
-        let next = next?;
+        if let Err(e) = check_records(&mut self.scratch, records.clone()) {
+            self.scratch = self.validator.clone();
+            return Err(e);
+        }
         match write(self.medium.as_mut(), &self.id, self.token) {
             Ok(()) => {
-                self.validator = next;
+                // The same records once more, on the log's own validator: the check passed
+                // on an equal one, so this cannot fail, and it costs the batch, not a copy.
+                for record in records {
+                    self.validator.push_in_place(record).expect("a batch that passed its check continues the log");
+                }
+                debug_assert_eq!(self.validator.next_seq(), self.scratch.next_seq());
                 Ok(())
             }
             Err(e) => {
+                self.scratch = self.validator.clone();
                 if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
                     self.poisoned = true;
                 }
@@ -143,12 +154,13 @@ impl SessionLog for SessionWriter {
     }
 
     fn append(&mut self, batch: &[Record]) -> Result<()> {
-        self.guarded(check_batch(&self.validator, batch), |medium, id, token| medium.write_fenced(id, token, batch))
+        self.guarded(batch.iter(), |medium, id, token| medium.write_fenced(id, token, batch))
     }
 
     fn append_accepted(&mut self, batch: &[Arc<EncodedRecord>]) -> Result<()> {
-        let next = check_records(&self.validator, batch.iter().map(|e| &e.record));
-        self.guarded(next, |medium, id, token| medium.write_fenced_accepted(id, token, batch))
+        self.guarded(batch.iter().map(|e| &e.record), |medium, id, token| {
+            medium.write_fenced_accepted(id, token, batch)
+        })
     }
 
     fn sealer(&self) -> Option<Arc<Sealer>> {
@@ -156,8 +168,9 @@ impl SessionLog for SessionWriter {
     }
 
     fn append_sealed(&mut self, batch: &SealedBatch) -> Result<()> {
-        let next = check_records(&self.validator, batch.records.iter().map(|e| &e.record));
-        self.guarded(next, |medium, id, token| medium.write_fenced_sealed(id, token, batch))
+        self.guarded(batch.records.iter().map(|e| &e.record), |medium, id, token| {
+            medium.write_fenced_sealed(id, token, batch)
+        })
     }
 
     fn close(self: Box<Self>) -> Result<()> {
