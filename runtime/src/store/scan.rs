@@ -237,10 +237,33 @@ enum LineIssue {
 
 /// Decodes one newline-stripped line (no order-dependent check: safe on any core).
 fn decode_line(line: &[u8]) -> Result<Record, String> {
-    if line.len() > RECORD_LINE_BYTES_MAX {
-        return Err(format!("line of {} bytes exceeds the {RECORD_LINE_BYTES_MAX}-byte limit", line.len()));
-    }
+    check_line_len(line.len())?;
     Record::decode_bytes(line).map_err(|e| e.to_string())
+}
+
+fn check_line_len(bytes: usize) -> Result<(), String> {
+    if bytes > RECORD_LINE_BYTES_MAX {
+        return Err(format!("line of {bytes} bytes exceeds the {RECORD_LINE_BYTES_MAX}-byte limit"));
+    }
+    Ok(())
+}
+
+/// Decodes the lines `spans` (newline excluded) of `text`, in order. One UTF-8 check covers
+/// them all and each line is then read as text (the JSON reader checks no string again);
+/// where anything in them is not UTF-8, line by line (the bad line says so).
+fn decode_lines(text: &[u8], spans: &[(usize, usize)]) -> Vec<Result<Record, String>> {
+    let (Some(&(base, _)), Some(&(_, end))) = (spans.first(), spans.last()) else { return Vec::new() };
+    match std::str::from_utf8(&text[base..end]) {
+        // Every span starts after a newline and ends before one (ASCII): a char boundary.
+        Ok(whole) => spans
+            .iter()
+            .map(|&(s, e)| {
+                check_line_len(e - s)?;
+                Record::decode(&whole[s - base..e - base]).map_err(|e| e.to_string())
+            })
+            .collect(),
+        Err(_) => spans.iter().map(|&(s, e)| decode_line(&text[s..e])).collect(),
+    }
 }
 
 /// The committed side of a scan: the validator, the keep policy and the last turn.
@@ -333,9 +356,7 @@ fn decode_jobs<'a>(
     outputs
         .iter_mut()
         .zip(lines.chunks(per))
-        .map(|(out, part)| {
-            Box::new(move || *out = part.iter().map(|&(s, e)| decode_line(&text[s..e])).collect()) as Job<'a>
-        })
+        .map(|(out, part)| Box::new(move || *out = decode_lines(text, part)) as Job<'a>)
         .collect()
 }
 
@@ -668,7 +689,7 @@ enum FrameContent {
 fn frame_content(bytes: &[u8], frame: &FrameSpan) -> FrameContent {
     match complete_frame_text(bytes, frame) {
         Err(reason) => FrameContent::Unusable(reason),
-        Ok(text) => FrameContent::Lines(line_spans(&text).into_iter().map(|(s, e)| decode_line(&text[s..e])).collect()),
+        Ok(text) => FrameContent::Lines(decode_lines(&text, &line_spans(&text))),
     }
 }
 

@@ -600,3 +600,59 @@ fn zstd_a_zero_tail_is_torn_up_to_exactly_one_unit_and_corrupt_past_it() {
     assert_eq!(inspection.error.unwrap().offset, clean.len() as u64);
     assert!(bench.fs.largest_read() <= reads_before, "read {} bytes at once", bench.fs.largest_read());
 }
+
+/// A byte that is not UTF-8 inside a committed record line is named — the line (JSONL, whose
+/// records before it are read) or the frame that holds it (zstd) — as corruption (whole
+/// records follow it), however many good lines share its chunk or frame.
+#[test]
+fn a_record_line_that_is_not_utf8_is_named_as_corruption_wherever_it_sits() {
+    for backend in [Backend::Jsonl, Backend::Zstd] {
+        let (bench, path, log) = two_turns(backend);
+        // The plain text of the session: header line, then one line per record.
+        let header_line = {
+            let text = match backend {
+                Backend::Jsonl => read(&path),
+                _ => zstd::stream::decode_all(&read(&path)[..]).unwrap(),
+            };
+            let end = text.iter().position(|&b| b == b'\n').unwrap() + 1;
+            text[..end].to_vec()
+        };
+        let bad = log.records.iter().position(|r| matches!(r.event, Event::UserMessage(_)) && r.seq > 3).unwrap();
+        let mut records_text = Vec::new();
+        let mut bad_at = 0;
+        for (i, record) in log.records.iter().enumerate() {
+            let mut bytes = line(record);
+            if i == bad {
+                bad_at = records_text.len();
+                // Inside the message text: a byte no UTF-8 text holds.
+                let at = bytes.windows(4).position(|w| w == b"text").unwrap() + 8;
+                bytes[at] = 0xff;
+            }
+            records_text.extend_from_slice(&bytes);
+        }
+        let file = match backend {
+            Backend::Jsonl => [header_line.clone(), records_text].concat(),
+            _ => {
+                // A frame is one write unit, read whole or not at all: the lines before the
+                // bad one get a frame of their own.
+                let header = std::str::from_utf8(&header_line[..header_line.len() - 1]).unwrap();
+                let header = Format::Zstd.encode_header(&SessionHeader::decode(header).unwrap());
+                [header, frame(&records_text[..bad_at], true), frame(&records_text[bad_at..], true)].concat()
+            }
+        };
+        write(&path, &file);
+
+        let inspection = inspect(&bench);
+        assert_eq!(inspection.status, ScanStatus::Corrupt, "{backend:?}: {:?}", inspection.error);
+        let error = inspection.error.clone().unwrap();
+        assert!(error.reason.contains("not UTF-8"), "{backend:?}: {}", error.reason);
+        if backend == Backend::Jsonl {
+            assert_eq!(error.offset, (header_line.len() + bad_at) as u64, "{}", error.reason);
+            assert_eq!(inspection.records, log.records[..bad], "every line before it is read");
+        } else {
+            // The frame that holds it (a corrupt zstd session reports no records).
+            let FrameWalk::Complete(spans) = walk_frames(&file) else { panic!("three whole frames") };
+            assert_eq!(error.offset, spans[2].start as u64, "{}", error.reason);
+        }
+    }
+}
