@@ -724,11 +724,15 @@ fn simulator(seeds: u64) -> Vec<Figure> {
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
     let (mut runs, mut sim_ms) = (0u64, 0u64);
     let (mut wall, mut bare_wall) = (Duration::ZERO, Duration::ZERO);
+    // Per scenario (run, bare twin): where the ratio is lost.
+    let mut by_scenario = vec![(Duration::ZERO, Duration::ZERO); scenarios.len()];
     for seed in 0..seeds {
-        for scenario in &scenarios {
+        for (i, scenario) in scenarios.iter().enumerate() {
             let start = Instant::now();
             let result = crate::world::run(scenario, seed);
-            wall += start.elapsed();
+            let took = start.elapsed();
+            wall += took;
+            by_scenario[i].0 += took;
             runs += 1;
             sim_ms += result.sim_ms;
             let work = BareWork {
@@ -740,7 +744,9 @@ fn simulator(seeds: u64) -> Vec<Figure> {
             };
             let start = Instant::now();
             bare_turmoil(seed, work);
-            bare_wall += start.elapsed();
+            let took = start.elapsed();
+            bare_wall += took;
+            by_scenario[i].1 += took;
         }
     }
     let mix_rate = runs as f64 / wall.as_secs_f64();
@@ -751,7 +757,10 @@ fn simulator(seeds: u64) -> Vec<Figure> {
         crate::world::run(&mixed, seed);
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
-    vec![
+    let mut costliest: Vec<(usize, Duration, Duration)> =
+        by_scenario.iter().enumerate().map(|(i, &(run, bare))| (i, run, bare)).collect();
+    costliest.sort_by_key(|&(_, run, bare)| std::cmp::Reverse(run.saturating_sub(bare)));
+    let mut figures = vec![
         figure(
             "simulator: default mix, runs per second (one core)",
             mix_rate,
@@ -767,8 +776,25 @@ fn simulator(seeds: u64) -> Vec<Figure> {
             ("≥ 100 runs/s/core", 100.0),
         ),
         figure("simulator: simulated / wall time", sim_ms as f64 / 1e3 / wall.as_secs_f64(), "×", None, None),
-    ]
+    ];
+    // The scenarios whose runs cost the most beyond their twins, and their share of the whole
+    // mix's excess: where a cut moves the ratio.
+    let excess = wall.saturating_sub(bare_wall).as_secs_f64().max(f64::MIN_POSITIVE);
+    for &(i, run, bare) in costliest.iter().take(SIMULATOR_COSTLIEST_SHOWN) {
+        let share = run.saturating_sub(bare).as_secs_f64() / excess * 100.0;
+        figures.push(figure(
+            &format!("  {} ({share:.0} % of the excess)", scenarios[i].name),
+            seeds as f64 / run.as_secs_f64(),
+            "runs/s",
+            Some(seeds as f64 / bare.as_secs_f64()),
+            None,
+        ));
+    }
+    figures
 }
+
+/// How many scenarios the simulator group names as costliest beyond their twins.
+const SIMULATOR_COSTLIEST_SHOWN: usize = 6;
 
 /// The work of one scenario run, for its bare baseline.
 #[derive(Debug, Clone, Copy)]
