@@ -1,33 +1,153 @@
 //! The request body of a streaming chat completion.
 
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
-use crate::event::RequestPrefix;
+use crate::event::{RequestPrefix, ToolSchema};
 
 /// The exact bytes of one request: `stream: true`, usage in the stream, function tools.
 /// `messages` are already in the OpenAI shape (`role`, `content`, `tool_calls`,
 /// `tool_call_id`). Built once per attempt from the same inputs, so a retry re-sends
 /// identical bytes.
+///
+/// Serialised straight from borrowed parts: building a `serde_json::Value` tree cloned every
+/// message of the conversation per attempt first (a resumed session's tool outputs run to
+/// hundreds of KiB). Keys are declared in the order a `Value` object writes them (sorted), so
+/// the bytes are what they always were (`typed_body_is_the_value_trees_bytes`).
 pub fn chat_body(prefix: &RequestPrefix, messages: &[Value]) -> Bytes {
-    let mut all = Vec::with_capacity(messages.len() + 1);
-    if let Some(system) = &prefix.system {
-        all.push(json!({"role": "system", "content": system}));
+    let body = ChatBody {
+        messages: Messages { system: prefix.system.as_deref(), rest: messages },
+        model: &prefix.model,
+        stream: true,
+        stream_options: StreamOptions { include_usage: true },
+        tools: (!prefix.tools.is_empty()).then_some(Tools(&prefix.tools)),
+    };
+    Bytes::from(serde_json::to_vec(&body).expect("request bodies always serialise"))
+}
+
+#[derive(Serialize)]
+struct ChatBody<'a> {
+    messages: Messages<'a>,
+    model: &'a str,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Tools<'a>>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// The system prompt (when there is one) as the first message, then the conversation.
+struct Messages<'a> {
+    system: Option<&'a str>,
+    rest: &'a [Value],
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.rest.len() + usize::from(self.system.is_some())))?;
+        if let Some(system) = self.system {
+            seq.serialize_element(&SystemMessage { content: system, role: "system" })?;
+        }
+        for message in self.rest {
+            seq.serialize_element(message)?;
+        }
+        seq.end()
     }
-    all.extend(messages.iter().cloned());
-    let mut body = json!({
-        "model": prefix.model,
-        "messages": all,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !prefix.tools.is_empty() {
-        let tools: Vec<Value> = prefix
-            .tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-            .collect();
-        body["tools"] = Value::Array(tools);
+}
+
+#[derive(Serialize)]
+struct SystemMessage<'a> {
+    content: &'a str,
+    role: &'static str,
+}
+
+/// The tool schemas as OpenAI function tools.
+struct Tools<'a>(&'a [ToolSchema]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|tool| FunctionTool {
+            function: Function { description: &tool.description, name: &tool.name, parameters: &tool.parameters },
+            kind: "function",
+        }))
     }
-    Bytes::from(serde_json::to_vec(&body).expect("JSON values always serialise"))
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    function: Function<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    description: &'a str,
+    name: &'a str,
+    parameters: &'a Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// What `chat_body` wrote before it was typed: a `Value` tree, serialised.
+    fn value_tree_body(prefix: &RequestPrefix, messages: &[Value]) -> Vec<u8> {
+        let mut all = Vec::new();
+        if let Some(system) = &prefix.system {
+            all.push(json!({"role": "system", "content": system}));
+        }
+        all.extend(messages.iter().cloned());
+        let mut body = json!({
+            "model": prefix.model,
+            "messages": all,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !prefix.tools.is_empty() {
+            let tools: Vec<Value> = prefix
+                .tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+                .collect();
+            body["tools"] = Value::Array(tools);
+        }
+        serde_json::to_vec(&body).expect("values serialise")
+    }
+
+    #[test]
+    fn typed_body_is_the_value_trees_bytes() {
+        let tool = ToolSchema {
+            name: "search \"web\"".into(),
+            description: "finds\nthings".into(),
+            parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        };
+        let messages = [
+            json!({"role": "user", "content": "hi \u{1} é"}),
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "s", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}),
+        ];
+        for system in [None, Some("be brief".to_owned())] {
+            for tools in [vec![], vec![tool.clone(), tool.clone()]] {
+                let prefix = RequestPrefix { model: "m\"1".into(), system: system.clone(), tools };
+                for messages in [&messages[..], &[]] {
+                    assert_eq!(
+                        chat_body(&prefix, messages).as_ref(),
+                        value_tree_body(&prefix, messages).as_slice(),
+                        "system {system:?}, {} tools, {} messages",
+                        prefix.tools.len(),
+                        messages.len()
+                    );
+                }
+            }
+        }
+    }
 }

@@ -41,14 +41,28 @@ pub fn torn_unit_bytes_max(single_record: bool) -> usize {
 }
 
 /// Bytes `text` takes as a JSON string body (quotes excluded), as serde_json escapes it.
+///
+/// Branch-free per byte and summed in chunks into 16-bit lanes, so the compiler vectorises
+/// it: the oracle and the turn loop measure texts of hundreds of KiB (a match per byte was
+/// ~8 % of a run that stores tool outputs at their limit).
 pub fn json_escaped_bytes(text: &str) -> usize {
-    text.bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => 6,
-            _ => 1,
-        })
-        .sum()
+    /// Bytes summed per 16-bit partial sum: at most 5 extra bytes each stays below 2^16.
+    const CHUNK_BYTES: usize = 8 * 1024;
+    const _: () = assert!(CHUNK_BYTES * 5 < u16::MAX as usize);
+    /// What escaping adds to byte `b`: 5 for a control byte (`\u00XX`), 1 for the seven that
+    /// serde_json writes as two bytes (`\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`), else 0.
+    fn extra(b: u8) -> u16 {
+        let control = u16::from(b < 0x20);
+        let short_control = u16::from(matches!(b, b'\n' | b'\r' | b'\t' | 0x08 | 0x0c));
+        let quote_or_backslash = u16::from(b == b'"' || b == b'\\');
+        control * 5 - short_control * 4 + quote_or_backslash
+    }
+    let extra: usize = text
+        .as_bytes()
+        .chunks(CHUNK_BYTES)
+        .map(|chunk| usize::from(chunk.iter().fold(0u16, |sum, &b| sum + extra(b))))
+        .sum();
+    text.len() + extra
 }
 
 /// Refuses a record line longer than [`RECORD_LINE_BYTES_MAX`]: what every writer checks
