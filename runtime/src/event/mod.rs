@@ -8,6 +8,7 @@ mod message;
 mod payload;
 mod record;
 mod tagged;
+mod texts;
 mod validate;
 
 pub use chunk::{BlockKind, Chunk, FinishReason, Usage};
@@ -20,6 +21,7 @@ pub use payload::{
     UserMessage,
 };
 pub use record::{DecodeBytesError, Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
+pub(crate) use texts::any_text;
 pub use validate::{Rule, Validator, Violation};
 
 /// How an attempt's terminal chunk ended, as far as citations care.

@@ -46,6 +46,35 @@ fn every_string_inside_an_event_is_scrubbed_and_the_record_still_decodes() {
 }
 
 #[test]
+fn a_secret_anywhere_in_an_event_is_found_without_encoding_it_and_a_clean_event_is_kept_as_is() {
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY2plainKey");
+    secrets.register("we\"ird\\key-123");
+    let message = |blocks: Vec<ContentBlock>| {
+        Event::AssistantMessage(AssistantMessage {
+            turn: 1,
+            step: 1,
+            message: Message { role: Role::Assistant, content: blocks },
+            usage: None,
+        })
+    };
+    // Deep in a later block, in a tool call's arguments, needing JSON escapes.
+    let leaky = message(vec![
+        ContentBlock::Text { text: "clean".into() },
+        ContentBlock::ToolCall {
+            id: "c1".into(),
+            name: "post".into(),
+            arguments: r#"{"token":"we\"ird\\key-123","again":"LEAKCANARY2plainKey"}"#.into(),
+        },
+    ]);
+    let line = Record::new(0, 0, secrets.scrub_event(leaky)).encode();
+    assert!(!line.contains("LEAKCANARY") && !line.contains("ird"), "{line}");
+    // Nothing to scrub: the very event comes back.
+    let clean = message(vec![ContentBlock::Text { text: "y".repeat(300_000) }]);
+    assert_eq!(secrets.scrub_event(clean.clone()), clean);
+}
+
+#[test]
 fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
     use faultline_runtime::StreamScrubber;
     let secrets = Scrubber::new();

@@ -1,0 +1,247 @@
+//! Every string inside a serialisable value, visited without encoding it: what the secret
+//! scrubber searches before a record is stored.
+//!
+//! Encoding a record only to search its text escaped every byte of it once more (serde_json
+//! escapes a byte at a time): a tool output at its 256 KiB limit paid that on top of the
+//! encoding the store writes. Visiting the strings themselves finds what the encoded search
+//! found — a secret that needs no escaping appears in the encoding exactly where it appears
+//! in a string, and one that does is registered in its escaped form too — and map keys are
+//! visited as well.
+
+use serde::ser::{self, Serialize};
+
+/// Whether `found` holds for some string (value or map key) inside `value`; stops at the
+/// first that does.
+pub(crate) fn any_text<T: Serialize + ?Sized>(value: &T, mut found: impl FnMut(&str) -> bool) -> bool {
+    matches!(value.serialize(Texts { found: &mut found }), Err(Stop::Found))
+}
+
+/// A serializer that writes nothing and shows every string to `found`.
+struct Texts<'f> {
+    found: &'f mut dyn FnMut(&str) -> bool,
+}
+
+/// Why a visit stopped early.
+#[derive(Debug)]
+enum Stop {
+    /// A string matched.
+    Found,
+    /// The value refused to serialise (never for the runtime's events).
+    Custom(String),
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Found => f.write_str("found"),
+            Stop::Custom(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl ser::Error for Stop {
+    fn custom<M: std::fmt::Display>(message: M) -> Self {
+        Stop::Custom(message.to_string())
+    }
+}
+
+impl Texts<'_> {
+    fn text(&mut self, text: &str) -> Result<(), Stop> {
+        if (self.found)(text) {
+            Err(Stop::Found)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn reborrow(&mut self) -> Texts<'_> {
+        Texts { found: &mut *self.found }
+    }
+}
+
+/// The methods that see no string.
+macro_rules! no_text {
+    ($($method:ident($ty:ty)),* $(,)?) => {
+        $(fn $method(self, _: $ty) -> Result<(), Stop> { Ok(()) })*
+    };
+}
+
+impl<'f> ser::Serializer for Texts<'f> {
+    type Ok = ();
+    type Error = Stop;
+    type SerializeSeq = Self;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
+
+    no_text!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_i128(i128),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_u128(u128),
+        serialize_f32(f32),
+        serialize_f64(f64),
+        serialize_bytes(&[u8]),
+        serialize_unit_struct(&'static str),
+    );
+
+    fn serialize_char(mut self, c: char) -> Result<(), Stop> {
+        self.text(c.encode_utf8(&mut [0; 4]))
+    }
+
+    fn serialize_str(mut self, text: &str) -> Result<(), Stop> {
+        self.text(text)
+    }
+
+    fn serialize_none(self) -> Result<(), Stop> {
+        Ok(())
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Stop> {
+        value.serialize(self)
+    }
+
+    fn serialize_unit(self) -> Result<(), Stop> {
+        Ok(())
+    }
+
+    /// A unit variant is written as its name: seen, as the encoded search saw it (a secret
+    /// equal to one of the runtime's own words is then refused by the scrubber, as before).
+    fn serialize_unit_variant(mut self, _: &'static str, _: u32, variant: &'static str) -> Result<(), Stop> {
+        self.text(variant)
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Result<(), Stop> {
+        value.serialize(self)
+    }
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        value: &T,
+    ) -> Result<(), Stop> {
+        value.serialize(self)
+    }
+
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_tuple(self, _: usize) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_tuple_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_map(self, _: Option<usize>) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
+    }
+
+    fn serialize_struct_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
+    }
+}
+
+impl ser::SerializeSeq for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTuple for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleStruct for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeTupleVariant for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeMap for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Stop> {
+        key.serialize(self.reborrow())
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStruct for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl ser::SerializeStructVariant for Texts<'_> {
+    type Ok = ();
+    type Error = Stop;
+    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), Stop> {
+        value.serialize(self.reborrow())
+    }
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
