@@ -217,11 +217,10 @@ impl ScenarioTool {
     pub fn printed_output(&self) -> Option<String> {
         let bytes = self.output_bytes?;
         let Some(c) = self.output_char.filter(|_| bytes > 0) else { return Some("y".repeat(bytes)) };
+        // 'y', then as many whole `c` as fit in the rest (copied, not pushed one by one).
         let mut text = String::with_capacity(bytes);
         text.push('y');
-        while text.len() + c.len_utf8() <= bytes {
-            text.push(c);
-        }
+        text.push_str(&c.to_string().repeat((bytes - 1) / c.len_utf8()));
         Some(text)
     }
 }

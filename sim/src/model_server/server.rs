@@ -41,8 +41,9 @@ pub struct RecordedRequest {
     pub path: String,
     /// Whether an `Authorization` header was present.
     pub had_authorization: bool,
-    /// The request body, verbatim.
-    pub body: String,
+    /// The request body, verbatim (shared, not copied: a resumed conversation's body runs to
+    /// hundreds of KiB, and the server, the ledger and the oracle each hold it).
+    pub body: Arc<str>,
     /// Server clock (ms since start) when the request arrived.
     pub at_ms: u64,
 }
@@ -265,7 +266,7 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     // Held only to echo it back where a hostile script asks for it; never recorded.
     let authorization = header_text(request.headers(), hyper::header::AUTHORIZATION.as_str());
     let body = match http_body_util::Limited::new(request.into_body(), REQUEST_BODY_BYTES_MAX).collect().await {
-        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Ok(body) => text_of(body.to_bytes()),
         Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or broken")),
     };
     let recorded = {
@@ -305,6 +306,15 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     state.note_served(recorded.n, Some(slot), response.describe());
     let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
     Ok(reply(state, meta, echo_credential(response, &authorization)))
+}
+
+/// A request body as text, verbatim when it is UTF-8 (the usual case, checked at once) and
+/// with U+FFFD for what is not (checked piece by piece, much slower).
+fn text_of(bytes: Bytes) -> Arc<str> {
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => Arc::from(text),
+        Err(_) => Arc::from(String::from_utf8_lossy(&bytes)),
+    }
 }
 
 /// A request header as text (empty when absent or not text).
@@ -423,13 +433,26 @@ struct Meta {
 
 impl Meta {
     /// The model a request body names (clipped; the server's own id when it names none).
+    ///
+    /// Reads only the three fields it needs: the messages are skipped, not built into a
+    /// `Value` tree (a resumed conversation's body runs to hundreds of KiB).
     fn for_request(n: usize, created: u64, body: &str) -> Meta {
-        let request = serde_json::from_str::<serde_json::Value>(body).unwrap_or_default();
-        let named = request["model"].as_str().map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>());
-        let whole = request["stream"] == json!(false);
-        let include_usage = request["stream_options"]["include_usage"] == json!(true);
+        let request = serde_json::from_str::<RequestHead>(body).unwrap_or_default();
+        let named = request.model.as_ref().and_then(serde_json::Value::as_str);
+        let named = named.map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>());
+        let whole = request.stream == Some(json!(false));
+        let include_usage = request.stream_options.is_some_and(|o| o["include_usage"] == json!(true));
         Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole, include_usage }
     }
+}
+
+/// The fields of a chat request the server answers by (anything else is skipped unread).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct RequestHead {
+    model: Option<serde_json::Value>,
+    stream: Option<serde_json::Value>,
+    stream_options: Option<serde_json::Value>,
 }
 
 /// The `chat.completion` object a `stream: false` request gets: the frames' text, reasoning
@@ -483,19 +506,42 @@ fn usage_json([prompt, completion, total]: [u64; 3]) -> serde_json::Value {
 
 /// One `chat.completion.chunk`. `usage` is set on the chunk that carries it; every other chunk
 /// says `"usage": null` when the request asked for usage, as both providers do.
+///
+/// Written from a typed struct, not a `Value` tree built per frame; its keys are declared in
+/// the order a `Value` object writes them (sorted), so the bytes are unchanged.
 fn chunk_json(meta: &Meta, delta: serde_json::Value, finish: Option<&str>, usage: Option<serde_json::Value>) -> String {
-    let mut chunk = json!({
-        "id": format!("chatcmpl-{}", meta.n),
-        "object": "chat.completion.chunk",
-        "created": meta.created,
-        "model": meta.model,
-        "system_fingerprint": "fp_faultline",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    });
-    if usage.is_some() || meta.include_usage {
-        chunk["usage"] = usage.unwrap_or(serde_json::Value::Null);
-    }
-    chunk.to_string()
+    let chunk = ChunkJson {
+        choices: [ChoiceJson { delta, finish_reason: finish, index: 0 }],
+        created: meta.created,
+        id: format!("chatcmpl-{}", meta.n),
+        model: &meta.model,
+        object: "chat.completion.chunk",
+        system_fingerprint: "fp_faultline",
+        usage: (usage.is_some() || meta.include_usage).then_some(usage),
+    };
+    serde_json::to_string(&chunk).expect("chunks serialise")
+}
+
+/// One `chat.completion.chunk`, keys in sorted order (as `serde_json::Value` writes them).
+#[derive(Serialize)]
+struct ChunkJson<'a> {
+    choices: [ChoiceJson<'a>; 1],
+    created: u64,
+    id: String,
+    model: &'a str,
+    object: &'static str,
+    system_fingerprint: &'static str,
+    /// Absent unless the request asked for usage; then `null` on every chunk but the one
+    /// that carries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<serde_json::Value>>,
+}
+
+#[derive(Serialize)]
+struct ChoiceJson<'a> {
+    delta: serde_json::Value,
+    finish_reason: Option<&'a str>,
+    index: u32,
 }
 
 fn event(data: &str) -> String {
@@ -658,4 +704,64 @@ async fn send(response: &Response, text: &str, sender: &mpsc::Sender<Result<Byte
         at = end;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `chunk_json` wrote before it was typed: a `Value` tree, serialised.
+    fn value_tree_chunk(
+        meta: &Meta,
+        delta: serde_json::Value,
+        finish: Option<&str>,
+        usage: Option<serde_json::Value>,
+    ) -> String {
+        let mut chunk = json!({
+            "id": format!("chatcmpl-{}", meta.n),
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "system_fingerprint": "fp_faultline",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if usage.is_some() || meta.include_usage {
+            chunk["usage"] = usage.unwrap_or(serde_json::Value::Null);
+        }
+        chunk.to_string()
+    }
+
+    #[test]
+    fn typed_chunk_is_the_value_trees_bytes() {
+        for include_usage in [false, true] {
+            let meta = Meta { n: 7, created: 1_700_000_000, model: "m \"x\"\n".into(), whole: false, include_usage };
+            for finish in [None, Some("stop")] {
+                for usage in [None, Some(usage_json([1, 2, 3]))] {
+                    let delta = json!({"content": "hé\u{1}", "role": "assistant"});
+                    assert_eq!(
+                        chunk_json(&meta, delta.clone(), finish, usage.clone()),
+                        value_tree_chunk(&meta, delta, finish, usage.clone()),
+                        "usage asked {include_usage}, finish {finish:?}, usage {usage:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_request_head_reads_model_stream_and_usage_and_nothing_else() {
+        let meta = Meta::for_request(
+            0,
+            0,
+            r#"{"messages":[{"role":"user","content":"x"}],"model":"deepseek-chat","stream":false,"stream_options":{"include_usage":true}}"#,
+        );
+        assert_eq!((meta.model.as_str(), meta.whole, meta.include_usage), ("deepseek-chat", true, true));
+        // Not JSON, not an object, a model that is not a string, `stream` that is not `false`.
+        for body in ["not json", "[1]", r#"{"model":7,"stream":"false","stream_options":{"include_usage":"yes"}}"#] {
+            let meta = Meta::for_request(0, 0, body);
+            assert_eq!((meta.model.as_str(), meta.whole, meta.include_usage), (MODEL_ID, false, false), "{body}");
+        }
+        let long = format!(r#"{{"model":"{}"}}"#, "é".repeat(MODEL_NAME_CHARS_MAX + 5));
+        assert_eq!(Meta::for_request(0, 0, &long).model.chars().count(), MODEL_NAME_CHARS_MAX);
+    }
 }

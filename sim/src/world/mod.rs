@@ -375,7 +375,7 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
     }
-    let request_bodies: Vec<String> =
+    let request_bodies: Vec<Arc<str>> =
         model.as_ref().map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
     let model_exchanges = model.as_ref().map_or_else(Vec::new, ModelServer::exchanges);
     let mut durable_batches: Vec<(u64, u64, u64)> = Vec::new();
@@ -463,11 +463,34 @@ pub fn sim_secret(seed: u64) -> String {
 
 /// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
 /// once per run: every incarnation reads the same file.
+///
+/// Parsing the TOML was ~5 % of a sweep (the world, the swarm's draw and the oracle each
+/// resolve the same text, thousands of runs over a few dozen distinct files), so each thread
+/// keeps what it resolved, keyed by the whole text: the same text always resolves the same.
 fn resolve_route(base_url: &str, provider: &str) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
-    from_toml::<ProviderFile>(&provider_file(base_url, provider))
+    type Routes = BTreeMap<(String, String), Result<faultline_runtime::llm::ResolvedProvider, String>>;
+    thread_local! {
+        static RESOLVED: std::cell::RefCell<Routes> = const { std::cell::RefCell::new(BTreeMap::new()) };
+    }
+    let key = (base_url.to_owned(), provider.to_owned());
+    if let Some(route) = RESOLVED.with_borrow(|routes| routes.get(&key).cloned()) {
+        return route;
+    }
+    let route = from_toml::<ProviderFile>(&provider_file(base_url, provider))
         .and_then(|f| f.provider.resolve("provider"))
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string());
+    RESOLVED.with_borrow_mut(|routes| {
+        // A generated workload draws its own files: the memo is a cache, not a record.
+        if routes.len() >= RESOLVED_ROUTES_MAX {
+            routes.clear();
+        }
+        routes.insert(key, route.clone());
+    });
+    route
 }
+
+/// Provider files a sweep thread keeps resolved (the built-in scenarios have a few dozen).
+const RESOLVED_ROUTES_MAX: usize = 256;
 
 /// One incarnation of the agent host.
 struct AgentLife {
@@ -620,11 +643,14 @@ impl World {
     }
 
     /// Everything accepted below seq `through` was acknowledged durable at `at_ms`.
+    ///
+    /// They move from `accepted` to `acked` (not copied: seqs only grow within a life, so a
+    /// record acknowledged once is never accepted again by the same incarnation).
     fn note_durable(&mut self, through: u64, at_ms: u64) {
-        let durable: Vec<Record> = self.accepted.range(..through).map(|(_, r)| r.clone()).collect();
-        for record in durable {
-            self.durable_at.entry(record.seq).or_insert(at_ms);
-            self.acked.insert(record.seq, record);
+        let later = self.accepted.split_off(&through);
+        for (seq, record) in std::mem::replace(&mut self.accepted, later) {
+            self.durable_at.entry(seq).or_insert(at_ms);
+            self.acked.insert(seq, record);
         }
     }
 }

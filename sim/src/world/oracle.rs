@@ -287,7 +287,7 @@ pub(super) fn secret_leaks(
     what: &str,
     secret: &str,
     world: &World,
-    request_bodies: &[String],
+    request_bodies: &[std::sync::Arc<str>],
     sim_ms: u64,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -303,7 +303,13 @@ pub(super) fn secret_leaks(
     out
 }
 
-fn leaks_of(what: &str, secret: &str, world: &World, request_bodies: &[String], sim_ms: u64) -> Vec<Violation> {
+fn leaks_of(
+    what: &str,
+    secret: &str,
+    world: &World,
+    request_bodies: &[std::sync::Arc<str>],
+    sim_ms: u64,
+) -> Vec<Violation> {
     let leak = |place: String| Violation {
         invariant: "secret-leak",
         detail: format!("{what} appears in {place}"),
