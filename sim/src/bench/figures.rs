@@ -714,43 +714,68 @@ async fn raw_sse_client(addr: std::net::SocketAddr, body: &bytes::Bytes) -> (f64
     (events as f64 / start.elapsed().as_secs_f64(), first.unwrap_or(0.0))
 }
 
-/// Simulator: runs/s per core for the default mix and `mixed`, simulated/wall time, and a
-/// bare turmoil baseline interleaved run by run: for each scenario run, a plain turmoil sim
-/// with the same tick, the same number of HTTP exchanges (model and gateway), the same number
-/// of simulated-fs writes+fsyncs and the same simulated time.
+/// Simulator: runs/s per core for the default mix and `mixed`, simulated/wall time, and the
+/// bare turmoil twin of every run, interleaved run by run (`twin.rs`): a plain turmoil sim
+/// with the same topology, tick and simulated time replaying the run's recorded I/O — the same
+/// connections with the same writes on each side, the same disk operations on the same paths
+/// with the same sizes — and nothing above the seams. The first, byte-less twin (one `GET /`
+/// answered `ok` per exchange, a 512-byte append per two disk operations) is measured beside
+/// it, for comparison with the figures measured against it before 2026-12-02.
 fn simulator(seeds: u64) -> Vec<Figure> {
     use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
     let scenarios: Vec<Scenario> =
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
     let (mut runs, mut sim_ms) = (0u64, 0u64);
-    let (mut wall, mut bare_wall) = (Duration::ZERO, Duration::ZERO);
-    // Per scenario (run, bare twin): where the ratio is lost.
+    let (mut wall, mut twin_wall, mut byte_less_wall) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    // Per scenario (run, twin): where the ratio is lost.
     let mut by_scenario = vec![(Duration::ZERO, Duration::ZERO); scenarios.len()];
     for seed in 0..seeds {
         for (i, scenario) in scenarios.iter().enumerate() {
+            // The I/O to replay comes from a recorded run of the same seed (the same run: one
+            // seed fixes it); the timed run records nothing.
+            let (recorded, io) = crate::world::run_recorded(scenario, seed);
+            let twin = super::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
+            let byte_less = BareWork {
+                tick_ms: scenario.tick_ms,
+                model_requests: recorded.model_requests,
+                gateway_requests: recorded.gateway_requests,
+                appends: (recorded.fs_ops / 2) as usize,
+                sim_ms: recorded.sim_ms,
+            };
+            let timed_run = || {
+                let start = Instant::now();
+                let result = crate::world::run(scenario, seed);
+                (start.elapsed(), result)
+            };
+            let timed_twin = || {
+                let start = Instant::now();
+                super::twin::replay(seed, &twin);
+                start.elapsed()
+            };
+            // The side that goes first alternates run by run.
+            let (took, result, twin_took) = if (seed + i as u64) % 2 == 0 {
+                let (took, result) = timed_run();
+                (took, result, timed_twin())
+            } else {
+                let twin_took = timed_twin();
+                let (took, result) = timed_run();
+                (took, result, twin_took)
+            };
+            assert_eq!(result.trace_hash, recorded.trace_hash, "a seed replays the same run");
             let start = Instant::now();
-            let result = crate::world::run(scenario, seed);
-            let took = start.elapsed();
+            bare_turmoil(seed, byte_less);
+            byte_less_wall += start.elapsed();
             wall += took;
+            twin_wall += twin_took;
             by_scenario[i].0 += took;
+            by_scenario[i].1 += twin_took;
             runs += 1;
             sim_ms += result.sim_ms;
-            let work = BareWork {
-                tick_ms: scenario.tick_ms,
-                model_requests: result.model_requests,
-                gateway_requests: result.gateway_requests,
-                appends: (result.fs_ops / 2) as usize,
-                sim_ms: result.sim_ms,
-            };
-            let start = Instant::now();
-            bare_turmoil(seed, work);
-            let took = start.elapsed();
-            bare_wall += took;
-            by_scenario[i].1 += took;
         }
     }
     let mix_rate = runs as f64 / wall.as_secs_f64();
-    let bare_rate = runs as f64 / bare_wall.as_secs_f64();
+    let twin_rate = runs as f64 / twin_wall.as_secs_f64();
+    let byte_less_rate = runs as f64 / byte_less_wall.as_secs_f64();
     let mixed = Scenario::built_in("mixed").expect("mixed");
     let start = Instant::now();
     for seed in 0..seeds * 4 {
@@ -758,15 +783,22 @@ fn simulator(seeds: u64) -> Vec<Figure> {
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
     let mut costliest: Vec<(usize, Duration, Duration)> =
-        by_scenario.iter().enumerate().map(|(i, &(run, bare))| (i, run, bare)).collect();
-    costliest.sort_by_key(|&(_, run, bare)| std::cmp::Reverse(run.saturating_sub(bare)));
+        by_scenario.iter().enumerate().map(|(i, &(run, twin))| (i, run, twin)).collect();
+    costliest.sort_by_key(|&(_, run, twin)| std::cmp::Reverse(run.saturating_sub(twin)));
     let mut figures = vec![
         figure(
             "simulator: default mix, runs per second (one core)",
             mix_rate,
             "runs/s",
-            Some(bare_rate),
-            Some(("≤ 1.5× bare turmoil cost (ratio ≥ 0.67)", 1.0 / 1.5)),
+            Some(twin_rate),
+            Some(("≤ 1.5× its bare turmoil twin (ratio ≥ 0.67)", 1.0 / 1.5)),
+        ),
+        figure(
+            "  against the byte-less twin of 055b8a5 (counts only, no bytes)",
+            mix_rate,
+            "runs/s",
+            Some(byte_less_rate),
+            None,
         ),
         figure_at_least(
             "simulator: mixed scenario (one core)",
@@ -779,14 +811,14 @@ fn simulator(seeds: u64) -> Vec<Figure> {
     ];
     // The scenarios whose runs cost the most beyond their twins, and their share of the whole
     // mix's excess: where a cut moves the ratio.
-    let excess = wall.saturating_sub(bare_wall).as_secs_f64().max(f64::MIN_POSITIVE);
-    for &(i, run, bare) in costliest.iter().take(SIMULATOR_COSTLIEST_SHOWN) {
-        let share = run.saturating_sub(bare).as_secs_f64() / excess * 100.0;
+    let excess = wall.saturating_sub(twin_wall).as_secs_f64().max(f64::MIN_POSITIVE);
+    for &(i, run, twin) in costliest.iter().take(SIMULATOR_COSTLIEST_SHOWN) {
+        let share = run.saturating_sub(twin).as_secs_f64() / excess * 100.0;
         figures.push(figure(
             &format!("  {} ({share:.0} % of the excess)", scenarios[i].name),
             seeds as f64 / run.as_secs_f64(),
             "runs/s",
-            Some(seeds as f64 / bare.as_secs_f64()),
+            Some(seeds as f64 / twin.as_secs_f64()),
             None,
         ));
     }
@@ -796,7 +828,7 @@ fn simulator(seeds: u64) -> Vec<Figure> {
 /// How many scenarios the simulator group names as costliest beyond their twins.
 const SIMULATOR_COSTLIEST_SHOWN: usize = 6;
 
-/// The work of one scenario run, for its bare baseline.
+/// The work of one scenario run, for the byte-less twin: counts only.
 #[derive(Debug, Clone, Copy)]
 pub struct BareWork {
     /// The scenario's tick.
@@ -811,9 +843,10 @@ pub struct BareWork {
     pub sim_ms: u64,
 }
 
-/// A plain turmoil simulation with the scenario's topology (an `agent` client, `model` and
-/// `gateway` hyper servers) doing `work`: the same exchanges, appends+fsyncs, tick and
-/// simulated time, and nothing else.
+/// The byte-less twin (the bench's baseline until 2026-12-02): a plain turmoil simulation
+/// with the scenario's topology (an `agent` client, `model` and `gateway` hyper servers)
+/// doing `work` — as many exchanges (`GET /` answered `ok`), a 512-byte append and fsync per
+/// two disk operations, the same tick and simulated time — and nothing else.
 pub fn bare_turmoil(seed: u64, work: BareWork) {
     use http_body_util::{BodyExt, Full};
     let mut sim = turmoil::Builder::new()

@@ -5,5 +5,6 @@
 
 mod figures;
 pub mod mix;
+pub mod twin;
 
 pub use figures::{run_all, run_all_with, BenchReport, Figure, GROUPS};

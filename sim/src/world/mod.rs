@@ -7,6 +7,7 @@
 //! family, so adding a knob does not reshuffle the others).
 
 pub mod gateway;
+pub mod io_trace;
 mod ledger;
 mod life;
 mod oracle;
@@ -160,6 +161,18 @@ pub fn fnv1a(lines: &[String]) -> String {
 
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
+    run_with(scenario, seed, io_trace::IoRecorder::new(false))
+}
+
+/// Runs `scenario` with `seed`, recording the simulated I/O the run made (for the bench's
+/// bare turmoil twin, which replays it).
+pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, io_trace::IoTrace) {
+    let recorder = io_trace::IoRecorder::new(true);
+    let result = run_with(scenario, seed, recorder.clone());
+    (result, recorder.trace().expect("the recorder was on"))
+}
+
+fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> RunResult {
     let plan = seeded::resolve(scenario, seed);
     let mut builder = turmoil::Builder::new();
     builder
@@ -199,10 +212,11 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
     {
         let (script, slot, ledger) = (plan.script.clone(), model_slot.clone(), lock(&world).ledger.clone());
+        let recorder = recorder.clone();
         sim.host("model", move || {
             let (script, slot, ledger) = (script.clone(), slot.clone(), ledger.clone());
+            let net = recorder.server_net(Arc::new(crate::SimNet), "model");
             async move {
-                let net: Arc<dyn faultline_runtime::Net> = Arc::new(crate::SimNet);
                 let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(ModelServer::start(net, clock, "0.0.0.0:80", script, Some(ledger.observer())).await?);
@@ -213,12 +227,12 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
     }
     let receipts: Receipts = Arc::default();
     {
-        let (receipts, echo) = (receipts.clone(), plan.faults.gateway_echo);
+        let (receipts, echo, recorder) = (receipts.clone(), plan.faults.gateway_echo, recorder.clone());
         sim.host("gateway", move || {
             let receipts = receipts.clone();
+            let net = recorder.server_net(Arc::new(crate::SimNet), "gateway");
             async move {
-                gateway::serve(Arc::new(crate::SimNet), Arc::new(crate::SimClock), "0.0.0.0:80", receipts, echo)
-                    .await?;
+                gateway::serve(net, Arc::new(crate::SimClock), "0.0.0.0:80", receipts, echo).await?;
                 Ok(())
             }
         });
@@ -235,6 +249,7 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
                 first_life_fs: first_life_fs.clone(),
                 plan: plan.clone(),
                 seed,
+                recorder: recorder.clone(),
             };
             async move {
                 life.run().await;
@@ -500,6 +515,8 @@ struct AgentLife {
     first_life_fs: FsFaults,
     plan: seeded::Plan,
     seed: u64,
+    /// Records the agent's disk and network operations (when the bench asks for them).
+    recorder: io_trace::IoRecorder,
 }
 
 impl AgentLife {
@@ -516,8 +533,9 @@ impl AgentLife {
         if life > 1 {
             self.rot_while_down();
         }
-        let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(Arc::new(SimFs), faults.clone()));
+        let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(self.recorder.fs(Arc::new(SimFs)), faults.clone()));
         seams.fs = fs;
+        seams.net = self.recorder.client_net(seams.net);
         seams.probe = Arc::new(SimProbe { control: self.control.clone(), fs: faults.clone() });
         match self.start(&seams, life).await {
             Ok(()) => {}

@@ -11,3 +11,4 @@ mod scenarios;
 mod seam_smoke;
 mod support;
 mod sweep;
+mod twin;

@@ -1,0 +1,176 @@
+//! The bare turmoil twin of a scenario run: a plain turmoil simulation with the run's
+//! topology, tick and simulated time that replays the run's recorded I/O
+//! (`world::io_trace`) with nothing above the seams — every connection the agent opened,
+//! each side writing the same sizes in the same order and reading what it read, and every
+//! disk operation the agent host made, on the same paths with the same byte counts.
+//!
+//! What is left between the run and its twin is what the runtime (turn loop, adapter,
+//! stores, outbox) and the harness (model server scripts, oracle) add to simulating that
+//! I/O. The first twin replayed only counts (one `GET /` answered `ok` per exchange, 512-byte
+//! appends): a run that streams a 20-frame answer, posts a 300 KiB conversation or lists a
+//! directory paid for work its twin never did. `byte_less_twin` keeps it for comparison.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use faultline_runtime::{Fs, FsFile};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::world::io_trace::{DiskOp, Flow, IoTrace};
+use crate::SimFs;
+
+/// The port nobody listens on: a connection the run saw refused is refused here too.
+const REFUSED_PORT: u16 = 81;
+/// Largest single write or read replayed, in bytes (the run's own are bounded by the store's
+/// line limit and the model server's request limit, both far below).
+const REPLAY_BUFFER_BYTES_MAX: usize = 64 << 20;
+
+/// What one twin replays.
+#[derive(Debug, Clone)]
+pub struct Twin {
+    pub tick_ms: u64,
+    pub sim_ms: u64,
+    pub io: Arc<IoTrace>,
+}
+
+/// Runs the twin of a run made with `seed`.
+pub fn replay(seed: u64, twin: &Twin) {
+    let mut sim = turmoil::Builder::new()
+        .epoch(crate::sim_epoch())
+        .rng_seed(crate::Seed::new(seed).turmoil())
+        .tick_duration(Duration::from_millis(twin.tick_ms))
+        .simulation_duration(Duration::from_millis(twin.sim_ms + 60_000))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(1))
+        .build();
+    for host in ["model", "gateway"] {
+        // The server sides of this host's established connections, in accept order.
+        let flows: Vec<Flow> =
+            twin.io.connections.iter().filter(|c| c.host == host && c.established).map(|c| c.server.clone()).collect();
+        let flows = Arc::new(flows);
+        sim.host(host, move || {
+            let flows = flows.clone();
+            async move {
+                let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;
+                for flow in flows.iter().cloned() {
+                    let (stream, _) = listener.accept().await?;
+                    tokio::spawn(serve(stream, flow));
+                }
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+    }
+    let (io, sim_ms) = (twin.io.clone(), twin.sim_ms);
+    sim.client("agent", async move {
+        for connection in &io.connections {
+            if !connection.established {
+                let refused = turmoil::net::TcpStream::connect((connection.host.as_str(), REFUSED_PORT)).await;
+                assert!(refused.is_err(), "nobody listens on the refused port");
+                continue;
+            }
+            let stream = turmoil::net::TcpStream::connect((connection.host.as_str(), 80)).await?;
+            exchange(stream, &connection.client, true).await;
+        }
+        replay_disk(&io.disk);
+        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(sim_ms).saturating_sub(elapsed)).await;
+        Ok(())
+    });
+    sim.run().expect("twin simulation");
+}
+
+/// The server side of one connection: reads what the server read, then writes what it
+/// wrote, then closes.
+async fn serve(stream: turmoil::net::TcpStream, flow: Flow) {
+    exchange(stream, &flow, false).await;
+}
+
+/// One side of a connection. The client writes first and then reads; the server reads first
+/// and then writes; either stops at the other's close. Errors end the side quietly (the run
+/// may have been cut off there too).
+async fn exchange(mut stream: turmoil::net::TcpStream, flow: &Flow, writes_first: bool) {
+    let largest = flow.writes.iter().copied().max().unwrap_or(0).min(REPLAY_BUFFER_BYTES_MAX);
+    let bytes = vec![b'x'; largest];
+    if writes_first && !write_each(&mut stream, &bytes, &flow.writes).await {
+        return;
+    }
+    let mut buffer = vec![0; 16 * 1024];
+    let mut read = 0;
+    while read < flow.read {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+    }
+    if !writes_first {
+        write_each(&mut stream, &bytes, &flow.writes).await;
+    }
+}
+
+/// Writes `sizes` bytes of `bytes` one write each; `false` when the peer went away.
+async fn write_each(stream: &mut turmoil::net::TcpStream, bytes: &[u8], sizes: &[usize]) -> bool {
+    for &n in sizes {
+        if stream.write_all(&bytes[..n.min(bytes.len())]).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Every disk operation of the run, on the same paths through the same seam (`SimFs`, the
+/// thin adapter over turmoil's filesystem), with buffers of the same sizes. Results are
+/// ignored: the twin does the work, it does not judge it.
+fn replay_disk(ops: &[DiskOp]) {
+    let fs = SimFs;
+    let mut files: Vec<Option<Box<dyn FsFile>>> = Vec::new();
+    let largest = ops
+        .iter()
+        .map(|op| match op {
+            DiskOp::Write { bytes, .. } | DiskOp::ReadAt { bytes, .. } => *bytes,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+        .min(REPLAY_BUFFER_BYTES_MAX);
+    let mut buffer = vec![b'x'; largest];
+    for op in ops {
+        let _: io::Result<()> = (|| {
+            match op {
+                DiskOp::Open { path, options, file } => {
+                    let opened = fs.open(path, *options);
+                    if let Some(file) = *file {
+                        if files.len() <= file {
+                            files.resize_with(file + 1, || None);
+                        }
+                        files[file] = opened.ok();
+                    }
+                }
+                DiskOp::Read { path } => _ = fs.read(path)?,
+                DiskOp::CreateDir { path } => fs.create_dir(path)?,
+                DiskOp::HardLink { original, link } => fs.hard_link(original, link)?,
+                DiskOp::Rename { from, to } => fs.rename(from, to)?,
+                DiskOp::RemoveFile { path } => fs.remove_file(path)?,
+                DiskOp::ReadDir { path } => _ = fs.read_dir(path)?,
+                DiskOp::Metadata { path } => _ = fs.metadata(path)?,
+                DiskOp::SyncDir { path } => fs.sync_dir(path)?,
+                DiskOp::Write { file, bytes } => {
+                    file_of(&mut files, *file)?.write_all(&buffer[..*bytes.min(&largest)])?
+                }
+                DiskOp::ReadAll { file } => _ = file_of(&mut files, *file)?.read_all()?,
+                DiskOp::ReadAt { file, offset, bytes } => {
+                    _ = file_of(&mut files, *file)?.read_at(*offset, &mut buffer[..*bytes.min(&largest)])?
+                }
+                DiskOp::Sync { file } => file_of(&mut files, *file)?.sync()?,
+                DiskOp::SetLen { file, len } => file_of(&mut files, *file)?.set_len(*len)?,
+                DiskOp::Len { file } => _ = file_of(&mut files, *file)?.len()?,
+            }
+            Ok(())
+        })();
+    }
+}
+
+fn file_of(files: &mut [Option<Box<dyn FsFile>>], file: usize) -> io::Result<&mut Box<dyn FsFile>> {
+    files.get_mut(file).and_then(Option::as_mut).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+}
