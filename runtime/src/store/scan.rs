@@ -662,6 +662,10 @@ impl Inflater {
     }
 }
 
+/// The content of one complete frame. libzstd holds a frame to the content size its header
+/// declares (more is "destination buffer too small", less a corruption at its end:
+/// `zstd_a_frame_that_decodes_to_other_than_it_declares_is_corrupt`), which is what lets a
+/// scan budget a batch's memory by the declared sizes.
 fn decompress_frame(inflater: &mut Inflater, frame: &[u8]) -> io::Result<Vec<u8>> {
     // A frame that failed part-way leaves the context mid-frame: start each one clean.
     inflater
@@ -675,6 +679,12 @@ fn decompress_frame(inflater: &mut Inflater, frame: &[u8]) -> io::Result<Vec<u8>
         return Err(io::Error::other("frame content exceeds the size limit"));
     }
     Ok(out)
+}
+
+/// The memory a frame may take decoded, for a batch's budget: what its header declares, or
+/// the most any frame may hold when it declares nothing.
+fn frame_content_budget(frame: &FrameSpan) -> u64 {
+    frame.content_bytes.map_or(FRAME_CONTENT_BYTES_MAX, |d| d.min(FRAME_CONTENT_BYTES_MAX))
 }
 
 /// Decompresses as much of a torn frame as the decoder yields before the bytes run out.
@@ -720,6 +730,13 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
 /// one batch, decoded, then validated on one core: 1.4 CPUs used, 1.7 M events/s).
 const ZSTD_BATCH_BYTES: u64 = SCAN_CHUNK_BYTES as u64 / 8;
 
+/// The most content a batch of several frames decodes to (by their declared sizes; a frame
+/// that declares none counts as the largest a frame may hold): a few KiB of hostile frames,
+/// each expanding to megabytes of valid records, are decoded a budget at a time, not a
+/// compressed batch at a time (512 KiB of them held ~100 frames of 16 MiB). The writer's
+/// batches (~5 MiB of text) fit; a single frame forms a batch of its own, whatever its size.
+const ZSTD_BATCH_CONTENT_BYTES_MAX: u64 = 2 * SCAN_CHUNK_BYTES as u64;
+
 /// Scans a `session.jsonl.zst` streamed from `source`: frame 1 holds exactly the header line,
 /// every later frame one durable write unit of complete lines, each with a content checksum.
 pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, compute: &dyn Compute) -> io::Result<Scan> {
@@ -740,12 +757,20 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
         // while the batch before is committed.
         let mut frames: Vec<FrameSpan> = Vec::new();
         let batch_start = walked;
+        let mut batch_content = 0u64;
         while torn_at.is_none()
             && corrupt.is_none()
             && walked < file_len
             && (frames.is_empty() || walked - batch_start < ZSTD_BATCH_BYTES)
         {
             match walk_one(source, walked)? {
+                // Over the batch's content budget: the next batch starts with it.
+                FrameEnd::Complete(span)
+                    if !frames.is_empty()
+                        && batch_content + frame_content_budget(&span) > ZSTD_BATCH_CONTENT_BYTES_MAX =>
+                {
+                    break
+                }
                 // Larger than any unit the writer makes, compressed: refused before it is
                 // read, so a hostile frame cannot make the scan hold it whole.
                 FrameEnd::Complete(span) if (span.end - span.start) as u64 > zstd_unit_bytes_max() => {
@@ -758,6 +783,7 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
                 }
                 FrameEnd::Complete(span) => {
                     walked = span.end as u64;
+                    batch_content += frame_content_budget(&span);
                     frames.push(span);
                 }
                 FrameEnd::Torn => torn_at = Some(walked),

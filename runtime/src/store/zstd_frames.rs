@@ -28,6 +28,9 @@ pub struct FrameSpan {
     pub end: usize,
     /// Whether the frame header asks for a content checksum.
     pub has_checksum: bool,
+    /// The content size its header declares (`None`: not declared). A scan budgets its
+    /// memory by it, and holds the frame to it when decompressing.
+    pub content_bytes: Option<u64>,
 }
 
 /// Result of walking a file's frames.
@@ -153,5 +156,14 @@ pub(crate) fn walk_one(source: &mut dyn Source, start: u64) -> std::io::Result<F
             return Ok(FrameEnd::Torn);
         }
     }
-    Ok(FrameEnd::Complete(FrameSpan { start: at_usize(start), end: at_usize(at), has_checksum }))
+    // RFC 8878 3.1.1.1.4: 1, 4 or 8 bytes as they are; 2 bytes hold the size less 256.
+    let (field, _) = peek::<8>(source, start + 5 + window_bytes + dictionary_id_bytes)?;
+    let content_bytes = match content_size_bytes {
+        0 => None,
+        1 => Some(u64::from(field[0])),
+        2 => Some(u64::from(u16::from_le_bytes([field[0], field[1]])) + 256),
+        4 => Some(u64::from(u32::from_le_bytes([field[0], field[1], field[2], field[3]]))),
+        _ => Some(u64::from_le_bytes(field)),
+    };
+    Ok(FrameEnd::Complete(FrameSpan { start: at_usize(start), end: at_usize(at), has_checksum, content_bytes }))
 }

@@ -439,6 +439,80 @@ fn zstd_a_frame_that_expands_past_the_largest_unit_is_corrupt() {
     // store: limits::a_line_of_exactly_the_limit_is_kept_and_one_byte_more_is_refused.
 }
 
+/// Frames of a few hundred bytes that each expand to megabytes of valid records are decoded a
+/// content budget at a time: the scan reads (and so decodes) a handful of them per batch, not
+/// every frame its compressed batch size would hold. Every record still reads back.
+#[test]
+fn zstd_frames_that_expand_to_megabytes_are_decoded_a_budget_at_a_time() {
+    let bench = Bench::new(Backend::Zstd);
+    let a = bench.process("a");
+    let mut log = Log::default();
+    let turns = 24;
+    for turn in 1..=turns {
+        log.tool_turn(turn);
+    }
+    // Each turn's user message is 2 MiB of one letter: a frame of its own of a few hundred
+    // bytes that declares 2 MiB of content.
+    let big = "a".repeat(2 << 20);
+    for record in &mut log.records {
+        if let Event::UserMessage(user) = &mut record.event {
+            user.message = Message::user_text(&big);
+        }
+    }
+    let mut writer = bench.store(&a).create(&sid("s"), T0).unwrap();
+    append_all(writer.as_mut(), &log.records, 1);
+    writer.close().unwrap();
+    let file = read(&bench.session_file(&sid("s")).unwrap());
+    assert!(file.len() < 256 * 1024, "{} bytes hold {} MiB of messages", file.len(), 2 * turns);
+    let inspection = inspect(&bench);
+    assert_eq!(inspection.status, ScanStatus::Clean, "{:?}", inspection.error);
+    assert_eq!(inspection.last_seq, Some(log.records.len() as u64 - 1));
+    // One read per batch: a batch of at most 8 MiB of content holds at most four of the big
+    // frames (and the small ones around them), far from the whole file's 48 MiB.
+    let per_turn = file.len() as u64 / u64::from(turns);
+    assert!(
+        bench.fs.largest_read() <= 5 * per_turn,
+        "read {} bytes at once of {} ({per_turn} per turn)",
+        bench.fs.largest_read(),
+        file.len()
+    );
+}
+
+/// A frame whose content is not the size its header declares is corrupt: libzstd holds a
+/// frame to its declared size, more or less, and the scan's batch budget relies on it (a
+/// frame of several blocks that declares a prefix of its lines must not pass as that prefix,
+/// nor one that declares a few bytes expand to megabytes).
+#[test]
+fn zstd_a_frame_that_decodes_to_other_than_it_declares_is_corrupt() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    // Turns 3.. as one frame of several blocks (128 KiB each at most).
+    let mut more = Log { records: log.records.clone() };
+    let mut turn = 3;
+    while more.records.iter().skip(log.records.len()).map(|r| line(r).len()).sum::<usize>() < 300 * 1024 {
+        more.tool_turn(turn);
+        turn += 1;
+    }
+    let text: Vec<u8> = more.records[log.records.len()..].iter().flat_map(line).collect();
+    let honest = frame(&text, true);
+    // The compressor's header: single segment, a four-byte content size. Rewrite it with an
+    // 8 MiB window (no longer single segment: the window is not the declared size) that
+    // declares a prefix of whole lines, and then more than the content.
+    assert_eq!(honest[4], 0b1010_0100, "single segment, 4-byte size, checksum");
+    let prefix = text[..100 * 1024].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    for declared in [prefix, text.len() + 1] {
+        let declared = u32::try_from(declared).unwrap();
+        let lying = [&honest[..4], &[0b1000_0100, 13 << 3], &declared.to_le_bytes(), &honest[9..]].concat();
+        assert_eq!(zstd::zstd_safe::get_frame_content_size(&lying).ok(), Some(Some(u64::from(declared))));
+        write(&path, &[clean.clone(), lying].concat());
+        let inspection = inspect(&bench);
+        assert_eq!(inspection.status, ScanStatus::Corrupt, "declared {declared}: {:?}", inspection.last_seq);
+        let error = inspection.error.unwrap();
+        assert_eq!(error.offset, clean.len() as u64, "{error:?}");
+        assert!(error.reason.contains("does not decompress"), "{error:?}");
+    }
+}
+
 /// The same proof found far from the damage: the search for a later complete frame reads the
 /// rest of the file in bounded pieces, so the frame it finds lies beyond the first of them.
 #[test]

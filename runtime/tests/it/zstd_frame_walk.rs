@@ -156,7 +156,11 @@ fn every_frame_header_shape_ends_where_libzstd_says() {
         if shape.dictionary_id_bytes == 0 {
             assert_eq!(zstd::decode_all(&frame[..]).unwrap(), content, "{shape:?}: libzstd decodes it");
         }
-        let whole = FrameSpan { start: 0, end: frame.len(), has_checksum: shape.checksum };
+        // The content size it declares, read as libzstd reads it.
+        let content_bytes = zstd_safe::get_frame_content_size(&frame).expect("a frame header");
+        let declared = shape.single_segment || shape.content_size_flag > 0;
+        assert_eq!(content_bytes, declared.then_some(content.len() as u64), "{shape:?}");
+        let whole = FrameSpan { start: 0, end: frame.len(), has_checksum: shape.checksum, content_bytes };
         assert_eq!(walk_frames(&frame), FrameWalk::Complete(vec![whole]), "{shape:?}");
     }
 }
@@ -186,7 +190,8 @@ fn frames_of_every_shape_back_to_back_are_walked_one_by_one() {
         let (frame, _) = handmade(shape);
         let start = file.len();
         file.extend(&frame);
-        expected.push(FrameSpan { start, end: file.len(), has_checksum: shape.checksum });
+        let content_bytes = zstd_safe::get_frame_content_size(&frame).expect("a frame header");
+        expected.push(FrameSpan { start, end: file.len(), has_checksum: shape.checksum, content_bytes });
     }
     // What libzstd reads, frame after frame.
     let mut at = 0;
@@ -208,7 +213,8 @@ fn frames_of_every_shape_back_to_back_are_walked_one_by_one() {
 fn bad_magic_is_corruption_from_exactly_four_bytes_and_torn_below() {
     let (frame, _) =
         handmade(Shape { single_segment: true, content_size_flag: 0, dictionary_id_bytes: 0, checksum: true });
-    let whole = FrameSpan { start: 0, end: frame.len(), has_checksum: true };
+    let content_bytes = zstd_safe::get_frame_content_size(&frame).expect("a frame header");
+    let whole = FrameSpan { start: 0, end: frame.len(), has_checksum: true, content_bytes };
     for left in 1..=3 {
         let file = [frame.as_slice(), &b"XYZW"[..left]].concat();
         assert_eq!(
