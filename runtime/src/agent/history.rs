@@ -2,14 +2,17 @@
 //! messages (text and tool calls; reasoning is not sent back) and tool results — including
 //! repair closers, which the model reads as ordinary results.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::event::{ContentBlock, Event, Message, Record, RequestPrefix};
 
-/// The OpenAI-shaped messages of a session so far.
+/// The OpenAI-shaped messages of a session so far, each encoded once as it is absorbed: every
+/// request of a session sends the whole conversation again, and escaping each message anew
+/// per request made a long session's requests quadratic in its text.
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    messages: Vec<Value>,
+    messages: Vec<Box<RawValue>>,
     /// The last request prefix written to the log.
     pub last_header: Option<RequestPrefix>,
     /// The last turn number started.
@@ -42,15 +45,18 @@ impl History {
             Event::RequestHeader(header) => self.last_header = Some(header.header.clone()),
             Event::AssistantMessage(message) => self.push_assistant(&message.message),
             Event::ToolResult(result) => {
-                self.messages
-                    .push(json!({"role": "tool", "tool_call_id": result.call_id, "content": text_of(&result.content)}));
+                self.push(json!({"role": "tool", "tool_call_id": result.call_id, "content": text_of(&result.content)}));
             }
             _ => {}
         }
     }
 
+    fn push(&mut self, message: Value) {
+        self.messages.push(serde_json::value::to_raw_value(&message).expect("JSON values serialise"));
+    }
+
     fn push_user(&mut self, message: &Message) {
-        self.messages.push(json!({"role": "user", "content": text_of(&message.content)}));
+        self.push(json!({"role": "user", "content": text_of(&message.content)}));
     }
 
     fn push_assistant(&mut self, message: &Message) {
@@ -64,11 +70,16 @@ impl History {
         if !calls.is_empty() {
             value["tool_calls"] = Value::Array(calls);
         }
-        self.messages.push(value);
+        self.push(value);
     }
 
-    /// The messages, in order.
-    pub fn messages(&self) -> &[Value] {
+    /// The messages, encoded, in order: what a request sends.
+    pub(crate) fn encoded(&self) -> &[Box<RawValue>] {
         &self.messages
+    }
+
+    /// The messages, decoded, in order (for a reader; a request sends [`History::encoded`]).
+    pub fn messages(&self) -> Vec<Value> {
+        self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded from a Value")).collect()
     }
 }

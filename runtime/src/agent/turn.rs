@@ -14,7 +14,7 @@ use super::retry::{decide, RetryDecision};
 use super::tools::{run_with_deadline, CallOutcome, ToolInvocation};
 use super::{Shared, TurnOutcome};
 use crate::event::*;
-use crate::llm::chat_body;
+use crate::llm::chat_body_of;
 use crate::seams::EntropyExt;
 use crate::{Error, Result};
 
@@ -231,7 +231,7 @@ impl TurnCtx<'_> {
         let mut silently_retried = false;
         for attempt in 1.. {
             tracing::debug!(step, attempt, "attempt started");
-            let body = chat_body(prefix, self.history.messages());
+            let body = chat_body_of(prefix, self.history.encoded());
             let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
             let mut assembler = Assembler::new();
             let mut seqs = if crate::testing::bugs::planted("cite-failed-attempts") {

@@ -18,5 +18,6 @@ pub use config::{
 };
 pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
 pub use request::chat_body;
+pub(crate) use request::chat_body_of;
 pub use sse::{SseError, SSE_BODY_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_LINE_BYTES_MAX};
 pub use tls::PlatformRoots;

@@ -16,6 +16,12 @@ use crate::event::{RequestPrefix, ToolSchema};
 /// hundreds of KiB). Keys are declared in the order a `Value` object writes them (sorted), so
 /// the bytes are what they always were (`typed_body_is_the_value_trees_bytes`).
 pub fn chat_body(prefix: &RequestPrefix, messages: &[Value]) -> Bytes {
+    chat_body_of(prefix, messages)
+}
+
+/// [`chat_body`] of anything that serialises to one message each: the agent's history keeps
+/// its messages encoded once (`RawValue`), written verbatim.
+pub(crate) fn chat_body_of<M: Serialize>(prefix: &RequestPrefix, messages: &[M]) -> Bytes {
     let body = ChatBody {
         messages: Messages { system: prefix.system.as_deref(), rest: messages },
         model: &prefix.model,
@@ -27,8 +33,8 @@ pub fn chat_body(prefix: &RequestPrefix, messages: &[Value]) -> Bytes {
 }
 
 #[derive(Serialize)]
-struct ChatBody<'a> {
-    messages: Messages<'a>,
+struct ChatBody<'a, M> {
+    messages: Messages<'a, M>,
     model: &'a str,
     stream: bool,
     stream_options: StreamOptions,
@@ -42,12 +48,12 @@ struct StreamOptions {
 }
 
 /// The system prompt (when there is one) as the first message, then the conversation.
-struct Messages<'a> {
+struct Messages<'a, M> {
     system: Option<&'a str>,
-    rest: &'a [Value],
+    rest: &'a [M],
 }
 
-impl Serialize for Messages<'_> {
+impl<M: Serialize> Serialize for Messages<'_, M> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.rest.len() + usize::from(self.system.is_some())))?;
@@ -139,13 +145,18 @@ mod tests {
             for tools in [vec![], vec![tool.clone(), tool.clone()]] {
                 let prefix = RequestPrefix { model: "m\"1".into(), system: system.clone(), tools };
                 for messages in [&messages[..], &[]] {
+                    let expected = value_tree_body(&prefix, messages);
                     assert_eq!(
                         chat_body(&prefix, messages).as_ref(),
-                        value_tree_body(&prefix, messages).as_slice(),
+                        expected.as_slice(),
                         "system {system:?}, {} tools, {} messages",
                         prefix.tools.len(),
                         messages.len()
                     );
+                    // Messages encoded once, as the history keeps them: the same bytes.
+                    let encoded: Vec<Box<serde_json::value::RawValue>> =
+                        messages.iter().map(|m| serde_json::value::to_raw_value(m).unwrap()).collect();
+                    assert_eq!(chat_body_of(&prefix, &encoded).as_ref(), expected.as_slice());
                 }
             }
         }
