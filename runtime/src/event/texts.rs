@@ -245,3 +245,94 @@ impl ser::SerializeStructVariant for Texts<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde::Serialize;
+
+    use super::any_text;
+
+    const NEEDLE: &str = "LEAKCANARYtexts";
+
+    #[derive(Serialize)]
+    struct Newtype(String);
+
+    #[derive(Serialize)]
+    struct Pair(u8, String);
+
+    #[derive(Serialize)]
+    enum Shape {
+        Unit,
+        Newtype(String),
+        Tuple(u8, String),
+        Struct { n: u8, text: String },
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename = "LEAKCANARYtexts")]
+    struct NamedLikeTheNeedle;
+
+    /// A value holding `text` in every place serde can put a string, one at a time.
+    fn every_place(text: &str) -> Vec<(&'static str, Box<dyn erased::Serialize>)> {
+        let owned = text.to_owned();
+        let first = text.chars().next().unwrap_or('x');
+        vec![
+            ("str", Box::new(owned.clone())),
+            ("char", Box::new(first)),
+            ("some", Box::new(Some(owned.clone()))),
+            ("seq", Box::new(vec![String::new(), owned.clone()])),
+            ("tuple", Box::new((1u8, owned.clone()))),
+            ("tuple struct", Box::new(Pair(1, owned.clone()))),
+            ("newtype struct", Box::new(Newtype(owned.clone()))),
+            ("newtype variant", Box::new(Shape::Newtype(owned.clone()))),
+            ("tuple variant", Box::new(Shape::Tuple(1, owned.clone()))),
+            ("struct variant", Box::new(Shape::Struct { n: 1, text: owned.clone() })),
+            ("map key", Box::new(BTreeMap::from([(owned.clone(), 1u8)]))),
+            ("map value", Box::new(BTreeMap::from([(1u8, owned.clone())]))),
+            ("json", Box::new(serde_json::json!({"a": [1, {"b": owned}]}))),
+        ]
+    }
+
+    /// Object-safe `Serialize` for the table above.
+    mod erased {
+        pub trait Serialize {
+            fn found(&self, needle: &str) -> bool;
+        }
+        impl<T: serde::Serialize> Serialize for T {
+            fn found(&self, needle: &str) -> bool {
+                super::any_text(self, |text| text.contains(needle))
+            }
+        }
+    }
+
+    #[test]
+    fn a_string_is_found_wherever_serde_puts_it() {
+        for (place, value) in every_place(NEEDLE) {
+            let needle = if place == "char" { "L" } else { NEEDLE };
+            assert!(value.found(needle), "{place}");
+        }
+        for (place, value) in every_place("clean") {
+            assert!(!value.found(NEEDLE), "{place}");
+        }
+    }
+
+    #[test]
+    fn a_unit_variant_is_seen_by_its_name_and_a_unit_struct_is_not() {
+        assert!(any_text(&Shape::Unit, |text| text == "Unit"));
+        assert!(!any_text(&NamedLikeTheNeedle, |text| text.contains(NEEDLE)));
+        assert!(!any_text(&(1u8, 2.5f64, true, (), None::<String>), |_| true), "no string inside");
+    }
+
+    #[test]
+    fn the_visit_stops_at_the_first_match() {
+        let mut seen = Vec::new();
+        let found = any_text(&vec!["a", "b", "c"], |text| {
+            seen.push(text.to_owned());
+            text == "b"
+        });
+        assert!(found);
+        assert_eq!(seen, ["a", "b"]);
+    }
+}

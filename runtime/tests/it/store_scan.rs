@@ -467,13 +467,14 @@ fn zstd_frames_that_expand_to_megabytes_are_decoded_a_budget_at_a_time() {
     let inspection = inspect(&bench);
     assert_eq!(inspection.status, ScanStatus::Clean, "{:?}", inspection.error);
     assert_eq!(inspection.last_seq, Some(log.records.len() as u64 - 1));
-    // One read per batch: a batch of at most 8 MiB of content holds at most four of the big
-    // frames (and the small ones around them), far from the whole file's 48 MiB.
+    // One read per batch: a batch of at most 8 MiB of content holds three of the big frames
+    // and the small ones around them (a fourth would take it past 8 MiB), far from the whole
+    // file's 48 MiB; and no fewer (a smaller budget would cut the writer's own batches).
     let per_turn = file.len() as u64 / u64::from(turns);
+    let largest = bench.fs.largest_read();
     assert!(
-        bench.fs.largest_read() <= 5 * per_turn,
-        "read {} bytes at once of {} ({per_turn} per turn)",
-        bench.fs.largest_read(),
+        (2 * per_turn..=4 * per_turn).contains(&largest),
+        "read {largest} bytes at once of {} ({per_turn} per turn)",
         file.len()
     );
 }
