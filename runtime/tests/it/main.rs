@@ -4,6 +4,7 @@ mod create_race;
 mod event_model;
 mod file_store;
 mod fixtures;
+mod history;
 mod limits;
 mod llm_classify;
 mod llm_config;

@@ -16,6 +16,20 @@ fn a_registered_value_is_scrubbed_raw_in_its_bearer_form_and_json_escaped() {
 }
 
 #[test]
+fn a_text_leaks_exactly_when_it_holds_a_registered_value() {
+    let secrets = Scrubber::new();
+    assert!(!secrets.leaks("LEAKCANARY2plainKey"), "nothing registered yet");
+    secrets.register("LEAKCANARY2plainKey");
+    secrets.register("we\"ird\\key-123");
+    assert!(secrets.leaks("a LEAKCANARY2plainKey b"));
+    assert!(secrets.leaks(r#"{"k":"we\"ird\\key-123"}"#), "its JSON-escaped form");
+    assert!(!secrets.leaks("LEAKCANARY2plain"), "a prefix is not the value");
+    assert!(!secrets.leaks(""));
+    // Scrubbing what does not leak changes nothing but the pattern net's matches.
+    assert_eq!(secrets.scrub("LEAKCANARY2plain and more"), "LEAKCANARY2plain and more");
+}
+
+#[test]
 fn a_value_too_short_to_be_a_key_is_not_registered() {
     let secrets = Scrubber::new();
     assert!(!secrets.register(&"k".repeat(SECRET_BYTES_MIN - 1)));
