@@ -278,6 +278,15 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     if let Some(on_request) = &state.on_request {
         on_request(&recorded);
     }
+    let head = RequestHead::parse(&recorded.body);
+    // What the real APIs refuse before any model runs (and no scripted response is used).
+    if let Err(problem) = head.conversation_problem() {
+        state.note_served(recorded.n, None, format!("HTTP 400 ({problem})"));
+        return Ok(json_reply(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": problem, "type": "invalid_request_error", "param": "messages", "code": null}}),
+        ));
+    }
     let responses = &state.script.responses;
     let mut index = state.cursor.fetch_add(1, Ordering::SeqCst);
     if state.healed.load(Ordering::SeqCst) {
@@ -288,7 +297,7 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
             if let Some(slot) = responses.iter().rposition(|r| !r.fails()) {
                 let good = &responses[slot];
                 state.note_served(recorded.n, Some(slot), good.describe());
-                let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
+                let meta = Meta::of(recorded.n, state.created_s(), &head);
                 return Ok(reply(state.clone(), meta, good.clone()));
             }
         }
@@ -304,7 +313,7 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         }
     };
     state.note_served(recorded.n, Some(slot), response.describe());
-    let meta = Meta::for_request(recorded.n, state.created_s(), &recorded.body);
+    let meta = Meta::of(recorded.n, state.created_s(), &head);
     Ok(reply(state, meta, echo_credential(response, &authorization)))
 }
 
@@ -433,26 +442,107 @@ struct Meta {
 
 impl Meta {
     /// The model a request body names (clipped; the server's own id when it names none).
-    ///
-    /// Reads only the three fields it needs: the messages are skipped, not built into a
-    /// `Value` tree (a resumed conversation's body runs to hundreds of KiB).
+    #[cfg(test)]
     fn for_request(n: usize, created: u64, body: &str) -> Meta {
-        let request = serde_json::from_str::<RequestHead>(body).unwrap_or_default();
+        Meta::of(n, created, &RequestHead::parse(body))
+    }
+
+    /// The meta of request `n`, from its head.
+    fn of(n: usize, created: u64, request: &RequestHead) -> Meta {
         let named = request.model.as_ref().and_then(serde_json::Value::as_str);
         let named = named.map(|m| m.chars().take(MODEL_NAME_CHARS_MAX).collect::<String>());
         let whole = request.stream == Some(json!(false));
-        let include_usage = request.stream_options.is_some_and(|o| o["include_usage"] == json!(true));
+        let include_usage = request.stream_options.as_ref().is_some_and(|o| o["include_usage"] == json!(true));
         Meta { n, created, model: named.unwrap_or_else(|| MODEL_ID.to_owned()), whole, include_usage }
     }
 }
 
-/// The fields of a chat request the server answers by (anything else is skipped unread).
+/// The fields of a chat request the server answers by; message text and everything else is
+/// skipped unread (a resumed conversation's body runs to hundreds of KiB).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(default)]
 struct RequestHead {
+    /// The conversation's shape (`None`: absent, or not a list of message objects).
+    messages: Option<Vec<MessageHead>>,
     model: Option<serde_json::Value>,
     stream: Option<serde_json::Value>,
     stream_options: Option<serde_json::Value>,
+}
+
+/// What the server checks of one message: who says it and which tool calls it makes or
+/// answers.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct MessageHead {
+    role: Option<String>,
+    tool_call_id: Option<String>,
+    tool_calls: Option<Vec<CallHead>>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct CallHead {
+    id: Option<String>,
+}
+
+impl RequestHead {
+    /// `body`'s head; a body whose messages are not message objects is read again without
+    /// them (its model and stream flags still count), and anything that is not JSON has none.
+    fn parse(body: &str) -> RequestHead {
+        #[derive(serde::Deserialize)]
+        struct WithoutMessages {
+            #[serde(default)]
+            model: Option<serde_json::Value>,
+            #[serde(default)]
+            stream: Option<serde_json::Value>,
+            #[serde(default)]
+            stream_options: Option<serde_json::Value>,
+        }
+        serde_json::from_str::<RequestHead>(body).unwrap_or_else(|_| {
+            serde_json::from_str::<WithoutMessages>(body).map_or_else(
+                |_| RequestHead::default(),
+                |w| RequestHead { messages: None, model: w.model, stream: w.stream, stream_options: w.stream_options },
+            )
+        })
+    }
+
+    /// Why the real APIs would refuse this conversation, in their words: every `tool` message
+    /// answers a call of the assistant message before it (after that message's other
+    /// answers), and every call is answered before the conversation goes on.
+    fn conversation_problem(&self) -> Result<(), String> {
+        let Some(messages) = &self.messages else { return Ok(()) };
+        // The calls of the last assistant message that made some, not yet answered.
+        let mut waiting: Vec<&str> = Vec::new();
+        for message in messages {
+            if message.role.as_deref() == Some("tool") {
+                let answered = message.tool_call_id.as_deref().unwrap_or_default();
+                let Some(at) = waiting.iter().position(|call| *call == answered) else {
+                    return Err(format!(
+                        "messages with role 'tool' must be a response to a preceding message with 'tool_calls' \
+                         (no call {answered:?} is waiting for one)"
+                    ));
+                };
+                waiting.remove(at);
+                continue;
+            }
+            unanswered(&waiting)?;
+            if message.role.as_deref() == Some("assistant") {
+                waiting = message.tool_calls.iter().flatten().map(|c| c.id.as_deref().unwrap_or_default()).collect();
+            }
+        }
+        unanswered(&waiting)
+    }
+}
+
+/// The refusal of a conversation that goes on (or ends) with calls unanswered.
+fn unanswered(waiting: &[&str]) -> Result<(), String> {
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "an assistant message with 'tool_calls' must be followed by tool messages responding to each \
+         'tool_call_id' (not answered: {waiting:?})"
+    ))
 }
 
 /// The `chat.completion` object a `stream: false` request gets: the frames' text, reasoning
@@ -746,6 +836,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_conversation_is_refused_where_the_real_apis_refuse_it() {
+        let problem = |messages: serde_json::Value| {
+            RequestHead::parse(&json!({"model": "m", "messages": messages}).to_string()).conversation_problem()
+        };
+        let user = json!({"role": "user", "content": "hi"});
+        let calls = json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+        ]});
+        let answer = |id: &str| json!({"role": "tool", "tool_call_id": id, "content": "ok"});
+        // Both calls answered, in any order, before the conversation goes on.
+        assert_eq!(
+            problem(json!([user, calls, answer("b"), answer("a"), {"role": "assistant", "content": "done"}, user])),
+            Ok(())
+        );
+        assert_eq!(problem(json!([{"role": "system", "content": "s"}, user])), Ok(()));
+        // A result with no call waiting for it: before any call, twice, or an unknown id.
+        for messages in [
+            json!([user, answer("a")]),
+            json!([user, calls, answer("a"), answer("a"), answer("b")]),
+            json!([user, calls, answer("c")]),
+        ] {
+            let refused = problem(messages.clone()).unwrap_err();
+            assert!(
+                refused.contains("must be a response to a preceding message with 'tool_calls'"),
+                "{messages}: {refused}"
+            );
+        }
+        // A call left unanswered when the conversation goes on, or ends.
+        for messages in [json!([user, calls, answer("a"), user]), json!([user, calls, answer("b")])] {
+            let refused = problem(messages.clone()).unwrap_err();
+            assert!(
+                refused.contains("must be followed by tool messages") && refused.contains('"'),
+                "{messages}: {refused}"
+            );
+        }
+        // Not a conversation the server can read: not refused for its shape (nor is anything
+        // without messages).
+        assert_eq!(RequestHead::parse(r#"{"messages": [1, 2]}"#).conversation_problem(), Ok(()));
+        assert_eq!(RequestHead::parse("not json").conversation_problem(), Ok(()));
+        assert_eq!(RequestHead::parse(r#"{"messages": [1], "model": "kept"}"#).model, Some(json!("kept")));
     }
 
     #[test]
