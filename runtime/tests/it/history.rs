@@ -1,7 +1,6 @@
 //! The conversation a request sends, rebuilt from committed records: what the model reads
 //! back of a session (a provider refuses a tool result whose call it was never shown).
 
-use faultline_runtime::event::*;
 use faultline_runtime::testing::History;
 use serde_json::json;
 
