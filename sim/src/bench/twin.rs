@@ -34,8 +34,18 @@ pub struct Twin {
     pub io: Arc<IoTrace>,
 }
 
+/// What a twin moved: the test that the replay did the run's I/O, not some of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Bytes the agent's side read, over every connection.
+    pub read_by_agent: usize,
+    /// Disk operations replayed.
+    pub disk_ops: usize,
+}
+
 /// Runs the twin of a run made with `seed`.
-pub fn replay(seed: u64, twin: &Twin) {
+pub fn replay(seed: u64, twin: &Twin) -> Replayed {
+    let replayed = Arc::new(std::sync::Mutex::new(Replayed::default()));
     let mut sim = turmoil::Builder::new()
         .epoch(crate::sim_epoch())
         .rng_seed(crate::Seed::new(seed).turmoil())
@@ -45,7 +55,7 @@ pub fn replay(seed: u64, twin: &Twin) {
         .max_message_latency(Duration::from_millis(1))
         .build();
     for host in ["model", "gateway"] {
-        // The server sides of this host's established connections, in accept order.
+        // The server sides of this host's established connections, by their number among them.
         let flows: Vec<Flow> =
             twin.io.connections.iter().filter(|c| c.host == host && c.established).map(|c| c.server.clone()).collect();
         let flows = Arc::new(flows);
@@ -53,60 +63,92 @@ pub fn replay(seed: u64, twin: &Twin) {
             let flows = flows.clone();
             async move {
                 let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;
-                for flow in flows.iter().cloned() {
+                loop {
                     let (stream, _) = listener.accept().await?;
-                    tokio::spawn(serve(stream, flow));
+                    tokio::spawn(serve(stream, flows.clone()));
                 }
-                std::future::pending::<()>().await;
-                Ok(())
             }
         });
     }
-    let (io, sim_ms) = (twin.io.clone(), twin.sim_ms);
+    let (io, sim_ms, out) = (twin.io.clone(), twin.sim_ms, replayed.clone());
     sim.client("agent", async move {
+        let mut read_by_agent = 0;
+        let mut established: Vec<(&str, u64)> = Vec::new();
         for connection in &io.connections {
             if !connection.established {
                 let refused = turmoil::net::TcpStream::connect((connection.host.as_str(), REFUSED_PORT)).await;
                 assert!(refused.is_err(), "nobody listens on the refused port");
                 continue;
             }
+            let number = match established.iter_mut().find(|(host, _)| *host == connection.host) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n
+                }
+                None => {
+                    established.push((&connection.host, 0));
+                    0
+                }
+            };
             let stream = turmoil::net::TcpStream::connect((connection.host.as_str(), 80)).await?;
-            exchange(stream, &connection.client, true).await;
+            read_by_agent += call(stream, &connection.client, number).await;
         }
         replay_disk(&io.disk);
+        *out.lock().unwrap_or_else(|p| p.into_inner()) = Replayed { read_by_agent, disk_ops: io.disk.len() };
         let elapsed = turmoil::sim_elapsed().unwrap_or_default();
         tokio::time::sleep(Duration::from_millis(sim_ms).saturating_sub(elapsed)).await;
         Ok(())
     });
     sim.run().expect("twin simulation");
+    let replayed = *replayed.lock().unwrap_or_else(|p| p.into_inner());
+    replayed
 }
 
-/// The server side of one connection: reads what the server read, then writes what it
-/// wrote, then closes.
-async fn serve(stream: turmoil::net::TcpStream, flow: Flow) {
-    exchange(stream, &flow, false).await;
-}
+/// Bytes at the start of a connection that say which of its host's connections it is: the
+/// server replays that connection's side whatever order the connections arrive in (in the
+/// run, concurrent ones — parallel deliveries — may be accepted in another order than they
+/// were recorded). They overwrite the first bytes of the client's first write, whose size
+/// stays what it was.
+const NUMBER_BYTES: usize = 8;
 
-/// One side of a connection. The client writes first and then reads; the server reads first
-/// and then writes; either stops at the other's close. Errors end the side quietly (the run
-/// may have been cut off there too).
-async fn exchange(mut stream: turmoil::net::TcpStream, flow: &Flow, writes_first: bool) {
+/// The client side of one connection: writes what the agent wrote (numbered), says it is
+/// done (a half close, so a server that read less than it expected never waits for more),
+/// then reads what the agent read. Returns the bytes it read.
+async fn call(mut stream: turmoil::net::TcpStream, flow: &Flow, number: u64) -> usize {
     let largest = flow.writes.iter().copied().max().unwrap_or(0).min(REPLAY_BUFFER_BYTES_MAX);
-    let bytes = vec![b'x'; largest];
-    if writes_first && !write_each(&mut stream, &bytes, &flow.writes).await {
+    let mut bytes = vec![b'x'; largest.max(NUMBER_BYTES)];
+    bytes[..NUMBER_BYTES].copy_from_slice(&number.to_le_bytes());
+    if !write_each(&mut stream, &bytes, &flow.writes).await {
+        return 0;
+    }
+    let _ = stream.shutdown().await;
+    read_up_to(&mut stream, flow.read).await
+}
+
+/// The server side of one connection: reads which connection it is and what the server
+/// read, writes what it wrote, then closes. A connection that cannot say is closed.
+async fn serve(mut stream: turmoil::net::TcpStream, flows: Arc<Vec<Flow>>) {
+    let mut number = [0u8; NUMBER_BYTES];
+    if stream.read_exact(&mut number).await.is_err() {
         return;
     }
+    let Some(flow) = usize::try_from(u64::from_le_bytes(number)).ok().and_then(|n| flows.get(n)) else { return };
+    let _ = read_up_to(&mut stream, flow.read.saturating_sub(NUMBER_BYTES)).await;
+    let bytes = vec![b'x'; flow.writes.iter().copied().max().unwrap_or(0).min(REPLAY_BUFFER_BYTES_MAX)];
+    write_each(&mut stream, &bytes, &flow.writes).await;
+}
+
+/// Reads until `bytes` have come or the peer closed; returns what came.
+async fn read_up_to(stream: &mut turmoil::net::TcpStream, bytes: usize) -> usize {
     let mut buffer = vec![0; 16 * 1024];
     let mut read = 0;
-    while read < flow.read {
+    while read < bytes {
         match stream.read(&mut buffer).await {
             Ok(0) | Err(_) => break,
             Ok(n) => read += n,
         }
     }
-    if !writes_first {
-        write_each(&mut stream, &bytes, &flow.writes).await;
-    }
+    read
 }
 
 /// Writes `sizes` bytes of `bytes` one write each; `false` when the peer went away.
