@@ -154,13 +154,28 @@ impl Scrubber {
         }
     }
 
-    /// Every string inside `value` scrubbed by value (tool arguments once parsed: `\u004c…`
-    /// escapes hide a key from a search of the raw text, not from this).
+    /// Every string inside `value` scrubbed by value, object member names included (tool
+    /// arguments once parsed: `\u004c…` escapes hide a key from a search of the raw text, not
+    /// from this; and a model that echoes a key as a member name would otherwise hand it to
+    /// the tool, and through the delivery queue to a receiver). Two names that scrub to the
+    /// same text keep the later member.
     pub fn scrub_json(&self, value: &mut serde_json::Value) {
         match value {
             serde_json::Value::String(text) => self.scrub_values(text),
             serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.scrub_json(v)),
-            serde_json::Value::Object(map) => map.values_mut().for_each(|v| self.scrub_json(v)),
+            serde_json::Value::Object(map) => {
+                let leaky_names = map.keys().any(|name| self.leaks(name));
+                map.values_mut().for_each(|v| self.scrub_json(v));
+                if leaky_names {
+                    *map = std::mem::take(map)
+                        .into_iter()
+                        .map(|(mut name, member)| {
+                            self.scrub_values(&mut name);
+                            (name, member)
+                        })
+                        .collect();
+                }
+            }
             _ => {}
         }
     }
@@ -188,6 +203,54 @@ fn may_carry_outside_text(event: &Event) -> bool {
     )
 }
 
+/// `text` (JSON) with each `\uXXXX` escape of a printable ASCII character other than `"` and
+/// `\`, and each `\/`, written as that character, and where in the result an escape the text ends inside
+/// begins (if it does). `\\` is an escaped backslash, so a `u` after it is a letter.
+pub(crate) fn unescape_ascii(text: &str) -> (String, Option<usize>) {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut at) = (0, 0);
+    while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
+        let escape = at + found;
+        let open = match bytes.get(escape + 1) {
+            None => true,
+            Some(b'u') => bytes.len() < escape + 6,
+            // `\/` is `/` (JSON allows both): a key with a slash could hide behind it too.
+            Some(b'/') => {
+                out.push_str(&text[copied..escape]);
+                out.push('/');
+                (copied, at) = (escape + 2, escape + 2);
+                continue;
+            }
+            Some(_) => {
+                at = escape + 2;
+                continue;
+            }
+        };
+        if open {
+            // The text ends inside this escape: kept as it is, for the next delta to finish.
+            out.push_str(&text[copied..escape]);
+            let open_at = out.len();
+            out.push_str(&text[escape..]);
+            return (out, Some(open_at));
+        }
+        let hex = &bytes[escape + 2..escape + 6];
+        if !hex.iter().all(u8::is_ascii_hexdigit) {
+            at = escape + 2;
+            continue;
+        }
+        let code = hex.iter().fold(0u32, |code, &digit| code * 16 + char::from(digit).to_digit(16).unwrap_or(0));
+        if (0x20..0x7f).contains(&code) && code != u32::from(b'"') && code != u32::from(b'\\') {
+            out.push_str(&text[copied..escape]);
+            out.push(char::from_u32(code).unwrap_or('?'));
+            copied = escape + 6;
+        }
+        at = escape + 6;
+    }
+    out.push_str(&text[copied..]);
+    (out, None)
+}
+
 /// Which stream of a message a delta belongs to: its kind and block index.
 pub type StreamKey = (u8, u32);
 
@@ -203,14 +266,34 @@ pub struct StreamScrubber {
 impl StreamScrubber {
     /// The part of `held + text` that can be released now, scrubbed (values, then patterns).
     pub fn push(&mut self, secrets: &Scrubber, key: StreamKey, text: &str) -> String {
+        self.push_with(secrets, key, text, false)
+    }
+
+    /// [`StreamScrubber::push`] for a stream of JSON text (a tool call's arguments): a JSON
+    /// `\uXXXX` escape of a printable ASCII character is written as the character first (the
+    /// same JSON to whoever parses it), so a key with a letter escaped is found like any
+    /// other; an escape the delta ends inside is held back until the next one completes it.
+    /// Escapes of `"`, `\`, control and non-ASCII characters are kept as they are.
+    pub fn push_json(&mut self, secrets: &Scrubber, key: StreamKey, text: &str) -> String {
+        self.push_with(secrets, key, text, true)
+    }
+
+    fn push_with(&mut self, secrets: &Scrubber, key: StreamKey, text: &str, json: bool) -> String {
         let mut joined = self.held.remove(&key).unwrap_or_default();
         joined.push_str(text);
+        // An escape cut by the end of this delta: held back whole (it is at most 5 bytes).
+        let mut escape_held = 0;
+        if json {
+            let (plain, open_escape) = unescape_ascii(&joined);
+            joined = plain;
+            escape_held = open_escape.map_or(0, |at| joined.len() - at);
+        }
         // Whole secrets first: a secret inside the text must not be cut by the hold-back.
         secrets.scrub_values(&mut joined);
         let keep = if crate::testing::bugs::planted("scrub-by-pattern-only") {
-            0
+            escape_held
         } else {
-            secrets.partial_tail_bytes(&joined)
+            secrets.partial_tail_bytes(&joined).max(escape_held)
         };
         let rest = joined.split_off(joined.len() - keep);
         if !rest.is_empty() {

@@ -176,7 +176,7 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
             }
         }
         Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
-            let arguments_delta = stream.push(secrets, (ARGUMENTS_STREAM, index), &arguments_delta);
+            let arguments_delta = stream.push_json(secrets, (ARGUMENTS_STREAM, index), &arguments_delta);
             if id.is_some() || name.is_some() || !arguments_delta.is_empty() {
                 out.push_back(Chunk::ToolCallDelta {
                     index,

@@ -30,6 +30,22 @@ fn a_text_leaks_exactly_when_it_holds_a_registered_value() {
 }
 
 #[test]
+fn a_secret_is_scrubbed_from_parsed_json_as_a_value_and_as_a_member_name() {
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY2plainKey");
+    // As a model could write tool arguments: the key escaped (hidden from a raw search) as a
+    // member name, and as a value deep inside.
+    let mut arguments: serde_json::Value = serde_json::from_str(
+        r#"{"\u004cEAKCANARY2plainKey": {"note": ["LEAKCANARY2plainKey", 1]}, "to": "ops", "x-LEAKCANARY2plainKey-y": true}"#,
+    )
+    .unwrap();
+    secrets.scrub_json(&mut arguments);
+    let text = arguments.to_string();
+    assert!(!text.contains("LEAKCANARY"), "{text}");
+    assert_eq!(arguments, serde_json::json!({"***": {"note": ["***", 1]}, "to": "ops", "x-***-y": true}));
+}
+
+#[test]
 fn a_value_too_short_to_be_a_key_is_not_registered() {
     let secrets = Scrubber::new();
     assert!(!secrets.register(&"k".repeat(SECRET_BYTES_MIN - 1)));
@@ -106,4 +122,44 @@ fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
     // A tail that only looked like the start of a secret is released when the block ends.
     assert_eq!(stream.push(&secrets, (0, 1), "ends with LEA"), "ends with ");
     assert_eq!(stream.flush((0, 1)).as_deref(), Some("LEA"));
+}
+
+/// A model can write a key into a tool call's arguments with a letter as a JSON `\u` escape:
+/// the same key to the tool that parses them, invisible to a search of the raw text. The
+/// argument stream writes such escapes as their characters first, and holds back an escape a
+/// delta ends inside.
+#[test]
+fn a_key_with_an_escaped_letter_in_tool_arguments_is_scrubbed_even_split_across_deltas() {
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY2plainKey");
+    let whole = |deltas: &[&str]| {
+        let mut stream = faultline_runtime::StreamScrubber::default();
+        let mut out = String::new();
+        for delta in deltas {
+            let released = stream.push_json(&secrets, (2, 0), delta);
+            assert!(!released.contains("CANARY"), "released {released:?} of {deltas:?}");
+            out.push_str(&released);
+        }
+        out + &stream.flush((2, 0)).unwrap_or_default()
+    };
+    let escaped = r#"{"to":"ops","\u004cEAKCANARY2plainKey":"x","t":"\u004c\u0045AKCANARY2plainKey"}"#;
+    assert_eq!(whole(&[escaped]), r#"{"to":"ops","***":"x","t":"***"}"#);
+    // Cut inside the escape, at every byte of it.
+    for cut in r#"{"k":""#.len()..r#"{"k":"\u004c"#.len() + 1 {
+        let text = r#"{"k":"\u004cEAKCANARY2plainKey"}"#;
+        assert_eq!(whole(&[&text[..cut], &text[cut..]]), r#"{"k":"***"}"#, "cut at {cut}");
+    }
+    // What JSON must keep escaped stays escaped; an escaped backslash is not an escape.
+    let kept = r#"{"q":"\u0022","b":"\u005c","c":"\u0001","e":"\u00e9","s":"\\u004c","x":"\u00zz"}"#;
+    assert_eq!(whole(&[kept]), kept);
+    // A stream that ends inside an escape releases what it holds when the block ends.
+    assert_eq!(whole(&[r#"{"k":"ab\u00"#]), r#"{"k":"ab\u00"#);
+    // Ordinary escapes become their characters; the JSON means the same.
+    let plain = r#"{"k":"\u0041\u0062 \n a\/b"}"#;
+    let out = whole(&[plain]);
+    assert_eq!(out, r#"{"k":"Ab \n a/b"}"#);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+        serde_json::from_str::<serde_json::Value>(plain).unwrap()
+    );
 }

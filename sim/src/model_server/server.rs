@@ -340,7 +340,15 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
     const KEY: &str = "{{key}}";
     const HEAD: &str = "{{key-head}}";
     const TAIL: &str = "{{key-tail}}";
+    const ESCAPED: &str = "{{key-json-escaped}}";
     let key = authorization.strip_prefix("Bearer ").unwrap_or(authorization);
+    // The key with its first character as a JSON `\u` escape: the same key to whoever parses
+    // the JSON it sits in, invisible to a search of the raw text.
+    let escaped = key.chars().next().map_or_else(String::new, |c| {
+        let mut units = [0u16; 2];
+        let escape: String = c.encode_utf16(&mut units).iter().map(|u| format!("\\u{u:04x}")).collect();
+        format!("{escape}{}", &key[c.len_utf8()..])
+    });
     // The two halves of the key, for a secret split across two deltas.
     let mut middle = key.len() / 2;
     while !key.is_char_boundary(middle) {
@@ -348,8 +356,13 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
     }
     let (head, tail) = key.split_at(middle);
     let fill = |text: &mut String| {
-        if [WHOLE, KEY, HEAD, TAIL].iter().any(|p| text.contains(p)) {
-            *text = text.replace(WHOLE, authorization).replace(KEY, key).replace(HEAD, head).replace(TAIL, tail);
+        if [WHOLE, KEY, HEAD, TAIL, ESCAPED].iter().any(|p| text.contains(p)) {
+            *text = text
+                .replace(WHOLE, authorization)
+                .replace(KEY, key)
+                .replace(HEAD, head)
+                .replace(TAIL, tail)
+                .replace(ESCAPED, &escaped);
         }
     };
     if let Some(body) = response.body.as_mut() {
@@ -370,8 +383,11 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
 
 /// Whether `response` quotes the request's credential back anywhere (see [`echo_credential`]).
 pub fn echoes_credential(response: &Response) -> bool {
-    let echoes =
-        |text: &str| ["{{authorization}}", "{{key}}", "{{key-head}}", "{{key-tail}}"].iter().any(|p| text.contains(p));
+    let echoes = |text: &str| {
+        ["{{authorization}}", "{{key}}", "{{key-head}}", "{{key-tail}}", "{{key-json-escaped}}"]
+            .iter()
+            .any(|p| text.contains(p))
+    };
     response.body.as_deref().is_some_and(echoes)
         || response.headers.values().any(|v| echoes(v))
         || response.frames.iter().any(|f| match f {

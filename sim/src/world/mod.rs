@@ -411,8 +411,9 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     if plan.faults.gateway_echo && !receipts.is_empty() {
         faults_fired.insert("echoed-secret".to_owned());
     }
-    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, &request_bodies, end_ms);
-    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, &request_bodies, end_ms));
+    let sent = oracle::Sent { request_bodies: &request_bodies, receipts: &receipts };
+    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, sent, end_ms);
+    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, sent, end_ms));
     violations.extend(oracle::check(plan, &world, &transcript, &receipts, &model_exchanges, end_ms));
     for family in plan.expect.faults_fired.iter().flatten() {
         if !faults_fired.contains(family) {

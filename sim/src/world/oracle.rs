@@ -281,21 +281,17 @@ fn block_text(block: &faultline_runtime::event::ContentBlock) -> &str {
 /// FAILURE-SECRETS: a secret of the run (the provider key, the gateway token) appears nowhere the agent wrote or sent — not in a
 /// byte of its session file or outbox journal (whatever survived the crashes), not in a
 /// record it accepted, not in the trace, not in a request body the model server received (a
-/// key in a tool's output would ride the next request). Checked whether or not the run
-/// converged: a leak is a safety violation, never excused as "no liveness".
-pub(super) fn secret_leaks(
-    what: &str,
-    secret: &str,
-    world: &World,
-    request_bodies: &[std::sync::Arc<str>],
-    sim_ms: u64,
-) -> Vec<Violation> {
+/// key in a tool's output would ride the next request), not in a payload the gateway received
+/// (a key the model wrote into a tool's arguments would leave the process with the effect).
+/// Checked whether or not the run converged: a leak is a safety violation, never excused as
+/// "no liveness".
+pub(super) fn secret_leaks(what: &str, secret: &str, world: &World, sent: Sent<'_>, sim_ms: u64) -> Vec<Violation> {
     let mut out = Vec::new();
     // By halves: a whole secret holds both, and a secret split across two streamed deltas
     // leaks in two records, neither of which holds it whole.
     let (head, tail) = secret.split_at(secret.len() / 2);
     for (part, needle) in [(" (its first half at least)", head), (" (its second half)", tail)] {
-        out.extend(leaks_of(&format!("{what}{part}"), needle, world, request_bodies, sim_ms));
+        out.extend(leaks_of(&format!("{what}{part}"), needle, world, sent, sim_ms));
         if !out.is_empty() {
             break;
         }
@@ -303,13 +299,16 @@ pub(super) fn secret_leaks(
     out
 }
 
-fn leaks_of(
-    what: &str,
-    secret: &str,
-    world: &World,
-    request_bodies: &[std::sync::Arc<str>],
-    sim_ms: u64,
-) -> Vec<Violation> {
+/// What left the agent host for the other hosts, as they received it.
+#[derive(Clone, Copy)]
+pub(super) struct Sent<'a> {
+    /// Every request body the model server received.
+    pub request_bodies: &'a [std::sync::Arc<str>],
+    /// Every delivery the gateway accepted.
+    pub receipts: &'a [Receipt],
+}
+
+fn leaks_of(what: &str, secret: &str, world: &World, sent: Sent<'_>, sim_ms: u64) -> Vec<Violation> {
     let leak = |place: String| Violation {
         invariant: "secret-leak",
         detail: format!("{what} appears in {place}"),
@@ -327,8 +326,11 @@ fn leaks_of(
     if let Some(line) = world.trace.iter().find(|line| finder.find(line.as_bytes()).is_some()) {
         out.push(leak(format!("the trace line {line:?}")));
     }
-    if let Some(n) = request_bodies.iter().position(|body| finder.find(body.as_bytes()).is_some()) {
+    if let Some(n) = sent.request_bodies.iter().position(|body| finder.find(body.as_bytes()).is_some()) {
         out.push(leak(format!("the body of model request {n}")));
+    }
+    if let Some(receipt) = sent.receipts.iter().find(|r| finder.find(r.body.as_bytes()).is_some()) {
+        out.push(leak(format!("the payload the gateway received for {}", receipt.execution_id)));
     }
     out
 }
