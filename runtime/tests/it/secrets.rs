@@ -152,8 +152,10 @@ fn a_key_with_an_escaped_letter_in_tool_arguments_is_scrubbed_even_split_across_
     // What JSON must keep escaped stays escaped; an escaped backslash is not an escape.
     let kept = r#"{"q":"\u0022","b":"\u005c","c":"\u0001","e":"\u00e9","s":"\\u004c","x":"\u00zz"}"#;
     assert_eq!(whole(&[kept]), kept);
-    // A stream that ends inside an escape releases what it holds when the block ends.
+    // A stream that ends inside an escape releases what it holds when the block ends; one
+    // that ends just after a complete escape writes it as its character at once.
     assert_eq!(whole(&[r#"{"k":"ab\u00"#]), r#"{"k":"ab\u00"#);
+    assert_eq!(whole(&[r#"{"k":"ab\u0041"#]), r#"{"k":"abA"#);
     // Ordinary escapes become their characters; the JSON means the same.
     let plain = r#"{"k":"\u0041\u0062 \n a\/b"}"#;
     let out = whole(&[plain]);
