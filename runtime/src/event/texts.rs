@@ -166,49 +166,29 @@ impl<'f> ser::Serializer for Texts<'f> {
     }
 }
 
-impl ser::SerializeSeq for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+/// The compound serialisers all do one thing: visit each element (or field, key and value)
+/// with the same searcher. One macro writes them so the seven cannot drift apart.
+macro_rules! visit_each {
+    ($trait:ident, $method:ident $(, $name:ty)?) => {
+        impl ser::$trait for Texts<'_> {
+            type Ok = ();
+            type Error = Stop;
+            fn $method<T: Serialize + ?Sized>(&mut self, $(_: $name,)? value: &T) -> Result<(), Stop> {
+                value.serialize(self.reborrow())
+            }
+            fn end(self) -> Result<(), Stop> {
+                Ok(())
+            }
+        }
+    };
 }
 
-impl ser::SerializeTuple for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleStruct for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
+visit_each!(SerializeSeq, serialize_element);
+visit_each!(SerializeTuple, serialize_element);
+visit_each!(SerializeTupleStruct, serialize_field);
+visit_each!(SerializeTupleVariant, serialize_field);
+visit_each!(SerializeStruct, serialize_field, &'static str);
+visit_each!(SerializeStructVariant, serialize_field, &'static str);
 
 impl ser::SerializeMap for Texts<'_> {
     type Ok = ();
@@ -217,28 +197,6 @@ impl ser::SerializeMap for Texts<'_> {
         key.serialize(self.reborrow())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStruct for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), Stop> {
-        value.serialize(self.reborrow())
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeStructVariant for Texts<'_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, _: &'static str, value: &T) -> Result<(), Stop> {
         value.serialize(self.reborrow())
     }
     fn end(self) -> Result<(), Stop> {

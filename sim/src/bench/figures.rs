@@ -849,13 +849,7 @@ pub struct BareWork {
 /// two disk operations, the same tick and simulated time — and nothing else.
 pub fn bare_turmoil(seed: u64, work: BareWork) {
     use http_body_util::{BodyExt, Full};
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(crate::Seed::new(seed).turmoil())
-        .tick_duration(Duration::from_millis(work.tick_ms))
-        .simulation_duration(Duration::from_millis(work.sim_ms + 60_000))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(1))
-        .build();
+    let mut sim = super::twin::twin_sim(seed, work.tick_ms, work.sim_ms);
     for server in ["model", "gateway"] {
         sim.host(server, || async {
             let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;

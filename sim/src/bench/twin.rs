@@ -43,17 +43,24 @@ pub struct Replayed {
     pub disk_ops: usize,
 }
 
+/// The plain turmoil simulation every twin (replaying or byte-less) runs in: the run's seed,
+/// tick and simulated time (plus the same minute of slack the scenario's budget has), and a
+/// fixed 1 ms link, so the twins differ from each other only in what their hosts do.
+pub(super) fn twin_sim<'a>(seed: u64, tick_ms: u64, sim_ms: u64) -> turmoil::Sim<'a> {
+    turmoil::Builder::new()
+        .epoch(crate::sim_epoch())
+        .rng_seed(crate::Seed::new(seed).turmoil())
+        .tick_duration(Duration::from_millis(tick_ms))
+        .simulation_duration(Duration::from_millis(sim_ms + 60_000))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(1))
+        .build()
+}
+
 /// Runs the twin of a run made with `seed`.
 pub fn replay(seed: u64, twin: &Twin) -> Replayed {
     let replayed = Arc::new(std::sync::Mutex::new(Replayed::default()));
-    let mut sim = turmoil::Builder::new()
-        .epoch(crate::sim_epoch())
-        .rng_seed(crate::Seed::new(seed).turmoil())
-        .tick_duration(Duration::from_millis(twin.tick_ms))
-        .simulation_duration(Duration::from_millis(twin.sim_ms + 60_000))
-        .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(Duration::from_millis(1))
-        .build();
+    let mut sim = twin_sim(seed, twin.tick_ms, twin.sim_ms);
     for host in ["model", "gateway"] {
         // The server sides of this host's established connections, by their number among them.
         let flows: Vec<Flow> =

@@ -339,6 +339,17 @@ struct RecordingStream {
     flow: Arc<Mutex<Flow>>,
 }
 
+impl RecordingStream {
+    /// Records the size of a write that completed (plain or vectored alike) and passes the
+    /// poll on unchanged.
+    fn note_written(&self, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = polled {
+            lock(&self.flow).writes.push(n);
+        }
+        polled
+    }
+}
+
 impl AsyncRead for RecordingStream {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
@@ -353,10 +364,7 @@ impl AsyncRead for RecordingStream {
 impl AsyncWrite for RecordingStream {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = polled {
-            lock(&self.flow).writes.push(n);
-        }
-        polled
+        self.note_written(polled)
     }
 
     fn poll_write_vectored(
@@ -365,10 +373,7 @@ impl AsyncWrite for RecordingStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = polled {
-            lock(&self.flow).writes.push(n);
-        }
-        polled
+        self.note_written(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
