@@ -3,7 +3,10 @@
 //! repair closers, which the model reads as ordinary results.
 
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::event::{ContentBlock, Event, Message, Record, RequestPrefix};
 
@@ -19,12 +22,47 @@ pub struct History {
     pub last_turn: u32,
 }
 
-fn text_of(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
-        .collect::<Vec<_>>()
-        .join("\n")
+/// One message as the chat API reads it, borrowed from the record it comes from. Fields are in
+/// the order a JSON object's keys sort in (how the `Value` trees these replaced wrote them),
+/// so the bytes a request sends did not change; serialised straight into the message's
+/// encoding, with no tree (and no copy of a tool output of hundreds of KiB) in between.
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    /// `null` for an assistant message that only calls tools.
+    content: Option<&'a str>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    function: WireFunction<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    arguments: &'a str,
+    name: &'a str,
+}
+
+/// The text blocks of `content`, joined by newlines: borrowed when there is one (a tool
+/// output of hundreds of KiB is not copied to be encoded).
+fn text_of(content: &[ContentBlock]) -> Cow<'_, str> {
+    let mut texts =
+        content.iter().filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None });
+    match (texts.next(), texts.next()) {
+        (None, _) => Cow::Borrowed(""),
+        (Some(only), None) => Cow::Borrowed(only),
+        (Some(first), Some(second)) => {
+            Cow::Owned([first, second].into_iter().chain(texts).collect::<Vec<_>>().join("\n"))
+        }
+    }
 }
 
 impl History {
@@ -44,33 +82,42 @@ impl History {
             Event::UserMessage(user) => self.push_user(&user.message),
             Event::RequestHeader(header) => self.last_header = Some(header.header.clone()),
             Event::AssistantMessage(message) => self.push_assistant(&message.message),
-            Event::ToolResult(result) => {
-                self.push(json!({"role": "tool", "tool_call_id": result.call_id, "content": text_of(&result.content)}));
-            }
+            Event::ToolResult(result) => self.push_tool(&result.call_id, &result.content),
             _ => {}
         }
     }
 
-    fn push(&mut self, message: Value) {
-        self.messages.push(serde_json::value::to_raw_value(&message).expect("JSON values serialise"));
+    fn push(&mut self, message: &WireMessage<'_>) {
+        self.messages.push(serde_json::value::to_raw_value(message).expect("a message serialises"));
     }
 
     fn push_user(&mut self, message: &Message) {
-        self.push(json!({"role": "user", "content": text_of(&message.content)}));
+        let content = text_of(&message.content);
+        self.push(&WireMessage { content: Some(&content), role: "user", tool_call_id: None, tool_calls: Vec::new() });
+    }
+
+    fn push_tool(&mut self, call_id: &str, content: &[ContentBlock]) {
+        let content = text_of(content);
+        self.push(&WireMessage {
+            content: Some(&content),
+            role: "tool",
+            tool_call_id: Some(call_id),
+            tool_calls: Vec::new(),
+        });
     }
 
     fn push_assistant(&mut self, message: &Message) {
         let text = text_of(&message.content);
-        let mut value =
-            json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
-        let calls: Vec<Value> = message
+        let tool_calls = message
             .tool_calls()
-            .map(|(id, name, arguments)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}))
+            .map(|(id, name, arguments)| WireCall { function: WireFunction { arguments, name }, id, kind: "function" })
             .collect();
-        if !calls.is_empty() {
-            value["tool_calls"] = Value::Array(calls);
-        }
-        self.push(value);
+        self.push(&WireMessage {
+            content: (!text.is_empty()).then_some(&*text),
+            role: "assistant",
+            tool_call_id: None,
+            tool_calls,
+        });
     }
 
     /// The messages, encoded, in order: what a request sends.
@@ -81,5 +128,74 @@ impl History {
     /// The messages, decoded, in order (for a reader; a request sends them as encoded once).
     pub fn messages(&self) -> Vec<Value> {
         self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded from a Value")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::History;
+    use crate::event::{ContentBlock, Event, Message, ToolResult, UserMessage};
+
+    fn text(text: &str) -> ContentBlock {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    fn call(id: &str) -> ContentBlock {
+        ContentBlock::ToolCall { id: id.into(), name: "shell".into(), arguments: r#"{"cmd":"ls \"a\""}"#.into() }
+    }
+
+    /// The messages are written from typed, borrowed parts; the bytes must be what the
+    /// `Value` trees they replaced wrote (keys sorted, `null` content for a call-only
+    /// assistant message, several text blocks joined by newlines).
+    #[test]
+    fn typed_messages_are_the_value_trees_bytes() {
+        let assistant = |content: Vec<ContentBlock>| {
+            Event::AssistantMessage(crate::event::AssistantMessage {
+                turn: 1,
+                step: 1,
+                message: Message { role: crate::event::Role::Assistant, content },
+                usage: None,
+            })
+        };
+        let events = [
+            Event::UserMessage(UserMessage { message: Message::user_text("quote \" and\nnewline") }),
+            assistant(vec![text("thinking"), text("aloud"), call("c1"), call("c2")]),
+            assistant(vec![call("c3")]),
+            assistant(vec![text("only text")]),
+            Event::ToolResult(ToolResult {
+                turn: 1,
+                step: 1,
+                call_id: "c1".into(),
+                content: vec![text("out \u{1} put")],
+                is_error: false,
+                error: None,
+            }),
+            Event::ToolResult(ToolResult {
+                turn: 1,
+                step: 1,
+                call_id: "c2".into(),
+                content: vec![],
+                is_error: false,
+                error: None,
+            }),
+        ];
+        let tool_call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "shell", "arguments": r#"{"cmd":"ls \"a\""}"#}});
+        let expected: Vec<Value> = vec![
+            json!({"role": "user", "content": "quote \" and\nnewline"}),
+            json!({"role": "assistant", "content": "thinking\naloud", "tool_calls": [tool_call("c1"), tool_call("c2")]}),
+            json!({"role": "assistant", "content": null, "tool_calls": [tool_call("c3")]}),
+            json!({"role": "assistant", "content": "only text"}),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "out \u{1} put"}),
+            json!({"role": "tool", "tool_call_id": "c2", "content": ""}),
+        ];
+        let mut history = History::default();
+        for event in &events {
+            history.absorb(event);
+        }
+        let written: Vec<&str> = history.encoded().iter().map(|m| m.get()).collect();
+        let trees: Vec<String> = expected.iter().map(|v| serde_json::to_string(v).expect("encode")).collect();
+        assert_eq!(written, trees);
     }
 }
