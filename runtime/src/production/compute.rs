@@ -99,6 +99,42 @@ mod tests {
         }
     }
 
+    /// As many jobs at once as the machine has cores (what recovery splits its decoding by;
+    /// 0 or 1 would silently make every recovery single-threaded).
+    #[test]
+    fn parallelism_is_the_machines_cores_up_to_the_cap() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(Threads::new().parallelism(), cores.clamp(1, super::THREADS_MAX));
+        assert_eq!(Threads { cores: 3 }.parallelism(), 3);
+    }
+
+    /// With two cores, two jobs run at the same time: each waits (a bounded time) for the
+    /// other to start. Run one after the other, the first would wait in vain.
+    #[test]
+    fn jobs_share_the_cores() {
+        let (a_started, a_seen) = std::sync::mpsc::channel();
+        let (b_started, b_seen) = std::sync::mpsc::channel();
+        let met = AtomicUsize::new(0);
+        let wait = std::time::Duration::from_secs(10);
+        let met_ref = &met;
+        let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = vec![
+            Box::new(move || {
+                let _ = a_started.send(());
+                if b_seen.recv_timeout(wait).is_ok() {
+                    met_ref.fetch_add(1, Ordering::Relaxed);
+                }
+            }),
+            Box::new(move || {
+                let _ = b_started.send(());
+                if a_seen.recv_timeout(wait).is_ok() {
+                    met_ref.fetch_add(1, Ordering::Relaxed);
+                }
+            }),
+        ];
+        Threads { cores: 2 }.run(jobs);
+        assert_eq!(met.load(Ordering::Relaxed), 2, "both jobs ran at once");
+    }
+
     // Whichever thread took it, the panic reaches the caller (with the job's message when the
     // caller ran it, the scope's when a helper did).
     #[test]

@@ -462,3 +462,37 @@ async fn a_full_batch_holding_a_record_too_large_to_read_back_is_refused_by_the_
     assert_eq!(rig.wb.pending_len(), 3, "the batch stays queued");
     assert_eq!(crate::fixtures::read(&rig.store.session_path(&sid("s"))), header_only);
 }
+
+/// What a write-behind made durable on `store`'s own log (no wrapper between them: the
+/// writer hands the backend the records it encoded when they were accepted) reads back from
+/// the store, record for record.
+async fn write_behind_reads_back<S: Store>(store: S) {
+    let log = store.create(&sid("wb"), 0).unwrap();
+    let wb = WriteBehind::start(log, Arc::new(SystemClock::new()), WriteBehindConfig::default(), None);
+    let mut accepted = wb.subscribe();
+    append_n(&wb, 6).await;
+    wb.flush().await.unwrap();
+    wb.close().await.unwrap();
+    let mut appended = Vec::new();
+    while let Ok(record) = accepted.try_recv() {
+        appended.push(record);
+    }
+    assert_eq!(appended.len(), 6);
+    assert_eq!(store.inspect(&sid("wb")).unwrap().records, appended);
+}
+
+/// The memory and SQLite backends write what they are handed as records (only the file
+/// medium writes the accepted lines and sealed bytes itself): a write-behind over them must
+/// still land every record. Its lines were once dropped there without any test noticing
+/// (cargo-mutants on `store/writer.rs`: the default `write_fenced_accepted` as `Ok(())`).
+#[tokio::test]
+async fn a_write_behind_over_the_memory_and_sqlite_stores_lands_every_record() {
+    write_behind_reads_back(MemoryStore::new(TestProcess::new("a", &TestProcess::world()))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = faultline_runtime::production::SqliteStore::open(
+        &dir.path().join("sessions.sqlite"),
+        TestProcess::new("a", &TestProcess::world()),
+    )
+    .unwrap();
+    write_behind_reads_back(sqlite).await;
+}
