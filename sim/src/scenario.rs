@@ -342,6 +342,11 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bit_rot: Option<RotTarget>,
+    /// What the rot writes, one of these drawn per seed (default: `garbage`). A resolved plan
+    /// holds exactly the one drawn.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rot_kinds: Vec<RotKind>,
     /// The agent's answer limit, in bytes (default: the record limit's
     /// `faultline_runtime::store::ANSWER_BYTES_MAX`): small here so that oversize answers cost
     /// little simulated I/O. Range 1024..=ANSWER_BYTES_MAX.
@@ -367,6 +372,40 @@ pub enum RotTarget {
     Session,
     /// The delivery queue's journal.
     Journal,
+}
+
+/// What bit rot writes into a durable line. Every kind is one the file's format can tell
+/// from a record (JSONL lines carry no checksum: a rewrite into another valid, in-sequence
+/// record could not be, and is not simulated); the last three are valid JSON, so only the
+/// record decoder and the sequence check stand between them and a recovery that goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RotKind {
+    /// A few bytes overwritten with 0xFF (never UTF-8).
+    Garbage,
+    /// The line's `"seq"` rewritten to another number: a well-formed record out of sequence.
+    ForgedSeq,
+    /// A field no record has, inserted first: well-formed JSON the schema refuses.
+    UnknownField,
+    /// The line replaced by an ignorable event of an unknown type, in sequence, whose data
+    /// nests arrays far deeper than a decoder's recursion limit: well-formed JSON that must be
+    /// refused without exhausting the stack (skipped, it would drop the record it replaced).
+    DeepNesting,
+}
+
+impl RotKind {
+    /// Every kind, in a fixed order (what a seed picks from).
+    pub const ALL: [RotKind; 4] = [RotKind::Garbage, RotKind::ForgedSeq, RotKind::UnknownField, RotKind::DeepNesting];
+
+    /// The kind's name, as scenarios write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RotKind::Garbage => "garbage",
+            RotKind::ForgedSeq => "forged-seq",
+            RotKind::UnknownField => "unknown-field",
+            RotKind::DeepNesting => "deep-nesting",
+        }
+    }
 }
 
 /// Smallest `answer_bytes_max` a scenario may set, in bytes.
@@ -550,6 +589,7 @@ scenarios![
     "power-loss-hole",
     "bit-rot-session",
     "bit-rot-journal",
+    "hostile-session-lines",
     "oversize-output",
     "mixed",
     "generated",
@@ -604,6 +644,10 @@ impl Scenario {
         }
         if self.messages.is_empty() && !self.generated {
             return Err(format!("scenario {name}: messages must not be empty"));
+        }
+        // Kinds with no rot to apply them to would be a scenario that tests less than it says.
+        if !self.faults.rot_kinds.is_empty() && self.faults.bit_rot.is_none() && !self.faults.from_seed {
+            return Err(format!("scenario {name}: faults.rot_kinds needs faults.bit_rot"));
         }
         // A misspelt bug would make the regression's "fails with its bug" check plant nothing.
         if let Some(bug) = self.regression.as_ref().map(|r| r.bug.as_str()).filter(|b| !b.is_empty()) {

@@ -490,7 +490,7 @@ async fn a_write_behind_over_the_memory_and_sqlite_stores_lands_every_record() {
     write_behind_reads_back(MemoryStore::new(TestProcess::new("a", &TestProcess::world()))).await;
     let dir = tempfile::tempdir().unwrap();
     let sqlite = faultline_runtime::production::SqliteStore::open(
-        &dir.path().join("sessions.sqlite"),
+        dir.path().join("sessions.sqlite"),
         TestProcess::new("a", &TestProcess::world()),
     )
     .unwrap();

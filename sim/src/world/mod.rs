@@ -32,7 +32,7 @@ pub use oracle::{Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
-use crate::scenario::{RotTarget, Scenario};
+use crate::scenario::{RotKind, RotTarget, Scenario};
 use crate::{sim_epoch, sim_seams, FaultFs, FsFaults, SimFs};
 
 /// Where the agent keeps its sessions on the simulated disk.
@@ -694,9 +694,14 @@ fn rot_while_down(
         RotTarget::Journal => journal,
     };
     let entropy = crate::Seed::new(seed).fault("rot/where");
-    Some(match rot::rot(fs, path, target, &acked, &entropy) {
+    let kind = plan.faults.rot_kinds.first().copied().unwrap_or(RotKind::Garbage);
+    Some(match rot::rot(fs, path, target, kind, &acked, &entropy) {
         Ok(Some(rotted)) => {
-            let line = format!("bit rot at byte {} of {}", rotted.offset, rotted.path);
+            let line = match rotted.kind {
+                // The line every garbage rot has traced since the first.
+                RotKind::Garbage => format!("bit rot at byte {} of {}", rotted.offset, rotted.path),
+                kind => format!("bit rot ({}) at byte {} of {}", kind.name(), rotted.offset, rotted.path),
+            };
             world.faults_fired.insert("bit-rot".into());
             world.rotted = Some(rotted);
             line

@@ -374,8 +374,8 @@ pub(super) fn check(
         fail(
             "rot-refused",
             format!(
-                "bit rot at byte {} of {} (inside the durable prefix) was not refused: recovery went on with a log it cannot vouch for",
-                rotted.offset, rotted.path
+                "bit rot ({}) at byte {} of {} (inside the durable prefix) was not refused: recovery went on with a log it cannot vouch for",
+                rotted.kind.name(), rotted.offset, rotted.path
             ),
             sim_ms,
         );

@@ -7,7 +7,7 @@ use faultline_runtime::{Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
 use crate::scenario::{
-    CrashFault, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotTarget, Scenario, ScenarioTool,
+    CrashFault, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind, RotTarget, Scenario, ScenarioTool,
     FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 use crate::SimEntropy;
@@ -367,6 +367,16 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             }
         }
         faults.from_seed = false;
+    }
+    // One rot kind per seed, from the scenario's list (the swarm's rot: any kind); a plan
+    // holds the one drawn, so a materialised plan replays it.
+    if faults.bit_rot.is_some() {
+        let kinds: &[RotKind] = match (&faults.rot_kinds[..], scenario.faults.from_seed) {
+            ([], true) => &RotKind::ALL,
+            ([], false) => &[RotKind::Garbage],
+            (kinds, _) => kinds,
+        };
+        faults.rot_kinds = vec![*pick(&stream(seed, "rot/kind"), kinds)];
     }
     Plan {
         tick_ms: scenario.tick_ms,
