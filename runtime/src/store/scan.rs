@@ -1098,3 +1098,20 @@ fn complete_frame_text(bytes: &[u8], frame: &FrameSpan, inflater: &mut Inflater)
     }
     Ok(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::decode_parts;
+
+    /// One core decodes a batch in one part (the simulator's `Sequential`: a part more is a
+    /// zstd context more, nothing gained); several cores get more parts than cores, a whole
+    /// number per core, so the commit of the batch before does not leave a core idle.
+    #[test]
+    fn one_part_on_one_core_and_several_per_core_otherwise() {
+        assert_eq!(decode_parts(1), 1);
+        for cores in 2..=crate::production::THREADS_MAX {
+            let parts = decode_parts(cores);
+            assert!(parts > cores && parts % cores == 0, "{cores} cores: {parts} parts");
+        }
+    }
+}
