@@ -127,7 +127,7 @@ impl History {
 
     /// The messages, decoded, in order (for a reader; a request sends them as encoded once).
     pub fn messages(&self) -> Vec<Value> {
-        self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded from a Value")).collect()
+        self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded by `push`")).collect()
     }
 }
 

@@ -7,7 +7,8 @@ use crate::seams::Compute;
 pub const THREADS_MAX: usize = 8;
 
 /// Jobs on the machine's cores: the calling thread and up to `cores - 1` scoped helpers take
-/// the next job from one queue until it is empty, the caller starting with the first.
+/// the next job from one queue until it is empty, the caller starting with the first (with
+/// one core, or one job, no helper: the caller runs them all in order).
 ///
 /// Why a queue and not a thread per job: recovery hands over the commit of one batch and the
 /// decoding of the next, in several parts. With a thread per job three or more runnable
@@ -42,11 +43,6 @@ impl Compute for Threads {
         let helpers = self.cores.min(jobs.len()).saturating_sub(1);
         let mut jobs = jobs.into_iter();
         let Some(first) = jobs.next() else { return };
-        if helpers == 0 {
-            first();
-            jobs.for_each(|job| job());
-            return;
-        }
         let queue = std::sync::Mutex::new(jobs);
         // The lock is held only to take a job, never while one runs: a job that panics
         // cannot poison it (the scope re-raises the panic when it joins).

@@ -697,11 +697,7 @@ fn rot_while_down(
     let kind = plan.faults.rot_kinds.first().copied().unwrap_or(RotKind::Garbage);
     Some(match rot::rot(fs, path, target, kind, &acked, &entropy) {
         Ok(Some(rotted)) => {
-            let line = match rotted.kind {
-                // The line every garbage rot has traced since the first.
-                RotKind::Garbage => format!("bit rot at byte {} of {}", rotted.offset, rotted.path),
-                kind => format!("bit rot ({}) at byte {} of {}", kind.name(), rotted.offset, rotted.path),
-            };
+            let line = format!("bit rot ({}) at byte {} of {}", rotted.kind.name(), rotted.offset, rotted.path);
             world.faults_fired.insert("bit-rot".into());
             world.rotted = Some(rotted);
             line
