@@ -1,7 +1,7 @@
 //! The log-invariant validator (SPEC §2). Every test and every simulated run checks the
 //! transcripts it produces with it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::{ChunkFinish, ErrorCode, Event, Record};
 
@@ -150,10 +150,49 @@ struct OpenStep {
     requested: BTreeSet<String>,
     called: BTreeSet<String>,
     answered: BTreeSet<String>,
-    /// seq → attempt of each chunk in this step.
-    chunk_attempts: BTreeMap<u64, u32>,
+    /// The attempt of each chunk in this step, as runs of consecutive seqs.
+    chunk_attempts: ChunkRuns,
     /// Attempts whose terminal chunk was `error`/`aborted`.
     failed_attempts: BTreeSet<u32>,
+}
+
+/// Which attempt each of a step's chunks belongs to, kept as runs of consecutive seqs of one
+/// attempt. A stream's chunks arrive one attempt at a time, so a step holds a run or two
+/// however long it streams: a copy of the validator (a batch checked on a copy before it is
+/// written) costs those runs, not one entry per chunk, and recording a chunk extends the last
+/// run instead of inserting into a tree.
+#[derive(Debug, Default, Clone)]
+struct ChunkRuns {
+    /// Sorted by seq and disjoint: seqs only grow (the validator checks `seq` first).
+    runs: Vec<ChunkRun>,
+}
+
+/// Chunks `first..=last` (every seq between them a chunk) of one attempt.
+#[derive(Debug, Clone, Copy)]
+struct ChunkRun {
+    first: u64,
+    last: u64,
+    attempt: u32,
+}
+
+impl ChunkRuns {
+    /// Records chunk `seq` of `attempt`; `seq` is above every seq recorded before.
+    fn insert(&mut self, seq: u64, attempt: u32) {
+        match self.runs.last_mut() {
+            Some(run) if run.attempt == attempt && run.last + 1 == seq => run.last = seq,
+            last => {
+                assert!(last.is_none_or(|run| run.last < seq), "chunk seqs only grow");
+                self.runs.push(ChunkRun { first: seq, last: seq, attempt });
+            }
+        }
+    }
+
+    /// The attempt of chunk `seq`, if `seq` is a chunk of this step.
+    fn get(&self, seq: u64) -> Option<u32> {
+        let after = self.runs.partition_point(|run| run.first <= seq);
+        let run = self.runs[..after].last()?;
+        (seq <= run.last).then_some(run.attempt)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -356,9 +395,9 @@ fn check_turn(open: &OpenTurn, type_name: &str, turn: u32, step: u32) -> Result<
 fn check_citations(step: &OpenStep, cited: &[u64]) -> Result<(), Rule> {
     let mut attempt = None;
     for &seq in cited {
-        let found = *step
+        let found = step
             .chunk_attempts
-            .get(&seq)
+            .get(seq)
             .ok_or(Rule::BadCitation { cited: seq, why: "not an assistant/chunk of this step" })?;
         if step.failed_attempts.contains(&found) {
             return Err(Rule::BadCitation { cited: seq, why: "chunk of a failed attempt" });

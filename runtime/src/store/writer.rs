@@ -50,12 +50,10 @@ pub(crate) trait LogMedium: Send + std::fmt::Debug {
 pub(crate) struct SessionWriter {
     id: SessionId,
     token: u64,
-    /// The log as written.
+    /// The log as written. A batch is checked on a copy, which replaces it only after the
+    /// medium wrote: a copy costs little, because a step's chunks are kept as a few runs of
+    /// seqs, not one entry each (copying one entry per chunk made a long stream quadratic).
     validator: Validator,
-    /// Where a batch is checked before it is written: equal to `validator` between appends,
-    /// so a check costs the batch, not a copy of the open step's state (which holds every
-    /// chunk seq of the step: copying it per batch made a long stream quadratic).
-    scratch: Validator,
     poisoned: bool,
     medium: Box<dyn LogMedium>,
 }
@@ -80,25 +78,24 @@ impl SessionWriter {
         validator: Validator,
         medium: Box<dyn LogMedium>,
     ) -> Box<dyn SessionLog> {
-        let scratch = validator.clone();
-        Box::new(SessionWriter { id: id.clone(), token, validator, scratch, poisoned: false, medium })
+        Box::new(SessionWriter { id: id.clone(), token, validator, poisoned: false, medium })
     }
 }
 
-/// Checks that `batch` continues the log `scratch` has seen, advancing `scratch` over it.
-/// On error `scratch` is left part-way: the caller resets it.
-fn check_records<'a>(scratch: &mut Validator, mut batch: impl Iterator<Item = &'a Record>) -> Result<()> {
+/// Checks that `batch` continues the log `next` has seen, advancing `next` over it. On error
+/// `next` is left part-way: the caller drops it.
+fn check_records<'a>(next: &mut Validator, mut batch: impl Iterator<Item = &'a Record>) -> Result<()> {
     let first = batch.next().ok_or_else(|| Error::BadBatch("empty batch".into()))?;
-    if first.seq != scratch.next_seq() {
+    if first.seq != next.next_seq() {
         return Err(Error::BadBatch(format!(
             "batch starts at seq {}, the log continues at {}",
             first.seq,
-            scratch.next_seq()
+            next.next_seq()
         )));
     }
-    scratch.push_in_place(first)?;
+    next.push_in_place(first)?;
     for record in batch {
-        scratch.push_in_place(record)?;
+        next.push_in_place(record)?;
     }
     Ok(())
 }
@@ -109,28 +106,22 @@ impl SessionWriter {
     /// rollback poisons the writer.
     fn guarded<'a>(
         &mut self,
-        records: impl Iterator<Item = &'a Record> + Clone,
+        records: impl Iterator<Item = &'a Record>,
         write: impl FnOnce(&mut dyn LogMedium, &SessionId, u64) -> Result<()>,
     ) -> Result<()> {
         if self.poisoned {
             return Err(Error::Poisoned(format!("session {}", self.id)));
         }
-        if let Err(e) = check_records(&mut self.scratch, records.clone()) {
-            self.scratch = self.validator.clone();
-            return Err(e);
-        }
+        // One pass over the batch, on a copy: a refused or unwritten batch leaves the
+        // validator as the log is.
+        let mut next = self.validator.clone();
+        check_records(&mut next, records)?;
         match write(self.medium.as_mut(), &self.id, self.token) {
             Ok(()) => {
-                // The same records once more, on the log's own validator: the check passed
-                // on an equal one, so this cannot fail, and it costs the batch, not a copy.
-                for record in records {
-                    self.validator.push_in_place(record).expect("a batch that passed its check continues the log");
-                }
-                debug_assert_eq!(self.validator.next_seq(), self.scratch.next_seq());
+                self.validator = next;
                 Ok(())
             }
             Err(e) => {
-                self.scratch = self.validator.clone();
                 if matches!(&e, Error::AppendFailed { rollback: Some(_), .. }) {
                     self.poisoned = true;
                 }

@@ -6,7 +6,7 @@ use faultline_runtime::event::*;
 pub const T0: u64 = 1_767_225_600_000;
 
 /// Appends records with contiguous seqs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Log {
     pub records: Vec<Record>,
 }

@@ -196,6 +196,39 @@ fn assistant_message_cites_one_attempt_of_its_own_step() {
     assert_last_breaks(&log, Rule::BadCitation { cited: header, why: "not an assistant/chunk of this step" });
 }
 
+/// The validator keeps a step's chunks as runs of consecutive seqs of one attempt: a record
+/// between two chunks of one attempt, or a seq past a run's end, is not a chunk, and every
+/// chunk of a run, its first and its last included, is one.
+#[test]
+fn citations_know_every_chunk_and_nothing_between_or_beyond_them() {
+    fn text(s: &str) -> Chunk {
+        Chunk::TextDelta { index: 0, text: s.into() }
+    }
+    let mut log = open_step();
+    let first = log.push(chunk(1, 1, 1, text("a")));
+    let middle = log.push(chunk(1, 1, 1, text("b")));
+    let end_of_run = log.push(chunk(1, 1, 1, text("c")));
+    let header = log.push(Event::RequestHeader(request_header()));
+    let after_gap = log.push(chunk(1, 1, 1, text("d")));
+    let prefix = log.clone();
+    for cited in [vec![first, middle, end_of_run, after_gap], vec![end_of_run], vec![after_gap]] {
+        let mut log = prefix.clone();
+        log.push_cited(Event::AssistantMessage(text_message(1, 1, "abcd")), cited);
+        validate(&log).expect("every chunk of attempt 1 may be cited");
+    }
+    let mut log = prefix.clone();
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![first, header]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: header, why: "not an assistant/chunk of this step" });
+    let mut log = prefix.clone();
+    let beyond = after_gap + 1;
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![beyond]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: beyond, why: "not an assistant/chunk of this step" });
+    let mut log = prefix;
+    let second_attempt = log.push(chunk(1, 1, 2, text("e")));
+    log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![after_gap, second_attempt]);
+    assert_last_breaks(&log, Rule::BadCitation { cited: second_attempt, why: "chunks of more than one attempt" });
+}
+
 #[test]
 fn a_refused_record_leaves_the_validator_unchanged() {
     let mut validator = Validator::new();
