@@ -77,6 +77,8 @@ pub struct FaultyFs {
     largest_read: Arc<AtomicU64>,
     /// Armed by [`FaultyFs::shrinks_at_next_read`]: the length a rival cuts the file to.
     shrink_to: Arc<Mutex<Option<u64>>>,
+    /// Armed by [`FaultyFs::rival_removes_first`]: how many `remove_file` calls a rival wins.
+    rival_removals: Arc<AtomicU64>,
 }
 
 impl FaultyFs {
@@ -89,6 +91,12 @@ impl FaultyFs {
     /// (a repair cutting a torn tail while someone reads): the reader opened it longer.
     pub fn shrinks_at_next_read(&self, len: u64) {
         *self.shrink_to.lock().unwrap() = Some(len);
+    }
+
+    /// At each of the next `calls` `remove_file` calls, a rival removes the file first (another
+    /// process cleaning up the same old records): the caller's removal finds it gone.
+    pub fn rival_removes_first(&self, calls: u64) {
+        self.rival_removals.store(calls, Ordering::Relaxed);
     }
 
     /// The largest buffer one `read_at` was asked to fill so far.
@@ -190,6 +198,10 @@ impl Fs for FaultyFs {
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.check(FailOp::RemoveFile)?;
+        let rival = self.rival_removals.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if rival.is_ok() {
+            RealFs.remove_file(path)?;
+        }
         RealFs.remove_file(path)
     }
     fn read_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {

@@ -85,6 +85,32 @@ fn a_failed_removal_of_old_owner_records_never_unfences_their_writers() {
     fourth.log.close().unwrap();
 }
 
+/// Two processes taking over in turn both clean up the old records, lowest first. A record
+/// the rival removed first is no reason to stop: the ones after it still go.
+#[test]
+fn old_owner_records_a_rival_removed_first_do_not_stop_the_cleanup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = FaultyFs::default();
+    let world = TestProcess::world();
+    let (a, b, c) = (TestProcess::new("a", &world), TestProcess::new("b", &world), TestProcess::new("c", &world));
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let mut first = store(&fs, tmp.path(), &a).create(&sid("s"), T0).unwrap();
+    first.append(&log.records).unwrap();
+    a.kill();
+    fs.fail(FailOp::RemoveFile, 0);
+    let _second = store(&fs, tmp.path(), &b).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    assert_eq!(owner_tokens(tmp.path()), [1, 2]);
+    b.kill();
+
+    // C lists records 1 and 2; a rival removes record 1 just before C does.
+    fs.rival_removes_first(1);
+    let mut third = store(&fs, tmp.path(), &c).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    assert_eq!(owner_tokens(tmp.path()), [3], "record 2 is removed although record 1 was already gone");
+    third.append(&[turn_two(third.as_ref())]).unwrap();
+    third.close().unwrap();
+}
+
 #[test]
 fn a_writer_whose_own_record_vanished_without_a_newer_owner_writes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
