@@ -408,3 +408,26 @@ fn check_citations(step: &OpenStep, cited: &[u64]) -> Result<(), Rule> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkRuns;
+
+    /// What makes a copy of the validator cheap: an attempt streamed without interruption is
+    /// one run however many chunks it has; an interruption or the next attempt starts
+    /// another. (Any split gives the same answers, so only the run count tells.)
+    #[test]
+    fn an_uninterrupted_attempt_is_one_run() {
+        let mut runs = ChunkRuns::default();
+        for seq in 10..1_010 {
+            runs.insert(seq, 1);
+        }
+        assert_eq!(runs.runs.len(), 1);
+        runs.insert(1_011, 1); // seq 1 010 was another record
+        runs.insert(1_012, 2);
+        runs.insert(1_013, 2);
+        assert_eq!(runs.runs.len(), 3);
+        assert_eq!((runs.get(10), runs.get(1_009), runs.get(1_010)), (Some(1), Some(1), None));
+        assert_eq!((runs.get(1_011), runs.get(1_013), runs.get(9), runs.get(1_014)), (Some(1), Some(2), None, None));
+    }
+}

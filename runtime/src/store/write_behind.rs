@@ -111,8 +111,8 @@ struct State {
     spent: Vec<Arc<SealedBatch>>,
     next_seq: u64,
     deadline: Option<Monotonic>,
-    /// Set by a failed batch; cleared by an explicit flush.
-    paused: bool,
+    /// The failure of the batch that paused the automatic path; cleared by an explicit flush.
+    paused: Option<Arc<Error>>,
     flush_wanted: bool,
     /// No new events are admitted.
     closed: bool,
@@ -228,7 +228,7 @@ impl WriteBehind {
                 spent: Vec::new(),
                 next_seq,
                 deadline: None,
-                paused: false,
+                paused: None,
                 flush_wanted: false,
                 closed: false,
                 stopping: false,
@@ -247,7 +247,9 @@ impl WriteBehind {
         Self { shared, writer: Arc::new(Mutex::new(Some(writer))) }
     }
 
-    /// Accepts `event` (waiting only while the queue is full) and returns its seq.
+    /// Accepts `event` (waiting only while the queue is full) and returns its seq. A full
+    /// queue whose head batch failed is [`Error::Persist`] with that failure, not a wait:
+    /// nothing is accepted, and [`WriteBehind::flush`] retries the batch.
     pub async fn append(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<u64> {
         let (seq, claim, spent) = loop {
             let space = self.shared.space.notified();
@@ -275,6 +277,12 @@ impl WriteBehind {
                         self.shared.wake_writer.notify_one();
                     }
                     break (seq, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent));
+                }
+                // Full, and the batch at its head failed: only an explicit flush makes room, and
+                // the caller is the one who would flush. Waiting would wait forever (a turn
+                // streaming into a full queue after one EIO hung), so the failure is the answer.
+                if let Some(failure) = &state.paused {
+                    return Err(Error::Persist(failure.clone()));
                 }
             }
             space.await;
@@ -329,7 +337,7 @@ impl WriteBehind {
                 return Ok(());
             }
             state.flush_wanted = true;
-            state.paused = false;
+            state.paused = None;
             (state.next_seq, seen.failures)
         };
         self.shared.wake_writer.notify_one();
@@ -404,7 +412,7 @@ fn next_action(shared: &Shared) -> Action {
     }
     let window_over = state.deadline.is_some_and(|d| shared.clock.now() >= d);
     let batch_full = state.pending.len() >= shared.config.full_batch_events();
-    if state.flush_wanted || ((window_over || batch_full) && !state.paused) {
+    if state.flush_wanted || ((window_over || batch_full) && state.paused.is_none()) {
         let front = state.pending.front().expect("non-empty").record.seq;
         if let Some(sealed) = state.sealed.front().filter(|s| s.records[0].record.seq == front) {
             return Action::Write(Batch::Sealed(sealed.clone()));
@@ -422,11 +430,11 @@ fn next_action(shared: &Shared) -> Action {
         state.claimed_through = state.claimed_through.max(front + n as u64);
         return Action::Write(Batch::Records(batch));
     }
-    if state.stopping && state.paused {
+    if state.stopping && state.paused.is_some() {
         // Teardown after a failed drain: the failure was surfaced; nothing more will succeed.
         return Action::Exit;
     }
-    Action::Wait(if state.paused { None } else { state.deadline })
+    Action::Wait(if state.paused.is_some() { None } else { state.deadline })
 }
 
 async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {
@@ -482,17 +490,19 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                     Err(error) => {
                         // The batch stays at the front of the queue, in order; the automatic
                         // path waits for an explicit flush.
-                        state.paused = true;
+                        let error = Arc::new(error);
+                        state.paused = Some(error.clone());
                         state.flush_wanted = false;
                         drop(state);
                         if let Some(report) = &shared.reporter {
                             report(&error);
                         }
-                        let error = Arc::new(error);
                         shared.progress.send_modify(|p| {
                             p.failures += 1;
                             p.last_failure = Some(error);
                         });
+                        // A producer waiting for room learns the failure (see `append`).
+                        shared.space.notify_waiters();
                     }
                 }
             }

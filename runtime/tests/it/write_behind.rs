@@ -217,24 +217,6 @@ async fn an_explicit_flush_surfaces_the_failure_and_a_later_flush_retries() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_full_queue_applies_backpressure() {
-    let rig =
-        rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4, ..WriteBehindConfig::default() }, false);
-    // The first batch fails, so the automatic path pauses with the queue full.
-    *rig.fail_next.lock().unwrap() = 1;
-    append_n(&rig.wb, 4).await;
-    let wb = rig.wb.clone();
-    let blocked = tokio::spawn(async move { append_n(&wb, 1).await });
-    advance_ms(1_000).await;
-    assert!(!blocked.is_finished(), "the fifth event waits for room");
-    assert_eq!(rig.wb.pending_len(), 4);
-    assert_eq!(rig.reported.lock().unwrap().len(), 1, "the failed full batch was tried at once");
-    rig.wb.flush().await.unwrap();
-    blocked.await.unwrap();
-    assert_eq!(rig.batches.lock().unwrap().clone(), vec![(1_000, vec![0, 1, 2, 3])]);
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_full_batch_is_written_without_waiting_out_the_window() {
     let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 16, batch_events_max: 4 };
     let rig = rig(config, false);
@@ -283,6 +265,41 @@ async fn a_producer_blocked_on_a_full_queue_never_waits_for_the_timer() {
     let batches = rig.batches.lock().unwrap().clone();
     assert!(batches.iter().all(|(ms, _)| *ms == 0), "{batches:?}");
     assert!(batches.len() >= 9, "written as it filled: {batches:?}");
+}
+
+/// One failed batch pauses the automatic path until an explicit flush. A producer that meets
+/// the full queue then gets the failure instead of waiting for room only its own flush would
+/// make (a turn streaming into it hung for good); the flush retries, and nothing accepted is
+/// lost or written twice.
+#[tokio::test(start_paused = true)]
+async fn a_producer_meeting_a_full_queue_behind_a_failed_batch_gets_the_failure() {
+    let rig =
+        rig(WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4, ..WriteBehindConfig::default() }, false);
+    *rig.fail_next.lock().unwrap() = 1;
+    let mut accepted = 0u64;
+    let error = loop {
+        let seq = rig.wb.next_seq();
+        let turn = (seq / 2 + 1) as u32;
+        let event = if seq % 2 == 0 { turn_start(turn) } else { turn_end(turn) };
+        let appended = tokio::time::timeout(Duration::from_secs(60), rig.wb.append(event, None))
+            .await
+            .expect("a producer never waits for room that only a flush makes");
+        match appended {
+            Ok(_) => accepted += 1,
+            Err(error) => break error,
+        }
+        assert!(accepted <= 8, "the failed batch pauses the writer; the queue fills");
+    };
+    assert!(matches!(&error, Error::Persist(_)), "{error}");
+    assert!(error.to_string().contains("injected EIO"), "the batch's own failure: {error}");
+    assert_eq!(accepted, 4, "the queue's bound was accepted, nothing more");
+    assert_eq!(rig.reported.lock().unwrap().len(), 1);
+
+    rig.wb.flush().await.expect("the retried batch lands");
+    append_n(&rig.wb, 4).await;
+    rig.wb.flush().await.unwrap();
+    let written: Vec<u64> = rig.batches.lock().unwrap().iter().flat_map(|(_, seqs)| seqs.clone()).collect();
+    assert_eq!(written, (0..8).collect::<Vec<_>>(), "every accepted record once, in order");
 }
 
 #[tokio::test(start_paused = true)]
