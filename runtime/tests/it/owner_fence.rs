@@ -39,6 +39,22 @@ fn assert_fenced(log: &mut Box<dyn SessionLog>, current: u64) {
     assert!(matches!(error, Error::Fenced { current: c, .. } if c == current), "token {}: {error}", log.token());
 }
 
+/// Turn 1 of session `s`, written by `process`, which then dies: its writer and the records.
+fn written_by_a_writer_that_died(fs: &FaultyFs, root: &Path, process: &Arc<TestProcess>) -> (Box<dyn SessionLog>, Log) {
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let mut writer = store(fs, root, process).create(&sid("s"), T0).unwrap();
+    writer.append(&log.records).unwrap();
+    process.kill();
+    (writer, log)
+}
+
+/// `process` takes session `s` over while removing the old owner records fails.
+fn take_over_failing_to_remove(fs: &FaultyFs, root: &Path, process: &Arc<TestProcess>) -> Box<dyn SessionLog> {
+    fs.fail(FailOp::RemoveFile, 0);
+    store(fs, root, process).open(&sid("s"), Takeover::IfDead).unwrap().log
+}
+
 #[test]
 fn a_failed_removal_of_old_owner_records_never_unfences_their_writers() {
     let tmp = tempfile::tempdir().unwrap();
@@ -50,15 +66,10 @@ fn a_failed_removal_of_old_owner_records_never_unfences_their_writers() {
         TestProcess::new("c", &world),
         TestProcess::new("d", &world),
     );
-    let mut log = Log::default();
-    log.tool_turn(1);
-    let mut first = store(&fs, tmp.path(), &a).create(&sid("s"), T0).unwrap();
-    first.append(&log.records).unwrap();
-    a.kill();
+    let (mut first, log) = written_by_a_writer_that_died(&fs, tmp.path(), &a);
 
     // B takes over; removing A's record fails, so both remain.
-    fs.fail(FailOp::RemoveFile, 0);
-    let mut second = store(&fs, tmp.path(), &b).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    let mut second = take_over_failing_to_remove(&fs, tmp.path(), &b);
     assert_eq!(owner_tokens(tmp.path()), [1, 2]);
     assert_fenced(&mut first, 2);
     b.kill();
@@ -66,8 +77,7 @@ fn a_failed_removal_of_old_owner_records_never_unfences_their_writers() {
     // C takes over; removing A's record fails again. Removal goes lowest first and stops
     // there, so B's record stays — had it been removed, A (record present, no token 2)
     // would pass its fence and write beside C.
-    fs.fail(FailOp::RemoveFile, 0);
-    let mut third = store(&fs, tmp.path(), &c).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    let mut third = take_over_failing_to_remove(&fs, tmp.path(), &c);
     assert_eq!(owner_tokens(tmp.path()), [1, 2, 3], "the run of records stays contiguous");
     assert_fenced(&mut first, 3);
     assert_fenced(&mut second, 3);
@@ -93,13 +103,8 @@ fn old_owner_records_a_rival_removed_first_do_not_stop_the_cleanup() {
     let fs = FaultyFs::default();
     let world = TestProcess::world();
     let (a, b, c) = (TestProcess::new("a", &world), TestProcess::new("b", &world), TestProcess::new("c", &world));
-    let mut log = Log::default();
-    log.tool_turn(1);
-    let mut first = store(&fs, tmp.path(), &a).create(&sid("s"), T0).unwrap();
-    first.append(&log.records).unwrap();
-    a.kill();
-    fs.fail(FailOp::RemoveFile, 0);
-    let _second = store(&fs, tmp.path(), &b).open(&sid("s"), Takeover::IfDead).unwrap().log;
+    let (_first, _) = written_by_a_writer_that_died(&fs, tmp.path(), &a);
+    let _second = take_over_failing_to_remove(&fs, tmp.path(), &b);
     assert_eq!(owner_tokens(tmp.path()), [1, 2]);
     b.kill();
 
