@@ -102,3 +102,59 @@ pub fn logged_requests(dir: &Path) -> Vec<serde_json::Value> {
         .map(|line| serde_json::from_str(line).expect("request log line"))
         .collect()
 }
+
+/// Whether a test may skip for want of `what` (a browser, a Python package, the right to
+/// mount): only where the variable `require_var` is unset. CI sets every one of them, so a
+/// test that cannot run there fails instead of passing without running.
+#[allow(clippy::print_stderr)] // a skipped test says why, where the test runner shows it
+pub fn skip_or_fail(require_var: &str, what: &str) {
+    assert!(std::env::var_os(require_var).is_none(), "{require_var} is set, but {what}");
+    eprintln!("skipped: {what} (set {require_var}=1 to make this a failure)");
+}
+
+/// A small tmpfs mounted on a fresh directory, unmounted on drop: a real disk that fills up.
+#[derive(Debug)]
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+/// The variable that makes a missing right to mount a tmpfs a test failure (`.ci/run` sets it).
+pub const REQUIRE_TMPFS_VAR: &str = "FAULTLINE_REQUIRE_TMPFS";
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size_kib` KiB, or says why it cannot (not root, no `mount`, a
+    /// container without the capability).
+    pub fn mount(size_kib: u64) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("a mount point: {e}"))?;
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k,mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !output.status.success() {
+            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Grows (or shrinks) the filesystem to `size_kib` KiB: space comes back.
+    pub fn resize(&self, size_kib: u64) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size_kib}k"), "tmpfs"])
+            .arg(self.dir.path())
+            .status()
+            .expect("running mount");
+        assert!(status.success(), "remounting {} at {size_kib} KiB", self.dir.path().display());
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}

@@ -27,6 +27,9 @@ const EXIT_BAD_ARGUMENTS: u8 = 1;
 const EXIT_ERROR: u8 = 2;
 /// Exit: the turn was aborted or interrupted.
 const EXIT_ABORTED: u8 = 3;
+/// Exit: what the turn or the session's closing reached is not durable (a full disk, EIO,
+/// SQLITE_FULL): it is not kept, whatever was printed (FAILURE-OUTCOME-DURABLE).
+const EXIT_NOT_KEPT: u8 = 6;
 /// Exit: Ctrl-C (the turn was cancelled gracefully: drained, flushed, `turn/end {aborted}`).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -39,8 +42,9 @@ pub struct AgentArgs {
 
 #[derive(Debug, Subcommand)]
 enum AgentCommand {
-    /// Run one turn. Exit 0 completed, 2 error, 3 aborted (SIGTERM) or interrupted, 1 bad
-    /// arguments or config, 130 after Ctrl-C.
+    /// Run one turn. Exit 0 completed, 2 error, 3 aborted (SIGTERM) or interrupted, 6 not
+    /// kept (the turn or the session's closing could not be made durable), 1 bad arguments or
+    /// config, 130 after Ctrl-C.
     Run(RunArgs),
     /// An interactive session: one turn per input line, streamed; Ctrl-C cancels the turn, not
     /// the program; the config file is watched (a valid edit applies to the next request, an
@@ -245,14 +249,14 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         };
         let outcome = agent.last_outcome();
         let session_usage = agent.session_usage();
-        let disposed = agent.dispose().await;
+        let closed = agent.dispose().await.map_err(|e| e.to_string());
         if let Some(printer) = printer {
             printer.abort();
         }
-        if let Err(e) = disposed {
-            eprintln!("faultline agent run: closing the session: {e}");
+        if let Err(e) = &closed {
+            eprintln!("faultline agent run: closing the session failed, so not everything it accepted is kept: {e}");
         }
-        report(&id, outcome, session_usage, args.json, interrupted)
+        report(&id, outcome, session_usage, args.json, interrupted, closed)
     })
 }
 
@@ -348,6 +352,9 @@ fn chat(args: &ChatArgs) -> ExitCode {
             })
         };
         let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        // One entry per turn not kept at its end: whether it was recorded to its end (and so
+        // may still be written by closing).
+        let mut unkept: Vec<bool> = Vec::new();
         loop {
             let line = tokio::select! {
                 line = lines.next_line() => line,
@@ -370,11 +377,12 @@ fn chat(args: &ChatArgs) -> ExitCode {
                 }
             }
             if let Some(outcome) = started.agent.last_outcome() {
-                let kind = serde_json::to_value(&outcome.reason)
-                    .ok()
-                    .and_then(|v| v["kind"].as_str().map(str::to_owned))
-                    .unwrap_or_default();
-                println!("[turn {}: {kind}]", outcome.turn);
+                if outcome.kept {
+                    println!("[turn {}: {}]", outcome.turn, outcome.reason.kind());
+                } else {
+                    println!("[turn {}: NOT KEPT: {}]", outcome.turn, failure_text(&outcome.reason));
+                    unkept.push(outcome.reached.is_some());
+                }
                 let usage = started.agent.session_usage();
                 println!("[tokens: {} this turn, {} this session]", outcome.usage.total_tokens, usage.total_tokens);
                 let _ = std::io::stdout().flush();
@@ -384,13 +392,37 @@ fn chat(args: &ChatArgs) -> ExitCode {
         let disposed = started.agent.dispose().await;
         printer.abort();
         match disposed {
-            Ok(()) => ExitCode::SUCCESS,
+            // Closing flushed everything the agent accepted: a turn not kept at its end but
+            // recorded to it is on disk now. One that never reached its end is not.
+            Ok(()) if unkept.iter().all(|reached| *reached) => {
+                if !unkept.is_empty() {
+                    eprintln!(
+                        "faultline agent chat: closing the session wrote the turns that were not kept at their end"
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Ok(()) => {
+                eprintln!("faultline agent chat: a turn could not be recorded to its end and is not kept");
+                ExitCode::from(EXIT_NOT_KEPT)
+            }
             Err(e) => {
-                eprintln!("faultline agent chat: closing session {}: {e}", started.id);
-                ExitCode::from(EXIT_ERROR)
+                eprintln!(
+                    "faultline agent chat: closing session {} failed, so not everything is kept: {e}",
+                    started.id
+                );
+                ExitCode::from(EXIT_NOT_KEPT)
             }
         }
     })
+}
+
+/// A turn end's failure in a line (`CODE: message`), or its kind.
+fn failure_text(reason: &TurnEndReason) -> String {
+    match reason {
+        TurnEndReason::Error { error } => format!("{}: {}", error.code, error.message),
+        other => other.kind().to_owned(),
+    }
 }
 
 /// Streams assistant text and retry notices as they are recorded.
@@ -420,10 +452,18 @@ fn report(
     session_usage: faultline_runtime::event::Usage,
     as_json: bool,
     interrupted: bool,
+    closed: Result<(), String>,
 ) -> ExitCode {
     let Some(outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
         return ExitCode::from(EXIT_ERROR);
+    };
+    // What the disk holds now. A turn not kept at its end, but recorded to it, is kept after
+    // all when closing the session flushed everything the agent had accepted.
+    let (reason, kept, reached) = match (outcome.kept, &outcome.reached, &closed) {
+        (true, _, _) => (outcome.reason.clone(), true, None),
+        (false, Some(reached), Ok(())) => (reached.clone(), true, None),
+        (false, reached, _) => (outcome.reason.clone(), false, reached.clone()),
     };
     if as_json {
         let calls: Vec<_> = outcome
@@ -431,23 +471,38 @@ fn report(
             .iter()
             .map(|(name, code)| json!({"name": name, "code": code.map(|c| c.to_string())}))
             .collect();
-        let summary = json!({
+        let mut summary = json!({
             "session": id.as_str(),
             "turn": outcome.turn,
-            "end_reason": outcome.reason,
+            "end_reason": reason,
+            "kept": kept,
             "assistant_text": outcome.text,
             "tool_calls": calls,
             "usage": {"turn": outcome.usage, "session": session_usage},
         });
+        if let Some(reached) = &reached {
+            summary["reached"] = json!(reached);
+        }
+        if let Err(e) = &closed {
+            summary["close_error"] = json!(e);
+        }
         println!("{summary}");
     }
-    if let TurnEndReason::Error { error } = &outcome.reason {
+    if !kept {
+        eprintln!(
+            "faultline agent run: turn {} is NOT kept ({}): what was shown is not on disk. Once the disk is \
+             fixed, `--session {id} --resume` repairs the session and continues",
+            outcome.turn,
+            failure_text(&reason)
+        );
+    } else if let TurnEndReason::Error { error } = &reason {
         eprintln!("faultline agent run: turn {} ended in error: {} ({})", outcome.turn, error.message, error.code);
     }
-    if let TurnEndReason::BudgetExhausted { summary, .. } = &outcome.reason {
+    if let TurnEndReason::BudgetExhausted { summary, .. } = &reason {
         eprintln!("faultline agent run: {summary}");
     }
-    let code = match outcome.reason {
+    let code = match reason {
+        _ if !kept || closed.is_err() => EXIT_NOT_KEPT,
         _ if interrupted => EXIT_INTERRUPTED,
         TurnEndReason::Completed | TurnEndReason::MaxTokens => EXIT_COMPLETED,
         TurnEndReason::Error { .. } | TurnEndReason::BudgetExhausted { .. } => EXIT_ERROR,

@@ -167,6 +167,59 @@ impl Error {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io { context: context.into(), source }
     }
+
+    /// The storage error underneath, by its conventional name (`ENOSPC`, `EIO`,
+    /// `SQLITE_FULL`, ...), when this error comes from a disk or a database: what an operator
+    /// acts on (free space, check the device), in a word a script can match.
+    pub fn storage_cause(&self) -> Option<String> {
+        match self {
+            Error::Io { source, .. } => Some(io_cause(source)),
+            Error::AppendFailed { write, .. } => Some(io_cause(write)),
+            Error::Persist(inner) => inner.storage_cause(),
+            Error::Sqlite(SqliteError { code: Some(code), .. }) => Some(sqlite_cause(*code)),
+            _ => None,
+        }
+    }
+
+    /// This error as the failure of a turn whose records could not be made durable
+    /// (FAILURE-OUTCOME-DURABLE): code `PERSIST`, the storage error first, then `what` was
+    /// being made durable and the whole error.
+    pub fn persist_failure(&self, what: &str) -> crate::event::Failure {
+        let cause = self.storage_cause().map(|c| format!("{c}: ")).unwrap_or_default();
+        crate::event::Failure::new(crate::event::ErrorCode::Persist, format!("{cause}{what}: {self}"))
+    }
+}
+
+/// The conventional name of an I/O error: its kind when the kind names a storage condition,
+/// else its OS error number's name, else `EIO` (an error the filesystem did not classify).
+fn io_cause(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::StorageFull => return "ENOSPC".into(),
+        ErrorKind::QuotaExceeded => return "EDQUOT".into(),
+        ErrorKind::ReadOnlyFilesystem => return "EROFS".into(),
+        ErrorKind::FileTooLarge => return "EFBIG".into(),
+        ErrorKind::PermissionDenied => return "EACCES".into(),
+        _ => {}
+    }
+    match error.raw_os_error() {
+        Some(5) | None => "EIO".into(),
+        Some(n) => format!("errno {n}"),
+    }
+}
+
+/// The name of SQLite's primary result code within an extended one.
+fn sqlite_cause(extended: i32) -> String {
+    let name = match extended & 0xff {
+        5 => "SQLITE_BUSY",
+        8 => "SQLITE_READONLY",
+        10 => "SQLITE_IOERR",
+        11 => "SQLITE_CORRUPT",
+        13 => "SQLITE_FULL",
+        14 => "SQLITE_CANTOPEN",
+        _ => return format!("SQLITE error {extended}"),
+    };
+    name.into()
 }
 
 /// The runtime's result type.

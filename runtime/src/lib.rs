@@ -37,6 +37,8 @@
 //! agent.submit("Say hello.")?;
 //! agent.when_idle().await;
 //! let outcome = agent.last_outcome().expect("the turn ended");
+//! // Reported only once its `turn/end` is durable (a memory store: at once).
+//! assert!(outcome.kept);
 //! assert_eq!(outcome.text, "Hello from the model.");
 //! agent.dispose().await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

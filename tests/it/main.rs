@@ -3,6 +3,7 @@
 mod agent_run;
 mod chat;
 mod cli;
+mod disk_full;
 mod hostile;
 mod llm;
 mod outbox;

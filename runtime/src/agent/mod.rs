@@ -84,13 +84,27 @@ impl Default for AgentConfig {
 }
 
 /// How a turn ended, for the embedder (the log has the full story).
+///
+/// An outcome is a promise about the disk (FAILURE-OUTCOME-DURABLE): it is reported only
+/// after the turn's `turn/end` is durable. A turn whose records could not be made durable is
+/// reported as an `Error` with code `PERSIST` carrying the storage error, `kept` is false, and
+/// what the turn reached in memory (what a person may have been shown) is in `reached`.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TurnOutcome {
     /// Turn number.
     pub turn: u32,
-    /// Why it ended.
+    /// Why it ended, as far as the disk knows: the turn's own reason when it is kept, else
+    /// `Error { code: PERSIST }`.
     pub reason: TurnEndReason,
+    /// Whether every record of the turn, its `turn/end` included, was durable when the
+    /// outcome was reported.
+    pub kept: bool,
+    /// For a turn not kept: the end it reached in memory (its `turn/end` stays queued, and a
+    /// later successful flush, such as disposal's, may still write it). `None` when the turn
+    /// could not even be recorded to its end (the agent then refuses new input: dispose it and
+    /// resume the session, which repairs the open turn).
+    pub reached: Option<TurnEndReason>,
     /// The last assistant text.
     pub text: String,
     /// Tool calls in commit order: name and error code (None = success).
@@ -107,6 +121,9 @@ struct Driver {
     cause: Option<AbortCause>,
     disposed: bool,
     last_outcome: Option<TurnOutcome>,
+    /// Why the agent refuses new input: a turn could not be recorded to its end, so the log
+    /// in memory is ahead of what any write can continue.
+    broken: Option<Arc<Error>>,
 }
 
 /// State shared by the agent handle and its driver task.
@@ -123,7 +140,7 @@ pub(crate) struct Shared {
     history: tokio::sync::Mutex<History>,
     idle: watch::Sender<bool>,
     header_written: AtomicBool,
-    disposal: OnceCell<std::result::Result<(), String>>,
+    disposal: OnceCell<std::result::Result<(), Arc<Error>>>,
     failures: broadcast::Sender<String>,
     /// Tokens the session's attempts reported, resumed records included.
     usage: Mutex<crate::event::Usage>,
@@ -300,6 +317,9 @@ impl Agent {
         if driver.disposed {
             return Err(Error::Closed);
         }
+        if let Some(broken) = &driver.broken {
+            return Err(Error::Persist(broken.clone()));
+        }
         if driver.inbox.len() >= INBOX_MESSAGES_MAX {
             return Err(Error::BadBatch(format!("the inbox holds {INBOX_MESSAGES_MAX} messages already")));
         }
@@ -368,12 +388,13 @@ impl Agent {
                     }
                 }
                 self.when_idle().await;
-                self.shared.session.clone().close().await.map_err(|e| e.to_string())
+                self.shared.session.clone().close().await.map_err(|e| match e {
+                    Error::Persist(inner) => inner,
+                    other => Arc::new(other),
+                })
             })
             .await;
-        result.clone().map_err(|message| {
-            Error::Persist(Arc::new(Error::io("disposing the agent", std::io::Error::other(message))))
-        })
+        result.clone().map_err(Error::Persist)
     }
 }
 
@@ -394,19 +415,17 @@ async fn drive(shared: Arc<Shared>) {
             (message, token)
         };
         let mut history = shared.history.lock().await;
-        let outcome = turn::run_turn(&shared, &mut history, message, token).await;
+        let ended = turn::run_turn(&shared, &mut history, message, token).await;
         drop(history);
+        shared.usage.lock().unwrap_or_else(|p| p.into_inner()).add(&ended.outcome.usage);
         let mut driver = shared.lock();
         driver.current = None;
-        match outcome {
-            Ok(outcome) => {
-                shared.usage.lock().unwrap_or_else(|p| p.into_inner()).add(&outcome.usage);
-                driver.last_outcome = Some(outcome);
-            }
-            Err(e) => {
-                shared.report(&e);
-                driver.last_outcome = None;
-            }
+        driver.last_outcome = Some(ended.outcome);
+        if let Some(error) = ended.broke {
+            shared.report(&error);
+            // Queued input would start a turn inside the one left open: refused from here on.
+            driver.inbox.clear();
+            driver.broken = Some(Arc::new(error));
         }
     }
 }

@@ -23,7 +23,7 @@ enum Checkpoint {
     /// The turn's signal fired while the flush was pending.
     Cancelled,
     /// The flush failed: fail closed.
-    Failed(String),
+    Failed(Error),
 }
 
 /// A planned tool call of the committed message.
@@ -33,29 +33,56 @@ struct PlannedCall {
     arguments: String,
 }
 
-/// Runs one turn for `message` to its `turn/end`. Returns the outcome for the embedder.
+/// How a turn ended: the outcome for the embedder, and the error that left the turn open
+/// (an append refused before its `turn/end`), if one did.
+pub(super) struct Ended {
+    pub outcome: TurnOutcome,
+    pub broke: Option<Error>,
+}
+
+/// Runs one turn for `message` to its `turn/end`, then makes it durable before reporting it
+/// (FAILURE-OUTCOME-DURABLE: the end of a turn is a flush barrier).
 pub(super) async fn run_turn(
     shared: &Arc<Shared>,
     history: &mut History,
     message: Message,
     cancel: CancellationToken,
-) -> Result<TurnOutcome> {
+) -> Ended {
     let turn = history.last_turn + 1;
     let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
     async {
         let mut ctx =
             TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new(), usage: Usage::default() };
-        ctx.emit(Event::TurnStart(TurnStart { turn }), None).await?;
-        let reason = ctx.steps(message).await?;
-        ctx.emit(Event::TurnEnd(TurnEnd { turn, reason: reason.clone() }), None).await?;
-        tracing::info!(reason = reason.kind(), "turn ended");
-        // A finished turn is durable before the driver reports idle; a failure here is
-        // reported (the records stay queued and the next flush retries them).
-        if let Err(e) = shared.session.flush().await {
-            tracing::warn!("the turn's final flush failed; its records stay queued");
-            shared.report(&e);
+        let ended = ctx.run(message).await;
+        let TurnCtx { text, calls: tool_calls, usage, .. } = ctx;
+        let outcome = |reason, kept, reached| TurnOutcome { turn, reason, kept, reached, text, tool_calls, usage };
+        let reached = match ended {
+            Ok(reason) => reason,
+            Err(error) => {
+                tracing::warn!("the turn could not be recorded to its end; the agent refuses new input");
+                let mut failure = error.persist_failure("the turn could not be recorded to its end");
+                shared.seams.secrets.scrub_failure(&mut failure);
+                return Ended {
+                    outcome: outcome(TurnEndReason::Error { error: failure }, false, None),
+                    broke: Some(error),
+                };
+            }
+        };
+        tracing::info!(reason = reached.kind(), "turn ended");
+        if crate::testing::bugs::planted("outcome-before-durable") {
+            return Ended { outcome: outcome(reached, true, None), broke: None };
         }
-        Ok(TurnOutcome { turn, reason, text: ctx.text, tool_calls: ctx.calls, usage: ctx.usage })
+        match shared.session.flush().await {
+            Ok(()) => Ended { outcome: outcome(reached, true, None), broke: None },
+            Err(error) => {
+                // The records stay queued (a later flush retries them); the turn is not kept.
+                tracing::warn!("the turn's end is not durable; its records stay queued");
+                shared.report(&error);
+                let mut failure = error.persist_failure("the turn ended, but its records are not durable");
+                shared.seams.secrets.scrub_failure(&mut failure);
+                Ended { outcome: outcome(TurnEndReason::Error { error: failure }, false, Some(reached)), broke: None }
+            }
+        }
     }
     .instrument(span)
     .await
@@ -73,6 +100,14 @@ struct TurnCtx<'a> {
 }
 
 impl TurnCtx<'_> {
+    /// The turn's records from `turn/start` to `turn/end`; the reason it reached.
+    async fn run(&mut self, message: Message) -> Result<TurnEndReason> {
+        self.emit(Event::TurnStart(TurnStart { turn: self.turn }), None).await?;
+        let reason = self.steps(message).await?;
+        self.emit(Event::TurnEnd(TurnEnd { turn: self.turn, reason: reason.clone() }), None).await?;
+        Ok(reason)
+    }
+
     async fn emit(&mut self, event: Event, sources: Option<Vec<u64>>) -> Result<u64> {
         // FAILURE-SECRETS: nothing the world sent (a tool's output, an echoed key) reaches the
         // log, or the next request built from it, with a secret in it.
@@ -91,15 +126,16 @@ impl TurnCtx<'_> {
         }
         tokio::select! {
             biased;
-            flushed = self.shared.session.flush() => flushed.map_err(|e| Checkpoint::Failed(e.to_string())),
+            flushed = self.shared.session.flush() => flushed.map_err(Checkpoint::Failed),
             () = self.cancel.cancelled() => Err(Checkpoint::Cancelled),
         }
     }
 
-    fn checkpoint_failure(message: String) -> TurnEndReason {
-        TurnEndReason::Error {
-            error: Failure::new(ErrorCode::Unknown, format!("checkpoint failed, nothing was dispatched: {message}")),
-        }
+    /// The end of a turn whose checkpoint could not flush: a persistence failure, fail closed.
+    fn checkpoint_failure(&self, error: &Error) -> TurnEndReason {
+        let mut failure = error.persist_failure("checkpoint failed, nothing was dispatched");
+        self.shared.seams.secrets.scrub_failure(&mut failure);
+        TurnEndReason::Error { error: failure }
     }
 
     async fn end_step(&mut self, step: u32) -> Result<()> {
@@ -141,9 +177,9 @@ impl TurnCtx<'_> {
                     self.end_step(step).await?;
                     return Ok(self.aborted());
                 }
-                Err(Checkpoint::Failed(message)) => {
+                Err(Checkpoint::Failed(error)) => {
                     self.end_step(step).await?;
-                    return Ok(Self::checkpoint_failure(message));
+                    return Ok(self.checkpoint_failure(&error));
                 }
             }
             crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::BeforeDispatch).await;
@@ -365,17 +401,18 @@ impl TurnCtx<'_> {
                     undispatched_from = i + 1;
                     break;
                 }
-                Err(Checkpoint::Failed(message)) => {
+                Err(Checkpoint::Failed(error)) => {
+                    let why = self.shared.seams.secrets.scrub(&error.to_string());
                     immediate.push((
                         i,
                         CallOutcome::error(
                             ErrorCode::AbortedBeforeDispatch,
                             "checkpoint_failed",
-                            format!("not run: its intent could not be made durable ({message})"),
+                            format!("not run: its intent could not be made durable ({why})"),
                         ),
                     ));
                     undispatched_from = i + 1;
-                    stop = Some(Self::checkpoint_failure(message));
+                    stop = Some(self.checkpoint_failure(&error));
                     break;
                 }
             }
@@ -536,11 +573,5 @@ fn response_too_large(answer_bytes: usize, limit: usize) -> FinishReason {
                 crate::store::ANSWER_BYTES_MAX
             ),
         ),
-    }
-}
-
-impl From<Error> for TurnEndReason {
-    fn from(e: Error) -> Self {
-        TurnEndReason::Error { error: Failure::new(ErrorCode::Unknown, e.to_string()) }
     }
 }

@@ -59,10 +59,14 @@ pub enum ErrorCode {
     ToolNotStarted,
     /// The tool ran and reported failure.
     ToolFailed,
+    /// What the turn reached could not be made durable (ENOSPC, EIO, SQLITE_FULL, a lost
+    /// database connection): it is not kept, whatever was shown while it ran
+    /// (FAILURE-OUTCOME-DURABLE). The message names the storage error.
+    Persist,
 }
 
 /// Every code that has a fixed spelling (all but `HTTP_<status>`), for exhaustive tests.
-pub const FIXED_ERROR_CODES: [ErrorCode; 23] = [
+pub const FIXED_ERROR_CODES: [ErrorCode; 24] = [
     ErrorCode::Auth,
     ErrorCode::Quota,
     ErrorCode::RateLimit,
@@ -86,6 +90,7 @@ pub const FIXED_ERROR_CODES: [ErrorCode; 23] = [
     ErrorCode::ToolOutcomeUnknown,
     ErrorCode::ToolNotStarted,
     ErrorCode::ToolFailed,
+    ErrorCode::Persist,
 ];
 
 impl ErrorCode {
@@ -115,6 +120,7 @@ impl ErrorCode {
             ErrorCode::ToolOutcomeUnknown => "TOOL_OUTCOME_UNKNOWN",
             ErrorCode::ToolNotStarted => "TOOL_NOT_STARTED",
             ErrorCode::ToolFailed => "TOOL_FAILED",
+            ErrorCode::Persist => "PERSIST",
         })
     }
 }

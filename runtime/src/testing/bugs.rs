@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 16] = [
+pub const CATALOG: [(&str, &str); 17] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -23,6 +23,7 @@ pub const CATALOG: [(&str, &str); 16] = [
     ("holes-are-corrupt", "a hole of zero bytes in the last write unit is called corrupt, not torn"),
     ("no-answer-limit", "an answer above the answer limit is stored instead of ending its attempt"),
     ("unlogged-retry", "a failed attempt is retried once more, silently: no llm/retry record, outside the budget"),
+    ("outcome-before-durable", "a turn's outcome is reported kept without waiting for its turn/end to be durable"),
     (
         "userspace-buffer-on-sync",
         "the production filesystem's sync fsyncs the file but leaves the last write in a userspace buffer",

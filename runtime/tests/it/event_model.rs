@@ -170,7 +170,7 @@ fn malformed_records_are_refused_with_a_reason() {
 /// FromStr). `RESPONSE_TOO_LARGE` and `TLS_CERTIFICATE` are our extensions (ARCHITECTURE).
 #[test]
 fn error_codes_have_stable_spellings() {
-    const SPEC_SPELLINGS: [&str; 23] = [
+    const SPEC_SPELLINGS: [&str; 24] = [
         "AUTH",
         "QUOTA",
         "RATE_LIMIT",
@@ -194,6 +194,7 @@ fn error_codes_have_stable_spellings() {
         "TOOL_OUTCOME_UNKNOWN",
         "TOOL_NOT_STARTED",
         "TOOL_FAILED",
+        "PERSIST",
     ];
     let spelled: Vec<String> = FIXED_ERROR_CODES.iter().map(ErrorCode::to_string).collect();
     assert_eq!(spelled, SPEC_SPELLINGS, "every fixed code, in order, spelled as SPEC §2 spells it");

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet, TurnOutcome};
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{from_toml, ProviderConfig, StaticCredentials};
 use faultline_runtime::store::{MemoryStore, SessionId, SessionLog, Store};
@@ -81,6 +81,8 @@ impl HeldAppend {
 struct FailingStore {
     inner: MemoryStore,
     fail_tool_calls: ToolCallAppends,
+    /// Every append of a batch holding a record of this type fails (ENOSPC).
+    fail_type: Option<&'static str>,
     hold: Option<Arc<HeldAppend>>,
 }
 
@@ -88,6 +90,7 @@ struct FailingStore {
 struct FailingLog {
     inner: Box<dyn SessionLog>,
     fail_tool_calls: ToolCallAppends,
+    fail_type: Option<&'static str>,
     hold: Option<Arc<HeldAppend>>,
 }
 
@@ -110,6 +113,10 @@ impl SessionLog for FailingLog {
             }
             return Err(faultline_runtime::Error::io("append", std::io::Error::other("injected EIO")));
         }
+        if self.fail_type.is_some_and(|t| batch.iter().any(|r| r.event.type_name() == t)) {
+            let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device");
+            return Err(faultline_runtime::Error::io("append", full));
+        }
         if let Some(hold) = &self.hold {
             hold.hold_if_it_carries_the_call(batch);
         }
@@ -123,7 +130,12 @@ impl SessionLog for FailingLog {
 impl Store for FailingStore {
     fn create(&self, id: &SessionId, created_at: u64) -> faultline_runtime::Result<Box<dyn SessionLog>> {
         let inner = self.inner.create(id, created_at)?;
-        Ok(Box::new(FailingLog { inner, fail_tool_calls: self.fail_tool_calls, hold: self.hold.clone() }))
+        Ok(Box::new(FailingLog {
+            inner,
+            fail_tool_calls: self.fail_tool_calls,
+            fail_type: self.fail_type,
+            hold: self.hold.clone(),
+        }))
     }
     fn open(
         &self,
@@ -131,8 +143,12 @@ impl Store for FailingStore {
         takeover: faultline_runtime::store::Takeover,
     ) -> faultline_runtime::Result<faultline_runtime::store::Opened> {
         let mut opened = self.inner.open(id, takeover)?;
-        opened.log =
-            Box::new(FailingLog { inner: opened.log, fail_tool_calls: self.fail_tool_calls, hold: self.hold.clone() });
+        opened.log = Box::new(FailingLog {
+            inner: opened.log,
+            fail_tool_calls: self.fail_tool_calls,
+            fail_type: self.fail_type,
+            hold: self.hold.clone(),
+        });
         Ok(opened)
     }
     fn inspect(&self, id: &SessionId) -> faultline_runtime::Result<faultline_runtime::store::Inspection> {
@@ -163,11 +179,15 @@ struct Spec {
     preload: Option<Vec<Record>>,
     /// Appends carrying a `tool/call` fail (the tool checkpoint cannot pass).
     fail_tool_call_appends: ToolCallAppends,
+    /// Every append of a batch holding a record of this type fails with ENOSPC.
+    fail_type: Option<&'static str>,
     /// The append carrying this call's `tool/call` is held open (real runtime only).
     hold: Option<Arc<HeldAppend>>,
     max_steps: u32,
     /// The agent's answer limit (default: the store's).
     answer_bytes_max: Option<usize>,
+    /// The write-behind's queue bound (default: the runtime's).
+    pending_events_max: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -193,9 +213,11 @@ impl Spec {
             action: None,
             preload: None,
             fail_tool_call_appends: ToolCallAppends::Succeed,
+            fail_type: None,
             hold: None,
             max_steps: 16,
             answer_bytes_max: None,
+            pending_events_max: None,
         }
     }
 }
@@ -205,9 +227,20 @@ struct Run {
     requests: Vec<RecordedRequest>,
     second_dispose: Option<String>,
     submit_after_dispose: bool,
+    /// The agent's last outcome, and whether a submit after it was accepted (before disposal).
+    last_outcome: Option<TurnOutcome>,
+    submit_after_last: bool,
+    /// What disposal returned.
+    disposed: Result<(), String>,
 }
 
 impl Run {
+    fn of(side: AgentSide, requests: Vec<RecordedRequest>) -> Self {
+        let AgentSide { records, second_dispose, submit_after_dispose, last_outcome, submit_after_last, disposed } =
+            side;
+        Self { records, requests, second_dispose, submit_after_dispose, last_outcome, submit_after_last, disposed }
+    }
+
     fn events(&self, type_name: &str) -> Vec<&Record> {
         self.records.iter().filter(|r| r.event.type_name() == type_name).collect()
     }
@@ -241,9 +274,15 @@ impl Run {
     }
 }
 
-/// What the agent side of a run reports: the loaded log, the second dispose call's result,
-/// and whether a submit after disposal was accepted.
-type AgentSide = (Vec<Record>, Option<String>, bool);
+/// What the agent side of a run reports (everything of [`Run`] but the server's requests).
+struct AgentSide {
+    records: Vec<Record>,
+    second_dispose: Option<String>,
+    submit_after_dispose: bool,
+    last_outcome: Option<TurnOutcome>,
+    submit_after_last: bool,
+    disposed: Result<(), String>,
+}
 
 async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide {
     if let Some(draws) = &spec.entropy {
@@ -261,7 +300,12 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
             earlier.as_process(seams.process.clone())
         }
     };
-    let store = FailingStore { inner: memory, fail_tool_calls: spec.fail_tool_call_appends, hold: spec.hold.clone() };
+    let store = FailingStore {
+        inner: memory,
+        fail_tool_calls: spec.fail_tool_call_appends,
+        fail_type: spec.fail_type,
+        hold: spec.hold.clone(),
+    };
     let text = format!(
         "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n{}",
         spec.provider
@@ -275,6 +319,10 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
     (config.tool_concurrency, config.max_steps) = (spec.tool_concurrency, spec.max_steps);
     if let Some(max) = spec.answer_bytes_max {
         config.answer_bytes_max = max;
+    }
+    if let Some(max) = spec.pending_events_max {
+        config.write_behind.pending_events_max = max;
+        config.write_behind.batch_events_max = max;
     }
     let agent = Agent::builder(route, Arc::new(StaticCredentials(BTreeMap::new())))
         .seams(seams.clone())
@@ -321,11 +369,22 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
         }
     }
     agent.when_idle().await;
-    let disposed = agent.dispose().await;
-    if spec.fail_tool_call_appends != ToolCallAppends::FailAlways {
-        disposed.unwrap();
+    let last_outcome = agent.last_outcome();
+    // Only when nothing else disposed it: a submit now would start another turn.
+    let submit_after_last = spec.fail_type.is_some() && agent.submit("one more").is_ok();
+    agent.when_idle().await;
+    let disposed = agent.dispose().await.map_err(|e| e.to_string());
+    if spec.fail_tool_call_appends != ToolCallAppends::FailAlways && spec.fail_type.is_none() {
+        disposed.clone().unwrap();
     }
-    (store.inner.inspect(&id).unwrap().records, second_dispose, submit_after_dispose)
+    AgentSide {
+        records: store.inner.inspect(&id).unwrap().records,
+        second_dispose,
+        submit_after_dispose,
+        last_outcome,
+        submit_after_last,
+        disposed,
+    }
 }
 
 fn run_real(spec: &Spec) -> Run {
@@ -336,9 +395,8 @@ fn run_real(spec: &Spec) -> Run {
             ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", spec.script.clone(), None)
                 .await
                 .unwrap();
-        let (records, second_dispose, submit_after_dispose) =
-            run_agent(seams, format!("http://{}/v1", server.addr()), spec.clone()).await;
-        Run { records, requests: server.requests(), second_dispose, submit_after_dispose }
+        let side = run_agent(seams, format!("http://{}/v1", server.addr()), spec.clone()).await;
+        Run::of(side, server.requests())
     })
 }
 
@@ -374,9 +432,9 @@ fn run_sim(spec: &Spec) -> Run {
         });
     }
     sim.run().expect("simulation");
-    let (records, second_dispose, submit_after_dispose) = result.lock().unwrap().take().unwrap();
+    let side = result.lock().unwrap().take().unwrap();
     let requests = server_slot.lock().unwrap().as_ref().unwrap().requests();
-    Run { records, requests, second_dispose, submit_after_dispose }
+    Run::of(side, requests)
 }
 
 fn both(spec: Spec, check: impl Fn(&Run, &str)) {
@@ -711,6 +769,53 @@ fn a_failing_tool_checkpoint_fails_closed() {
     assert!(run.events("tool/call").is_empty());
     assert!(run.events("assistant/message").is_empty());
     assert_eq!(run.records.last().map(|r| r.event.type_name()), Some("request/header"));
+}
+
+/// FAILURE-OUTCOME-DURABLE: the end of a turn is a flush barrier. A turn whose `turn/end`
+/// cannot be made durable (the disk is full from there on) is reported as a `PERSIST` failure
+/// naming ENOSPC, not kept, with what it reached in memory beside it; disposal, which flushes
+/// again, fails too. Never "completed".
+#[test]
+fn a_turn_whose_end_is_not_durable_is_reported_as_a_persist_failure_not_completed() {
+    let mut spec = Spec::new(vec![Response::text(&["Hello", " there."])]);
+    spec.fail_type = Some("turn/end");
+    both(spec, |run, world| {
+        let outcome = run.last_outcome.clone().expect("the turn ended");
+        assert!(!outcome.kept, "{world}: {outcome:?}");
+        match &outcome.reason {
+            TurnEndReason::Error { error } => {
+                assert_eq!(error.code, ErrorCode::Persist, "{world}: {error:?}");
+                assert!(error.message.starts_with("ENOSPC: "), "{world}: the disk error first: {}", error.message);
+            }
+            other => panic!("{world}: reported {other:?} for a turn that is not on disk"),
+        }
+        assert_eq!(outcome.reached, Some(TurnEndReason::Completed), "{world}: what it reached in memory");
+        assert_eq!(outcome.text, "Hello there.", "{world}: what was shown is still handed back");
+        assert!(run.disposed.is_err(), "{world}: disposal's flush fails on the same disk");
+        assert!(run.turn_ends().is_empty(), "{world}: nothing of the turn's end is durable");
+    });
+}
+
+/// A turn that cannot even be recorded to its end (the write-behind refuses its records: the
+/// queue is full behind a failed batch) leaves its turn open in memory: the agent reports it
+/// not kept, with no end reached, and refuses new input rather than start a turn inside it.
+#[test]
+fn a_turn_that_cannot_be_recorded_to_its_end_is_not_kept_and_the_agent_refuses_new_input() {
+    let mut spec = Spec::new(vec![Response::text(&["x"; 64])]);
+    // Every batch from the first chunk on fails, and the queue holds 8 records: the turn's
+    // appends are refused with the paused batch's failure.
+    spec.fail_type = Some("assistant/chunk");
+    spec.pending_events_max = Some(8);
+    let run = run_sim(&spec);
+    let outcome = run.last_outcome.clone().expect("the turn ended");
+    assert!(!outcome.kept, "{outcome:?}");
+    assert_eq!(outcome.reached, None, "it never reached its end: {outcome:?}");
+    assert!(
+        matches!(&outcome.reason, TurnEndReason::Error { error } if error.code == ErrorCode::Persist),
+        "{outcome:?}"
+    );
+    assert!(!run.submit_after_last, "a broken agent refuses new input");
+    Validator::validate_all(&run.records).unwrap();
 }
 
 /// A checkpoint that fails once (a transient EIO the write-behind's retry gets past) stops
