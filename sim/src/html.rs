@@ -381,7 +381,7 @@ pub fn timeline_fragment(result: &RunResult) -> String {
             r#"<p class="violated" data-invariant="{inv}">violated <b>{inv}</b> at {} ms: {}</p>"#,
             violation.at_ms,
             escape(&violation.detail),
-            inv = escape(violation.invariant),
+            inv = escape(violation.invariant.name()),
         );
     }
     if let Some(refused) = &result.refused {

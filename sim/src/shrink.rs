@@ -165,7 +165,7 @@ pub fn shrink_with(scenario: &Scenario, seed: u64, progress: impl Fn(usize, usiz
     let Some(violation) = first.violations.first() else {
         return Err(format!("{} passes at seed {seed}: nothing to shrink", scenario.name));
     };
-    let invariant = violation.invariant.to_owned();
+    let invariant = violation.invariant;
     let breaks = |result: &RunResult| result.violations.iter().any(|v| v.invariant == invariant);
     let mut current = materialise(scenario, seed);
     if invariant != "expectation" {
@@ -204,7 +204,7 @@ pub fn shrink_with(scenario: &Scenario, seed: u64, progress: impl Fn(usize, usiz
         faults: (faults_before, fault_count(&current)),
         messages: (messages_before, current.messages.len()),
         scenario: current,
-        invariant,
+        invariant: invariant.name().to_owned(),
         runs,
     })
 }

@@ -354,7 +354,7 @@ impl SweepSummary {
                         .violations
                         .iter()
                         .map(|v| ViolationSummary {
-                            invariant: v.invariant.to_owned(),
+                            invariant: v.invariant.name().to_owned(),
                             detail: v.detail.clone(),
                             at_ms: v.at_ms,
                         })

@@ -15,7 +15,6 @@ mod probe;
 pub mod real;
 mod rot;
 pub mod seeded;
-mod served;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -28,7 +27,7 @@ use faultline_runtime::{Clock, Entropy, Fs};
 use serde::Serialize;
 
 pub use gateway::{Receipt, Receipts};
-pub use oracle::{Violation, SOMETIMES};
+pub use oracle::{Invariant, Kind as InvariantKind, Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
 
 use crate::model_server::{ModelServer, Script};
@@ -411,19 +410,16 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     if plan.faults.gateway_echo && !receipts.is_empty() {
         faults_fired.insert("echoed-secret".to_owned());
     }
-    let sent = oracle::Sent { request_bodies: &request_bodies, receipts: &receipts };
-    let mut violations = oracle::secret_leaks("the provider key", &sim_secret(seed), &world, sent, end_ms);
-    violations.extend(oracle::secret_leaks("the gateway token", &gateway_token(seed), &world, sent, end_ms));
-    violations.extend(oracle::check(plan, &world, &transcript, &receipts, &model_exchanges, end_ms));
-    for family in plan.expect.faults_fired.iter().flatten() {
-        if !faults_fired.contains(family) {
-            violations.push(Violation {
-                invariant: "planned-fault-fired",
-                detail: format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
-                at_ms: end_ms,
-            });
-        }
-    }
+    let violations = oracle::judge(&oracle::Evidence {
+        plan,
+        seed,
+        world: &world,
+        receipts: &receipts,
+        exchanges: &model_exchanges,
+        request_bodies: &request_bodies,
+        faults_fired: &faults_fired,
+        end_ms,
+    });
     let sometimes = oracle::sometimes(&transcript);
     RunResult {
         scenario: scenario.name.clone(),

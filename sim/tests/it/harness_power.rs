@@ -207,7 +207,7 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
     }];
     scenario.model.responses.insert(0, faultline_sim::model_server::Response::tool_call("c1", "hang", "{}"));
     let result = run(&scenario, 1);
-    let invariants: Vec<&str> = result.violations.iter().map(|v| v.invariant).collect();
+    let invariants: Vec<&str> = result.violations.iter().map(|v| v.invariant.name()).collect();
     assert_eq!(invariants, ["liveness"], "{:?}", result.violations);
     assert!(result.violations[0].detail.starts_with("no liveness"), "{}", result.violations[0].detail);
 }

@@ -141,7 +141,7 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
             scenario: scenario.name.clone(),
             seed,
             real: true,
-            violations: vec![super::Violation { invariant: "real-run", detail: e, at_ms: 0 }],
+            violations: vec![super::Violation { invariant: super::Invariant::RealRun, detail: e, at_ms: 0 }],
             trace: Vec::new(),
             trace_hash: String::new(),
             transcript: Vec::new(),

@@ -55,7 +55,7 @@ impl Parity {
             ),
             None => format!("refused as corrupt (sim, real) = {:?}", self.refused),
         };
-        Some(crate::world::Violation { invariant: "parity", detail, at_ms })
+        Some(crate::world::Violation { invariant: crate::world::Invariant::Parity, detail, at_ms })
     }
 }
 

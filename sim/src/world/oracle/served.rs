@@ -3,11 +3,9 @@
 //! adapter's classifier on purpose: a classifier that maps `401` to `HTTP_401`, or retries a
 //! `400`, must disagree with something it cannot touch.
 
-use faultline_runtime::event::{ErrorCode, Event, Failure, Record, TurnEndReason};
+use faultline_runtime::event::ErrorCode;
 
-use super::oracle::Violation;
-use super::seeded::Plan;
-use crate::model_server::{Exchange, Frame, Response};
+use crate::model_server::{Frame, Response};
 
 /// Longest streamed text, in bytes, for which a clean end without `[DONE]` is certainly
 /// `STREAM_CLOSED` (far below every answer limit a scenario may set, so the answer limit
@@ -123,87 +121,4 @@ fn error_event_code(error: &serde_json::Value) -> ErrorCode {
         Some("authentication_error" | "permission_error") => ErrorCode::Auth,
         _ => ErrorCode::Server,
     }
-}
-
-/// The failure a record states, with its record type: an `llm/retry`'s cause or a `turn/end`
-/// error.
-fn recorded_failure(record: &Record) -> Option<(&'static str, &Failure)> {
-    match &record.event {
-        Event::LlmRetry(retry) => Some(("llm/retry", &retry.failure)),
-        Event::TurnEnd(end) => match &end.reason {
-            TurnEndReason::Error { error } => Some(("turn/end", error)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// Every failure the agent wrote down — an `llm/retry`'s cause, a `turn/end` error — carries
-/// the code of the response the model server served last before it, whenever the script alone
-/// decides that code and the response reached the agent (no agent<->model partition between
-/// them). An attempt is one request: the last request before the record is the failed one.
-pub(super) fn failure_codes_as_served(
-    plan: &Plan,
-    transcript: &[Record],
-    exchanges: &[Exchange],
-    cut_off: impl Fn(u64, u64) -> bool,
-) -> Vec<Violation> {
-    let mut out = Vec::new();
-    // The step's start, by the agent's clock: a request before it belongs to another step (a
-    // turn that fails before sending anything, say, must not be held to the last turn's).
-    let mut step_start_ms = 0;
-    for record in transcript {
-        if let Event::StepStart(_) = record.event {
-            step_start_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
-        }
-        let Some((what, failure)) = recorded_failure(record) else { continue };
-        let at_ms = record.time.saturating_sub(crate::SIM_EPOCH_MS);
-        let Some(last) = exchanges.iter().rev().find(|e| e.at_ms <= at_ms) else { continue };
-        // A request that arrived in the record's own millisecond may be the next attempt.
-        if last.at_ms == at_ms || last.at_ms < step_start_ms || cut_off(last.at_ms, at_ms) {
-            continue;
-        }
-        let Some(expected) = last.slot.and_then(|slot| plan.script.responses.get(slot)).and_then(served_code) else {
-            continue;
-        };
-        if failure.code != expected {
-            out.push(Violation {
-                invariant: "failure-code-as-served",
-                detail: format!(
-                    "seq {} ({what}) records {}, but the request before it (model request {}, served {}) \
-                     means {expected}",
-                    record.seq, failure.code, last.n, last.served
-                ),
-                at_ms,
-            });
-        }
-    }
-    out
-}
-
-/// `HTTP <status>: ` before a provider's message in a failure, in bytes.
-const STATUS_PREFIX_BYTES_MAX: usize = "HTTP 999: ".len();
-
-/// Every failure classified from an HTTP status keeps at most
-/// [`faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX`] bytes of the provider's text: a
-/// hostile or verbose provider's body (DeepSeek's errors are often Chinese, three bytes a
-/// character) never grows a transcript record past the limit, however its characters fall.
-pub(super) fn failure_messages_bounded(transcript: &[Record]) -> Vec<Violation> {
-    let limit = faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX + STATUS_PREFIX_BYTES_MAX;
-    let mut out = Vec::new();
-    for record in transcript {
-        let Some((_, failure)) = recorded_failure(record) else { continue };
-        if failure.status.is_some() && failure.message.len() > limit {
-            out.push(Violation {
-                invariant: "failure-message-bounded",
-                detail: format!(
-                    "seq {} keeps a {}-byte provider message, above the {limit}-byte bound",
-                    record.seq,
-                    failure.message.len()
-                ),
-                at_ms: record.time.saturating_sub(crate::SIM_EPOCH_MS),
-            });
-        }
-    }
-    out
 }
