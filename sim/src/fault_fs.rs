@@ -11,7 +11,10 @@
 //! - **leave a power-loss hole**: when the crash lands on an fsync, the bytes written since
 //!   the file's last fsync reach the disk with a run of zero bytes inside them (from a point
 //!   in their first line up to its newline), as a power loss that persisted some blocks of a
-//!   write and not others would.
+//!   write and not others would;
+//! - **tear the write mid-line**: when the crash lands on an fsync, the blocks of the write
+//!   since the last fsync reach the disk up to the last block boundary that falls inside a
+//!   line, and nothing after it: the file ends in a torn line that recovery must truncate.
 //!
 //! Reads are not numbered: a crash before a read leaves the same disk as a crash after the
 //! previous mutation.
@@ -58,12 +61,72 @@ struct State {
     hole: Option<u64>,
     /// The file a hole was left in.
     hole_left: Option<PathBuf>,
+    /// Tear the unsynced write at this block size when the crash lands on its fsync.
+    tear: Option<u64>,
+    /// The write a tear was left in: the file, and the bytes kept of how many.
+    torn: Option<(PathBuf, u64, u64)>,
     /// Bytes written but not yet fsynced, per file (what a crash now may tear or lose).
     unsynced_bytes: BTreeMap<PathBuf, u64>,
     /// The injected failures that were returned, in order (coverage counts these, not the plan).
     failures_fired: Vec<io::ErrorKind>,
     /// Called when the planned crash-before-op is reached (a real host kills itself there).
     on_crash: Option<CrashHook>,
+    /// Told of every successful fsync, link, rename and removal.
+    observer: Option<Observer>,
+}
+
+/// What the filesystem made durable or moved, told to an observer as it happens (the disk
+/// witness of `world/witness.rs`): evidence of durability that does not come from the runtime.
+#[derive(Debug, Clone, Copy)]
+pub enum FsEvent<'a> {
+    /// An fsync succeeded: the file is now durably `len` bytes long, the same as before from
+    /// byte 0 to `from`, then `bytes` (zeros up to `len` if `bytes` ends short of it).
+    Synced {
+        /// The file.
+        path: &'a Path,
+        /// Where the bytes written since the previous fsync start.
+        from: u64,
+        /// Those bytes.
+        bytes: &'a [u8],
+        /// The file's length.
+        len: u64,
+    },
+    /// `link` now names the file `original` names.
+    Linked {
+        /// The existing name.
+        original: &'a Path,
+        /// The new one.
+        link: &'a Path,
+    },
+    /// `from` was renamed to `to`.
+    Renamed {
+        /// The old name.
+        from: &'a Path,
+        /// The new one.
+        to: &'a Path,
+    },
+    /// `path` was removed.
+    Removed {
+        /// The file.
+        path: &'a Path,
+    },
+    /// The directory `path` was synced: the names in it are durable now.
+    DirSynced {
+        /// The directory.
+        path: &'a Path,
+    },
+}
+
+/// An observer of [`FsEvent`]s.
+pub type FsObserver = Arc<dyn Fn(FsEvent<'_>) + Send + Sync>;
+
+#[derive(Clone)]
+struct Observer(FsObserver);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 /// What a real host does at its planned crash-before-op: report and SIGKILL itself.
@@ -103,6 +166,20 @@ impl FsFaults {
         self
     }
 
+    /// Tells `observer` of every successful fsync, link, rename and removal from now on.
+    pub fn observe(&self, observer: FsObserver) -> &Self {
+        self.lock().observer = Some(Observer(observer));
+        self
+    }
+
+    /// Tells the observer, if there is one, of `event` (outside the lock).
+    fn tell(&self, event: FsEvent<'_>) {
+        let observer = self.lock().observer.clone();
+        if let Some(Observer(observer)) = observer {
+            observer(event);
+        }
+    }
+
     /// Fail mutating operation `op` once with `kind`.
     pub fn fail(&self, op: u64, kind: io::ErrorKind) -> &Self {
         self.lock().failures.insert(op, kind);
@@ -113,6 +190,19 @@ impl FsFaults {
     pub fn hole_on_crash(&self, draw: u64) -> &Self {
         self.lock().hole = Some(draw);
         self
+    }
+
+    /// Arms the mid-line tear at `block_size` bytes.
+    pub fn tear_on_crash(&self, block_size: u64) -> &Self {
+        assert!(block_size > 0, "a block has bytes");
+        self.lock().tear = Some(block_size);
+        self
+    }
+
+    /// The write a crash tore mid-line, if one was: the file, the bytes that reached the disk
+    /// and the bytes written.
+    pub fn torn(&self) -> Option<(PathBuf, u64, u64)> {
+        self.lock().torn.clone()
     }
 
     /// The file a power-loss hole was left in, if one was.
@@ -259,6 +349,27 @@ impl FaultFile {
     }
 }
 
+impl FaultFile {
+    /// The tear of a crash on this file's fsync: the unsynced write's blocks reach the disk up
+    /// to the last block boundary (absolute, every `block` bytes) that falls inside a line, so
+    /// the file ends in a torn line. Done through the inner file and synced, so the crash that
+    /// follows keeps it. Returns the bytes kept and written, or `None` when no boundary falls
+    /// inside a line (nothing to tear: the crash then loses the write whole).
+    fn leave_tear(&mut self, block: u64) -> io::Result<Option<(u64, u64)>> {
+        let Some((start, bytes)) = self.unsynced.take() else { return Ok(None) };
+        let end = start + bytes.len() as u64;
+        let mid_line = |cut: u64| cut > start && cut < end && bytes[(cut - start - 1) as usize] != b'\n';
+        let last = (end - 1) / block * block;
+        let Some(cut) = (0..=last / block).rev().map(|k| k * block).find(|&cut| mid_line(cut)) else {
+            return Ok(None);
+        };
+        self.inner.set_len(start)?;
+        self.inner.write_all(&bytes[..(cut - start) as usize])?;
+        self.inner.sync()?;
+        Ok(Some((cut - start, bytes.len() as u64)))
+    }
+}
+
 impl FsFile for FaultFile {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         self.faults.admit(FsOp::Write, &self.path)?;
@@ -287,20 +398,32 @@ impl FsFile for FaultFile {
         let was_crashed = self.faults.crashed();
         if let Err(e) = self.faults.admit(FsOp::Sync, &self.path) {
             // The crash landed on this fsync: with a hole armed, the power loss persists the
-            // unsynced write with a hole in it.
+            // unsynced write with a hole in it; with a tear armed, its blocks up to one inside
+            // a line.
             let crashed_here = !was_crashed && self.faults.crashed();
-            let hole = self.faults.lock().hole.filter(|_| crashed_here);
+            let (hole, tear) = {
+                let state = self.faults.lock();
+                (state.hole.filter(|_| crashed_here), state.tear.filter(|_| crashed_here))
+            };
             if let Some(draw) = hole {
                 if self.leave_hole(draw)? {
                     let mut state = self.faults.lock();
                     state.hole = None;
                     state.hole_left = Some(self.path.clone());
                 }
+            } else if let Some(block) = tear {
+                if let Some((kept, written)) = self.leave_tear(block)? {
+                    let mut state = self.faults.lock();
+                    state.tear = None;
+                    state.torn = Some((self.path.clone(), kept, written));
+                }
             }
             return Err(e);
         }
         self.inner.sync()?;
-        self.unsynced = None;
+        let len = self.inner.len()?;
+        let (from, bytes) = self.unsynced.take().unwrap_or((len, Vec::new()));
+        self.faults.tell(FsEvent::Synced { path: &self.path, from: from.min(len), bytes: &bytes, len });
         self.note_unsynced();
         Ok(())
     }
@@ -349,16 +472,21 @@ impl Fs for FaultFs {
 
     fn hard_link(&self, original: &Path, link: &Path) -> io::Result<()> {
         self.faults.admit(FsOp::HardLink, link)?;
-        self.inner.hard_link(original, link)
+        self.inner.hard_link(original, link)?;
+        self.faults.tell(FsEvent::Linked { original, link });
+        Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.faults.admit(FsOp::Rename, to)?;
         self.inner.rename(from, to)?;
-        let mut state = self.faults.lock();
-        if let Some(bytes) = state.unsynced_bytes.remove(from) {
-            state.unsynced_bytes.insert(to.to_path_buf(), bytes);
+        {
+            let mut state = self.faults.lock();
+            if let Some(bytes) = state.unsynced_bytes.remove(from) {
+                state.unsynced_bytes.insert(to.to_path_buf(), bytes);
+            }
         }
+        self.faults.tell(FsEvent::Renamed { from, to });
         Ok(())
     }
 
@@ -366,6 +494,7 @@ impl Fs for FaultFs {
         self.faults.admit(FsOp::Remove, path)?;
         self.inner.remove_file(path)?;
         self.faults.lock().unsynced_bytes.remove(path);
+        self.faults.tell(FsEvent::Removed { path });
         Ok(())
     }
 
@@ -381,6 +510,8 @@ impl Fs for FaultFs {
 
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.faults.admit(FsOp::SyncDir, path)?;
-        self.inner.sync_dir(path)
+        self.inner.sync_dir(path)?;
+        self.faults.tell(FsEvent::DirSynced { path });
+        Ok(())
     }
 }

@@ -93,6 +93,7 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
             fail_kind: error.map(|(_, kind)| kind),
             crash_before_op,
             power_loss_hole: false,
+            torn_mid_line: false,
         });
     let partition =
         (prop::sample::select(vec!["model", "gateway"]), 0..PARTITION_FROM_MS_MAX, 100..100 + PARTITION_MS_MAX)

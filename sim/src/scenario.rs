@@ -469,6 +469,12 @@ pub struct FsFault {
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]
     pub power_loss_hole: bool,
+    /// When the crash lands on an fsync, the write it would have made durable reaches the disk
+    /// in `block_size` blocks up to the last block boundary inside a line, and no further
+    /// (instead of turmoil's draw of how many blocks survive): the file ends in a torn line.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub torn_mid_line: bool,
 }
 
 /// A partition between two hosts during a window of simulated time.
@@ -609,6 +615,8 @@ regressions![
     "intent-before-effect-tool-body-before-flush",
     "at-most-once-unknown-claimable",
     "durable-prefix-ack-before-fsync",
+    "intent-before-effect-ack-before-fsync",
+    "at-most-once-unknown-claimable-refused",
 ];
 
 impl Scenario {
@@ -646,6 +654,11 @@ impl Scenario {
             return Err(format!("scenario {name}: messages must not be empty"));
         }
         // Kinds with no rot to apply them to would be a scenario that tests less than it says.
+        if let Some(fs) = self.faults.fs.as_ref().filter(|fs| fs.torn_mid_line) {
+            if fs.block_size.is_none() || fs.crash_before_op.is_none() {
+                return Err(format!("scenario {name}: faults.fs.torn_mid_line needs block_size and crash_before_op"));
+            }
+        }
         if !self.faults.rot_kinds.is_empty() && self.faults.bit_rot.is_none() && !self.faults.from_seed {
             return Err(format!("scenario {name}: faults.rot_kinds needs faults.bit_rot"));
         }

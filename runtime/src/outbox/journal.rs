@@ -198,13 +198,14 @@ impl Outbox for JournalOutbox {
         let Some(op) = machine::finish(row, &self.me, outcome, &self.seams.secrets, self.now()) else {
             return Ok(false);
         };
+        self.commit(&mut inner, op)?;
+        // The receipt is durable in the queue; the caller (and the session) has not heard yet.
         if self.seams.probe.hit(crate::seams::CrashPoint::DuringOutboxFinish) {
             return Err(Error::io(
                 "finishing a delivery",
                 std::io::Error::other("host crashed (simulated) during outbox finish"),
             ));
         }
-        self.commit(&mut inner, op)?;
         Ok(true)
     }
 

@@ -17,7 +17,8 @@ pub enum CrashPoint {
     MidFlush,
     /// Crash repair truncated the torn tail and is about to append the closers.
     DuringRepair,
-    /// A delivery's outcome is about to be recorded.
+    /// A delivery's outcome is recorded durably in the queue, and its caller has not heard:
+    /// the session has no result for the call yet.
     DuringOutboxFinish,
 }
 

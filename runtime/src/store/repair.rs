@@ -78,6 +78,11 @@ pub fn never_claimed(session: &str, closers: &[Record]) -> Vec<String> {
 /// Error name of a closer proven "not started" by the delivery queue.
 pub const NEVER_CLAIMED_NAME: &str = "not_delivered";
 
+/// Error name of a `TOOL_OUTCOME_UNKNOWN` closer whose uncertainty the delivery queue
+/// confirmed (its record was claimed, or already unknown): the queue was consulted and cannot
+/// say either, as opposed to `outcome_unknown`, where no queue knows the effect.
+pub const DELIVERY_UNKNOWN_NAME: &str = "delivery_unknown";
+
 /// The closers for `records` (the committed log plus any salvaged records), in order:
 /// a `tool/result` for every call the open step's `assistant/message` requested and nobody
 /// answered (`TOOL_OUTCOME_UNKNOWN` citing its durable `tool/call`, else `TOOL_NOT_STARTED`),
@@ -170,7 +175,7 @@ pub(crate) fn closers_after(
                         ),
                         Some(Evidence::Uncertain { status, detail }) => (
                             Some(ErrorCode::ToolOutcomeUnknown),
-                            "outcome_unknown",
+                            DELIVERY_UNKNOWN_NAME,
                             format!("{OUTCOME_UNKNOWN_TEXT} Evidence: the delivery record {id} is {status} ({detail}); it was not resent."),
                             Some(vec![call_seq]),
                         ),

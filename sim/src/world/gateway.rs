@@ -27,6 +27,9 @@ pub struct Receipt {
     pub body: String,
     /// Simulation time (ms) it arrived.
     pub at_ms: u64,
+    /// When it arrived in the run's order of events ([`super::Stamp`]): the effect's instant,
+    /// which intent before effect compares with the instant its intent became durable.
+    pub stamp: u64,
 }
 
 /// Receipts, shared with the driver.
@@ -36,11 +39,12 @@ pub type Receipts = Arc<Mutex<Vec<Receipt>>>;
 pub async fn serve(
     net: Arc<dyn Net>,
     clock: Arc<dyn Clock>,
+    stamp: super::Stamp,
     addr: &str,
     receipts: Receipts,
     echo: bool,
 ) -> std::io::Result<()> {
-    serve_on(net.bind(addr).await?, clock, receipts, echo).await
+    serve_on(net.bind(addr).await?, clock, stamp, receipts, echo).await
 }
 
 /// Serves the gateway on a listener already bound (the real harness binds port 0 first to
@@ -48,15 +52,16 @@ pub async fn serve(
 pub async fn serve_on(
     listener: Box<dyn faultline_runtime::Listener>,
     clock: Arc<dyn Clock>,
+    stamp: super::Stamp,
     receipts: Receipts,
     echo: bool,
 ) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
-        let (clock, receipts) = (clock.clone(), receipts.clone());
+        let (clock, receipts, stamp) = (clock.clone(), receipts.clone(), stamp.clone());
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                let (clock, receipts) = (clock.clone(), receipts.clone());
+                let (clock, receipts, stamp) = (clock.clone(), receipts.clone(), stamp.clone());
                 async move {
                     // Held only to echo it back in echo mode (a careless receiver); never recorded.
                     let authorization =
@@ -85,6 +90,7 @@ pub async fn serve_on(
                         execution_id: execution_id.clone(),
                         body,
                         at_ms,
+                        stamp: stamp(),
                     });
                     let receipt = if echo {
                         format!("received {execution_id} (authorized by {authorization})")

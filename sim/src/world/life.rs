@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet, TurnOutcome};
 use faultline_runtime::event::{Event, Record, ToolSchema};
 use faultline_runtime::llm::{from_toml, LiveProvider, ResolvedProvider, StaticCredentials};
 use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
@@ -35,6 +35,12 @@ pub(crate) trait LifeReport: Send + Sync {
     fn accepted(&self, record: &Record);
     /// Every record below seq `through` is acknowledged durable.
     fn durable(&self, through: u64);
+    /// The disk witness saw `record` become durable (stamped in the run's order of events).
+    fn synced(&self, record: Record);
+    /// The simulated user was given `outcome` (stamped in the run's order of events).
+    fn outcome(&self, outcome: &TurnOutcome);
+    /// The agent reported a persistence failure (its failure channel).
+    fn persist_failure(&self);
     /// A fault family fired (`cancel`, `config-applied`, `config-rejected`, `refused`,
     /// `oversize-output`): what happened in this host, not what the plan held.
     fn fault(&self, family: &str);
@@ -76,6 +82,20 @@ pub(crate) fn session_file(sessions_dir: &std::path::Path) -> PathBuf {
     sessions_dir.join(SESSION).join(Format::Jsonl.file_name())
 }
 
+/// Puts a disk witness on the incarnation's filesystem (`faults` controls the `FaultFs` that
+/// `fs` is): every record of the session that becomes durable is reported with its instant.
+/// Its first image is the session file as the incarnation finds it.
+pub(crate) fn watch_disk(
+    faults: &crate::FsFaults,
+    fs: &dyn faultline_runtime::Fs,
+    sessions_dir: &std::path::Path,
+    report: Arc<dyn LifeReport>,
+) {
+    let on_synced: super::witness::OnSynced = Arc::new(move |record| report.synced(record));
+    let witness = super::witness::DiskWitness::new(fs, session_file(sessions_dir), Format::Jsonl, on_synced);
+    faults.observe(Arc::new(move |event| witness.observe(event)));
+}
+
 /// Runs one incarnation to the end of the workload: drains the delivery queue, opens or
 /// resumes the session, submits what the user still owes and disposes the agent. Returns the
 /// recovered transcript, or why the incarnation stopped (a refusal names "corrupt").
@@ -96,6 +116,10 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     let drained = drain(outbox.as_ref(), deliverer.as_ref()).await.map_err(|e| e.to_string())?;
     for id in &drained.recovered_unknown {
         report.trace(format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
+    }
+    // The queue as this incarnation found it: the evidence its crash repair will consult.
+    for row in outbox.list(None).map_err(|e| e.to_string())? {
+        report.trace(format!("agent#{life} outbox holds {} {}", row.execution_id, row.status));
     }
     let store = FileStore::new(seams.clone(), &sessions_dir, Format::Jsonl)
         .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
@@ -155,12 +179,30 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         .config(config)
         .start(&store, &id)
         .map_err(|e| e.to_string())?;
+    if let Some(repair) = agent.startup_repair() {
+        let dropped = repair.dropped().map(|d| format!(", {d}")).unwrap_or_default();
+        report.trace(format!(
+            "agent#{life} repaired the session: truncated {} torn bytes, salvaged {} records, appended {} closers{dropped}",
+            repair.truncated_bytes,
+            repair.recovered.len(),
+            repair.closers.len()
+        ));
+    }
     {
         let mut records = agent.subscribe();
         let report_records = report.clone();
         tokio::spawn(async move {
             while let Ok(record) = records.recv().await {
                 report_records.accepted(&record);
+            }
+        });
+        // What the agent says failed to persist, as it says it: a record accepted and never
+        // durable must be covered by one of these (or by a crash).
+        let mut failures = agent.failures();
+        let report_failures = report.clone();
+        tokio::spawn(async move {
+            while failures.recv().await.is_ok() {
+                report_failures.persist_failure();
             }
         });
         // Whatever the barrier acknowledged durable is reported outside the host at once: the
@@ -192,6 +234,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     if extra_owed && plan.faults.cancel_then_submit && !extra_logged {
         agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
         agent.when_idle().await;
+        report_outcome(&agent, report.as_ref());
     }
     if let (Some(at), 1) = (plan.faults.cancel_at_ms, life) {
         let (agent, clock, report, then_submit) =
@@ -215,10 +258,18 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     for message in plan.messages.iter().skip(done) {
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
         agent.when_idle().await;
+        report_outcome(&agent, report.as_ref());
     }
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
     Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
+}
+
+/// Tells the world the outcome the user now holds (the oracle holds a kept one to the disk).
+fn report_outcome(agent: &Agent, report: &dyn LifeReport) {
+    if let Some(outcome) = agent.last_outcome() {
+        report.outcome(&outcome);
+    }
 }
 
 /// A record in a few words, for the trace.

@@ -15,6 +15,7 @@ mod probe;
 pub mod real;
 mod rot;
 pub mod seeded;
+mod witness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -99,6 +100,43 @@ impl RunResult {
     }
 }
 
+/// One order of events across the hosts of a run: every durability fact, outcome and effect
+/// is stamped from it, so "before" means strictly before, never "in the same tick". The
+/// simulator counts (its hosts run one at a time, on one thread); a real run reads
+/// `CLOCK_MONOTONIC` in each process (one clock for the whole machine).
+pub type Stamp = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A record the disk witness saw become durable.
+#[derive(Debug, Clone)]
+struct Synced {
+    record: Record,
+    /// When, in the run's order of events and in ms of its clock.
+    stamp: u64,
+    at_ms: u64,
+}
+
+/// An outcome the simulated user was given (`Agent::last_outcome` once the agent was idle).
+#[derive(Debug, Clone)]
+struct Outcome {
+    life: u64,
+    turn: u32,
+    reason: faultline_runtime::event::TurnEndReason,
+    kept: bool,
+    stamp: u64,
+    at_ms: u64,
+}
+
+/// What one incarnation left for the oracle beyond its records.
+#[derive(Debug, Clone, Default)]
+struct LifeEvidence {
+    /// Records it accepted that no acknowledgement covered, with when (ms) they were accepted.
+    unacked: BTreeMap<u64, (Record, u64)>,
+    /// When (ms) it reported a persistence failure (the agent's failure channel, a stop).
+    failures: Vec<u64>,
+    /// A crash took it: what it had not made durable died with it, rightly.
+    crashed: bool,
+}
+
 /// State shared between the driver and the hosts.
 #[derive(Default)]
 struct World {
@@ -110,8 +148,8 @@ struct World {
     disk: Vec<(String, Vec<u8>)>,
     restart_requested: bool,
     faults_fired: BTreeSet<String>,
-    /// Records accepted by the current incarnation (by seq).
-    accepted: BTreeMap<u64, Record>,
+    /// Records accepted by the current incarnation (by seq), with when (ms).
+    accepted: BTreeMap<u64, (Record, u64)>,
     /// Records acknowledged durable by any incarnation: they must survive byte-identical.
     acked: BTreeMap<u64, Record>,
     /// When each seq was first seen acknowledged durable (simulated ms), observed outside the
@@ -137,6 +175,15 @@ struct World {
     /// Whether an injected disk failure (EIO, ENOSPC) was returned to the agent: the one
     /// fault that may legitimately stop it.
     disk_failure_fired: bool,
+    /// The run's order of events, for the simulator's hosts.
+    order: Arc<std::sync::atomic::AtomicU64>,
+    /// Every record the disk witness saw become durable, by seq: each distinct record once, in
+    /// order (a correct runtime syncs one record per seq; a second one means the first was lost).
+    synced: BTreeMap<u64, Vec<Synced>>,
+    /// Every outcome the simulated user was given.
+    outcomes: Vec<Outcome>,
+    /// Per incarnation, what the oracle needs of it beyond its records.
+    lives: BTreeMap<u64, LifeEvidence>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -206,6 +253,9 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         if fs.power_loss_hole {
             first_life_fs.hole_on_crash(crate::Seed::new(seed).fault("hole").next_u64());
         }
+        if let (true, Some(block)) = (fs.torn_mid_line, fs.block_size) {
+            first_life_fs.tear_on_crash(block);
+        }
     }
 
     let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
@@ -227,11 +277,13 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     let receipts: Receipts = Arc::default();
     {
         let (receipts, echo, recorder) = (receipts.clone(), plan.faults.gateway_echo, recorder.clone());
+        let order = lock(&world).order.clone();
+        let stamp: Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
         sim.host("gateway", move || {
-            let receipts = receipts.clone();
+            let (receipts, stamp) = (receipts.clone(), stamp.clone());
             let net = recorder.server_net(Arc::new(crate::SimNet), "gateway");
             async move {
-                gateway::serve(net, Arc::new(crate::SimClock), "0.0.0.0:80", receipts, echo).await?;
+                gateway::serve(net, Arc::new(crate::SimClock), stamp, "0.0.0.0:80", receipts, echo).await?;
                 Ok(())
             }
         });
@@ -317,6 +369,20 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
                     w.faults_fired.insert("torn-write".into());
                 }
                 w.trace.push(format!("{at:>7} {what} (SIGKILL)"));
+                // What the power loss of a crash before a disk operation did to the write it
+                // caught, as it happened.
+                if fs_crash {
+                    if let Some((path, kept, written)) = first_life_fs.torn() {
+                        w.trace.push(format!(
+                            "{at:>7} the crash tore the unsynced write to {} mid-line: {kept} of its {written} bytes reached the disk",
+                            path.display()
+                        ));
+                    }
+                    if let Some(path) = first_life_fs.hole_left() {
+                        w.trace.push(format!("{at:>7} the crash left a power-loss hole in {}", path.display()));
+                    }
+                }
+                w.note_crash();
                 w.faults_fired.insert(if crash.is_some() || fs_crash {
                     "crash-point".into()
                 } else {
@@ -343,9 +409,11 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
             world.disk_failure_fired = true;
         }
     }
-    if let Some(path) = first_life_fs.hole_left() {
+    if first_life_fs.torn().is_some() {
+        world.faults_fired.insert("torn-write".into());
+    }
+    if first_life_fs.hole_left().is_some() {
         world.faults_fired.insert("power-loss-hole".into());
-        world.trace.push(format!("{sim_ms:>7} the crash left a power-loss hole in {}", path.display()));
     }
     let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -386,6 +454,7 @@ struct Concluded<'a> {
 /// Judges a finished run: the oracle over the evidence, and the result to report.
 fn conclude(run: Concluded<'_>) -> RunResult {
     let Concluded { scenario, plan, seed, mut world, receipts, model, crash_point_hits, fs_ops, end_ms } = run;
+    world.end_life();
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
     }
@@ -531,10 +600,12 @@ impl AgentLife {
             self.rot_while_down();
         }
         let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(self.recorder.fs(Arc::new(SimFs)), faults.clone()));
+        let report: Arc<dyn life::LifeReport> = Arc::new(SimReport { world: self.world.clone(), life });
+        life::watch_disk(&faults, fs.as_ref(), Path::new(SESSIONS_DIR), report.clone());
         seams.fs = fs;
         seams.net = self.recorder.client_net(seams.net);
         seams.probe = Arc::new(SimProbe { control: self.control.clone(), fs: faults.clone() });
-        match self.start(&seams, life).await {
+        match self.start(&seams, life, report).await {
             Ok(()) => {}
             Err(e) if e.contains("corrupt") && !faults.crashed() => {
                 // A corrupt log is refused, never repaired: the supervisor does not restart
@@ -553,6 +624,7 @@ impl AgentLife {
                     let mut w = lock(&self.world);
                     w.restart_requested = true;
                     w.stops.push(format!("agent#{life}: {e}"));
+                    w.note_failure(life, sim_ms());
                 }
             }
         }
@@ -579,7 +651,12 @@ impl AgentLife {
             .collect()
     }
 
-    async fn start(&self, seams: &faultline_runtime::Seams, life: u64) -> Result<(), String> {
+    async fn start(
+        &self,
+        seams: &faultline_runtime::Seams,
+        life: u64,
+        report: Arc<dyn life::LifeReport>,
+    ) -> Result<(), String> {
         let earlier = {
             let w = lock(&self.world);
             life::Earlier { cancel_fired: w.faults_fired.contains("cancel"), extra_refused: w.extra_refused }
@@ -596,7 +673,6 @@ impl AgentLife {
             gateway: "gateway:80".into(),
             earlier,
         };
-        let report = Arc::new(SimReport { world: self.world.clone(), life });
         let transcript = life::live(setup, report).await?;
         // Every byte the agent left on its disk, for the oracle's secret scan.
         let disk = self.disk_now(seams);
@@ -632,6 +708,29 @@ impl life::LifeReport for SimReport {
         lock(&self.world).note_durable(through, sim_ms());
     }
 
+    fn synced(&self, record: Record) {
+        let mut w = lock(&self.world);
+        let stamp = w.stamp();
+        w.note_synced(record, stamp, sim_ms());
+    }
+
+    fn outcome(&self, outcome: &faultline_runtime::agent::TurnOutcome) {
+        let mut w = lock(&self.world);
+        let stamp = w.stamp();
+        w.outcomes.push(Outcome {
+            life: self.life,
+            turn: outcome.turn,
+            reason: outcome.reason.clone(),
+            kept: outcome.kept,
+            stamp,
+            at_ms: sim_ms(),
+        });
+    }
+
+    fn persist_failure(&self) {
+        lock(&self.world).note_failure(self.life, sim_ms());
+    }
+
     fn fault(&self, family: &str) {
         lock(&self.world).faults_fired.insert(family.to_owned());
     }
@@ -643,18 +742,33 @@ impl life::LifeReport for SimReport {
 
 impl World {
     /// A new incarnation starts: its number. Records accepted by the one before it that never
-    /// became durable died with it.
+    /// became durable died with it (they stay in its evidence).
     fn begin_life(&mut self) -> u64 {
+        self.end_life();
         self.incarnation += 1;
         self.ledger.begin_life(self.incarnation);
-        self.accepted.clear();
+        self.lives.entry(self.incarnation).or_default();
         self.incarnation
+    }
+
+    /// The current incarnation is over: what it accepted and never saw acknowledged goes into
+    /// its evidence.
+    fn end_life(&mut self) {
+        let unacked = std::mem::take(&mut self.accepted);
+        if self.incarnation > 0 {
+            self.lives.entry(self.incarnation).or_default().unacked.extend(unacked);
+        }
+    }
+
+    /// The next instant of the simulator's order of events.
+    fn stamp(&self) -> u64 {
+        self.order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
     }
 
     /// Incarnation `life` accepted `record` at `at_ms`.
     fn note_accepted(&mut self, at_ms: u64, life: u64, record: &Record) {
         self.trace.push(format!("{at_ms:>7} agent#{life} {} {}", record.seq, life::describe(record)));
-        self.accepted.insert(record.seq, record.clone());
+        self.accepted.insert(record.seq, (record.clone(), at_ms));
     }
 
     /// Everything accepted below seq `through` was acknowledged durable at `at_ms`.
@@ -663,10 +777,34 @@ impl World {
     /// record acknowledged once is never accepted again by the same incarnation).
     fn note_durable(&mut self, through: u64, at_ms: u64) {
         let later = self.accepted.split_off(&through);
-        for (seq, record) in std::mem::replace(&mut self.accepted, later) {
+        for (seq, (record, _)) in std::mem::replace(&mut self.accepted, later) {
             self.durable_at.entry(seq).or_insert(at_ms);
             self.acked.insert(seq, record);
         }
+    }
+
+    /// The disk witness saw `record` become durable (the first time counts).
+    fn note_synced(&mut self, record: Record, stamp: u64, at_ms: u64) {
+        let versions = self.synced.entry(record.seq).or_default();
+        if !versions.iter().any(|synced| synced.record == record) {
+            versions.push(Synced { record, stamp, at_ms });
+        }
+    }
+
+    /// Every record the disk witness saw become durable, in seq order.
+    fn synced_records(&self) -> impl Iterator<Item = &Synced> {
+        self.synced.values().flatten()
+    }
+
+    /// Incarnation `life` reported a persistence failure at `at_ms`.
+    fn note_failure(&mut self, life: u64, at_ms: u64) {
+        self.lives.entry(life).or_default().failures.push(at_ms);
+    }
+
+    /// A crash took the current incarnation.
+    fn note_crash(&mut self) {
+        let life = self.incarnation;
+        self.lives.entry(life).or_default().crashed = true;
     }
 }
 

@@ -121,6 +121,9 @@ pub struct Swarm {
     pub echo: bool,
     /// A crash before a disk operation that lands on an fsync leaves a power-loss hole.
     pub power_loss_hole: bool,
+    /// A crash before a disk operation that lands on an fsync tears its write mid-line (with
+    /// torn writes on, and no hole).
+    pub torn_mid_line: bool,
     /// Bit rot in a durable file while the host is down after its crash.
     pub bit_rot: Option<RotTarget>,
     /// A small answer limit, and the first plain text answer made larger than it.
@@ -203,6 +206,8 @@ impl Swarm {
             }
         }
         let power_loss_hole = fs_crash_before_op.is_some() && on("hole");
+        let torn_mid_line =
+            fs_crash_before_op.is_some() && torn_block.is_some() && !power_loss_hole && on("tear-mid-line");
         let exhaust_retries =
             model_failures.is_some() && stream(seed, "exhaust").unit_f64() < EXHAUST_RETRIES_PROBABILITY;
         let final_failure = model_failures.is_some() && stream(seed, "final").unit_f64() < FINAL_FAILURE_PROBABILITY;
@@ -218,6 +223,7 @@ impl Swarm {
             partitions,
             echo: on("echo"),
             power_loss_hole,
+            torn_mid_line,
             bit_rot,
             oversize: on("oversize"),
             exhaust_retries,
@@ -282,6 +288,9 @@ impl Swarm {
         }
         if self.power_loss_hole {
             on.push("power-loss-hole".into());
+        }
+        if self.torn_mid_line {
+            on.push("torn-mid-line".into());
         }
         if let Some(target) = self.bit_rot {
             on.push(format!("bit-rot {target:?}"));
@@ -353,6 +362,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
                 fail_kind: swarm.fs_error.map(|(_, kind)| kind),
                 crash_before_op: swarm.fs_crash_before_op,
                 power_loss_hole: swarm.power_loss_hole,
+                torn_mid_line: swarm.torn_mid_line,
             });
         }
         faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);

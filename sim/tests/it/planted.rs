@@ -73,36 +73,168 @@ fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() 
     assert!(clean.passed(), "and passes on the clean build: {:?}", clean.violations);
 }
 
-/// Seeds of `mixed` and `generated` each bug gets to break an invariant (measured: the
-/// slowest, `unlogged-retry`, falls at seed 19).
+/// Seeds of `mixed` and `generated` each bug gets to break its invariant (measured: the
+/// slowest falls within the first few dozen).
 const INVARIANT_SEEDS: u64 = 64;
 
-/// A hand-written expectation knows the bug it was written for; an invariant must catch it in
-/// runs nobody wrote for it.
+/// Per planted bug, the safety invariant that must catch it: a protection removed is a
+/// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
+/// that only stops the run from converging would hide behind any other cause of a stall),
+/// nor is a scenario's own expectation.
+const CATCHES: [(&str, &str); 17] = [
+    ("tool-body-before-flush", "intent-before-effect"),
+    ("stream-closed-retryable", "final-failure-not-retried"),
+    // The writer's own validator refuses the batch that cites a failed attempt: the agent
+    // stops with no disk fault, which only the runtime could have caused.
+    ("cite-failed-attempts", "unprovoked-stop"),
+    ("no-sync-dir-after-link", "durable-prefix"),
+    ("no-truncate-back", "durable-prefix"),
+    ("unknown-claimable", "at-most-once"),
+    ("repair-not-started", "result-matches-receipt"),
+    ("ack-before-fsync", "durable-prefix"),
+    ("ignore-retry-after", "retry-after-honoured"),
+    ("drop-failed-batch", "accepted-kept-or-reported"),
+    ("scrub-by-pattern-only", "secret-leak"),
+    ("any-damage-is-torn", "rot-refused"),
+    ("holes-are-corrupt", "false-corrupt"),
+    ("no-answer-limit", "answer-limit"),
+    ("unlogged-retry", "retry-backoff"),
+    ("outcome-before-durable", "outcome-durable"),
+    ("userspace-buffer-on-sync", "(real runs only)"),
+];
+
 #[test]
-fn every_planted_bug_breaks_an_invariant_in_a_generated_run() {
+fn the_catch_table_names_every_planted_bug_and_only_safety_invariants() {
+    let named: Vec<&str> = CATCHES.iter().map(|(bug, _)| *bug).collect();
+    let catalog: Vec<&str> = CATALOG.iter().map(|(bug, _)| *bug).collect();
+    assert_eq!(named, catalog, "one row per planted bug, in catalog order");
+    for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {
+        let known = faultline_sim::world::Invariant::named(invariant)
+            .unwrap_or_else(|| panic!("{bug}: no invariant named {invariant}"));
+        assert_eq!(
+            known.kind(),
+            faultline_sim::world::InvariantKind::Safety,
+            "{bug}: {invariant} is not a safety invariant"
+        );
+    }
+}
+
+/// A hand-written expectation knows the bug it was written for; each bug must fall to its own
+/// safety invariant in runs nobody wrote for it — and the clean build must pass those very
+/// runs, so that what caught the bug is the bug.
+#[test]
+fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_the_same_seeds() {
+    let scenarios: Vec<faultline_sim::Scenario> =
+        ["mixed", "generated"].iter().map(|name| faultline_sim::Scenario::built_in(name).unwrap()).collect();
     let mut missed = Vec::new();
-    for (bug, what) in CATALOG {
-        if REAL_ONLY.contains(&bug) {
-            continue;
-        }
+    let mut caught_at = Vec::new();
+    for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {
         faultline_runtime::testing::bugs::plant(&[bug]);
-        let caught = ["mixed", "generated"].iter().find_map(|name| {
-            let scenario = faultline_sim::Scenario::built_in(name).unwrap();
+        let caught = scenarios.iter().find_map(|scenario| {
             (0..INVARIANT_SEEDS).find_map(|seed| {
-                let result = faultline_sim::world::run(&scenario, seed);
-                let violation = result.violations.iter().find(|v| v.invariant != "expectation")?;
-                Some((*name, seed, violation.invariant))
+                let result = faultline_sim::world::run(scenario, seed);
+                result.violations.iter().any(|v| v.invariant == *invariant).then_some((scenario, seed))
             })
         });
         faultline_runtime::testing::bugs::plant(&[]);
         match caught {
-            Some((name, seed, invariant)) => println!("{bug:<26} {name} seed {seed:>2}: {invariant}"),
-            None => missed.push(format!("{bug} ({what})")),
+            Some((scenario, seed)) => {
+                println!("{bug:<26} {} seed {seed:>2}: {invariant}", scenario.name);
+                caught_at.push((*bug, scenario, seed));
+            }
+            None => missed.push(format!("{bug} (must break {invariant})")),
         }
     }
     assert!(
         missed.is_empty(),
-        "no invariant caught these in {INVARIANT_SEEDS} seeds of mixed and generated: {missed:?}"
+        "not caught by their invariant in {INVARIANT_SEEDS} seeds of mixed and generated: {missed:?}"
     );
+    for (bug, scenario, seed) in caught_at {
+        let clean = faultline_sim::world::run(scenario, seed);
+        assert!(
+            clean.passed(),
+            "{} seed {seed}, which caught {bug}, fails on the clean build: {:?}",
+            scenario.name,
+            clean.violations
+        );
+    }
+}
+
+/// A run that never converges still gets every check that needs no transcript: here the
+/// model server's request log shows a retry sooner than the provider's Retry-After, in a run
+/// whose tool never returns. The old oracle stopped at "no liveness" and passed the bug.
+#[test]
+fn a_run_that_never_converges_is_still_held_to_the_retry_rules() {
+    let scenario = faultline_sim::Scenario::parse(STUCK_AFTER_A_RETRY_AFTER).unwrap();
+    faultline_runtime::testing::bugs::plant(&["ignore-retry-after"]);
+    let buggy = faultline_sim::world::run(&scenario, 1);
+    faultline_runtime::testing::bugs::plant(&[]);
+    let names = |result: &faultline_sim::world::RunResult| {
+        result.violations.iter().map(|v| v.invariant.name()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&buggy), ["liveness", "retry-after-honoured"], "{:?}", buggy.violations);
+    let clean = faultline_sim::world::run(&scenario, 1);
+    assert_eq!(names(&clean), ["liveness"], "the clean build only fails to converge: {:?}", clean.violations);
+}
+
+/// A 429 with a Retry-After, then a tool that never returns (so no run converges).
+const STUCK_AFTER_A_RETRY_AFTER: &str = r#"
+name = "stuck-after-a-retry-after"
+description = "test"
+tick_ms = 10
+budget_ms = 20000
+heal_at_ms = 5000
+messages = ["look it up"]
+provider = """
+idle_timeout_ms = 2000
+[provider.retry_policy]
+max_retries = 3
+[provider.retry_policy.backoff]
+initial_delay_ms = 100
+max_delay_ms = 2000
+jitter_ratio = 0
+"""
+[[tools]]
+name = "hang"
+kind = "sleep"
+work_ms = 10000000
+ignore_abort = true
+[[model.responses]]
+status = 429
+headers = { retry-after = "1" }
+body = "slow down"
+[[model.responses]]
+frames = [{ tool_call = { index = 0, id = "call_1", name = "hang", arguments = '{}' } }]
+finish = "tool_calls"
+"#;
+
+/// The acknowledgement-based rule this oracle replaced passed this bug: the barrier
+/// acknowledged the tool/call's batch before the effect (so "acknowledged durable at or
+/// before the receipt" held), and only the disk's own record of what it synced shows the
+/// effect came first.
+#[test]
+fn an_acknowledgement_that_precedes_the_write_fools_the_barrier_not_the_disk_witness() {
+    let scenario = faultline_sim::Scenario::built_in("intent-before-effect-ack-before-fsync").unwrap();
+    faultline_runtime::testing::bugs::plant(&["ack-before-fsync"]);
+    let result = faultline_sim::world::run(&scenario, 1);
+    faultline_runtime::testing::bugs::plant(&[]);
+    let call_seq = result
+        .transcript
+        .iter()
+        .find(|r| r.event.type_name() == "tool/call")
+        .map(|r| r.seq)
+        .expect("the call is recovered");
+    let receipt = result.receipts.first().expect("the effect happened");
+    let acked_ms = result
+        .durable_batches
+        .iter()
+        .find(|(_, first, last)| (*first..=*last).contains(&call_seq))
+        .map(|(ms, _, _)| *ms)
+        .expect("the barrier acknowledged the call");
+    assert!(
+        acked_ms <= receipt.at_ms,
+        "the old rule would have caught it: acked at {acked_ms}, received at {}",
+        receipt.at_ms
+    );
+    assert!(result.violations.iter().any(|v| v.invariant == "intent-before-effect"), "{:?}", result.violations);
 }

@@ -1,61 +1,54 @@
 //! Side effects against the evidence the runtime cannot touch: the gateway's receipts (what
-//! arrived, when, with which body). Intent before effect, at most once per execution id
-//! across restarts, the receipt is what the call asked for, and what the transcript says of
-//! each effect agrees with the gateway.
+//! arrived, when, with which body) and the disk's own witness of what was synced when.
+//! Intent before effect (the `tool/call` synced strictly before the receipt, in the run's
+//! order of events), at most once per execution id across restarts, the receipt is what the
+//! call asked for, and what the transcript says of each effect agrees with the gateway.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use faultline_runtime::event::{ErrorCode, Event, Record, ToolCall};
+use faultline_runtime::event::{ErrorCode, Event};
 
 use super::{Evidence, Found, Invariant};
 
-/// The transcript when the run converged; otherwise (no liveness) the records acknowledged
-/// durable, which are evidence enough to hold the receipts against: no liveness excuses no
-/// safety.
+/// The receipts against the synced `tool/call`s, whether or not the run converged or its
+/// log was refused: no liveness and no refusal excuse an effect without its intent. What
+/// the transcript says of each effect is held to the receipts when there is a transcript.
 pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
-    let acked: Vec<Record>;
-    let records = match evidence.transcript() {
-        Some(transcript) => transcript,
-        None => {
-            acked = evidence.world.acked.values().cloned().collect();
-            &acked
-        }
-    };
     let (world, receipts, end_ms) = (evidence.world, evidence.receipts, evidence.end_ms);
     let id = |turn, step, call_id: &str| faultline_runtime::store::repair::execution_id("sim", turn, step, call_id);
-    // Intent before effect: every receipt has a durable tool/call.
-    let calls: BTreeMap<String, (u64, &ToolCall)> = records
-        .iter()
-        .filter_map(|r| match &r.event {
-            Event::ToolCall(call) => Some((id(call.turn, call.step, &call.call_id), (r.seq, call))),
-            _ => None,
-        })
-        .collect();
+    let mut calls: BTreeMap<String, (&super::super::Synced, &faultline_runtime::event::ToolCall)> = BTreeMap::new();
+    for synced in world.synced_records() {
+        if let Event::ToolCall(call) = &synced.record.event {
+            let entry = calls.entry(id(call.turn, call.step, &call.call_id)).or_insert((synced, call));
+            if synced.stamp < entry.0.stamp {
+                *entry = (synced, call);
+            }
+        }
+    }
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for receipt in receipts {
         match calls.get(&receipt.execution_id) {
             None => found.fail(
                 Invariant::IntentBeforeEffect,
-                format!("execution {} reached the gateway without a durable tool/call", receipt.execution_id),
+                format!(
+                    "execution {} reached the gateway at {} ms, but no tool/call for it was ever synced",
+                    receipt.execution_id, receipt.at_ms
+                ),
                 receipt.at_ms,
             ),
-            Some((seq, call)) => {
-                // Durable before the effect, by the watermark observed outside the host: not
-                // merely present at the end.
-                match world.durable_at.get(seq) {
-                    Some(&durable_ms) if durable_ms <= receipt.at_ms => {}
-                    durable => found.fail(
+            Some((synced, call)) => {
+                // Strictly before, in the one order of events: not merely present at the end,
+                // and not "in the same tick".
+                if synced.stamp > receipt.stamp {
+                    found.fail(
                         Invariant::IntentBeforeEffect,
                         format!(
-                            "execution {} reached the gateway at {} ms, but its tool/call (seq {seq}) was {}",
-                            receipt.execution_id,
-                            receipt.at_ms,
-                            durable.map_or("never acknowledged durable".to_owned(), |ms| format!(
-                                "acknowledged durable only at {ms} ms"
-                            ))
+                            "execution {} reached the gateway at {} ms, before its tool/call (seq {}) was synced \
+                             (at {} ms)",
+                            receipt.execution_id, receipt.at_ms, synced.record.seq, synced.at_ms
                         ),
                         receipt.at_ms,
-                    ),
+                    );
                 }
                 // The gateway received what the call asked for, not something else.
                 let asked: Option<serde_json::Value> = serde_json::from_str(&call.arguments).ok();
@@ -80,6 +73,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
             found.fail(Invariant::AtMostOnce, format!("execution {id} reached the gateway {count} times"), end_ms);
         }
     }
+    let Some(records) = evidence.transcript() else { return };
     // What the transcript says of each side effect agrees with the gateway: an ok result was
     // received; a call that never started, was never dispatched or was refused was not.
     let gateway_tools: BTreeSet<&str> = evidence

@@ -89,8 +89,14 @@ catalog! {
         "A scenario's planned crashes fire as many times as it says.",
         "the crashes the driver carried out";
     DurablePrefix = "durable-prefix", Safety,
-        "Everything acknowledged durable survives every crash byte for byte.",
-        "the barrier's acknowledgements, observed outside the host";
+        "Everything acknowledged durable, and everything the disk synced, survives every crash byte for byte.",
+        "the barrier's acknowledgements observed outside the host, and the disk witness's synced records";
+    OutcomeDurable = "outcome-durable", Safety,
+        "A turn reported kept has its turn/end, saying the same, synced strictly before the report.",
+        "the outcomes the simulated user was given, against the disk witness's synced records";
+    AcceptedKeptOrReported = "accepted-kept-or-reported", Safety,
+        "Every record the agent accepted becomes durable, or a persistence failure is reported after it, or a crash took it.",
+        "what the agent's subscribers saw accepted and failing, against the disk witness's synced records";
     AnswerLimit = "answer-limit", Safety,
         "No stored answer is above the agent's answer limit.",
         "the recovered transcript and the scenario's limit";
@@ -104,8 +110,8 @@ catalog! {
         "A provider's error text kept in a failure is bounded.",
         "the recovered transcript";
     IntentBeforeEffect = "intent-before-effect", Safety,
-        "Every effect the gateway received has its tool/call durable before it.",
-        "the gateway's receipts against the barrier's acknowledgements observed outside the host";
+        "Every effect the gateway received has its tool/call synced strictly before it.",
+        "the gateway's receipts against the disk witness's synced records, in one order of events";
     ReceiptMatchesCall = "receipt-matches-call", Safety,
         "The gateway received what the tool call asked for.",
         "the gateway's receipts and the durable tool/call arguments";

@@ -20,6 +20,17 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
             );
         }
     }
+    // A scenario that says how many of its planned crashes fire holds to it: one that
+    // silently stopped crashing would prove nothing.
+    if let Some(expected) = plan.expect.crashes_fired {
+        if world.crashes_fired != expected {
+            found.fail(
+                Invariant::PlannedCrashFired,
+                format!("{} planned crashes fired, the scenario expects {expected}", world.crashes_fired),
+                end_ms,
+            );
+        }
+    }
     let Some(transcript) = &world.transcript else {
         let last = world.trace.last().cloned().unwrap_or_default();
         found.fail(
@@ -42,17 +53,6 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     });
     if let Some(turn) = open_turn {
         found.fail(Invariant::TurnClosed, format!("turn {turn} is still open at the end of a converged run"), end_ms);
-    }
-    // A scenario that says how many of its planned crashes fire holds to it: one that
-    // silently stopped crashing would prove nothing.
-    if let Some(expected) = plan.expect.crashes_fired {
-        if world.crashes_fired != expected {
-            found.fail(
-                Invariant::PlannedCrashFired,
-                format!("{} planned crashes fired, the scenario expects {expected}", world.crashes_fired),
-                end_ms,
-            );
-        }
     }
     let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
     // The cancel's extra message counts only if the cancel fired before the workload ended.

@@ -81,23 +81,21 @@ impl Found {
     }
 }
 
-/// Judges a finished run: every checker, in catalog order of concern.
+/// Judges a finished run: every checker, in catalog order of concern. A run whose recovery
+/// refused its log, or whose workload never converged, has no transcript to judge, and still
+/// gets every check that needs none: its secrets, effects, retries and durability evidence.
 pub(super) fn judge(evidence: &Evidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
     refusal::check(evidence, &mut found);
     if evidence.world.refused.is_none() {
         liveness::check(evidence, &mut found);
-        if evidence.world.transcript.is_none() {
-            effects::check(evidence, &mut found);
-        } else {
-            durability::check(evidence, &mut found);
-            limits::check(evidence, &mut found);
-            effects::check(evidence, &mut found);
-            retries::check(evidence, &mut found);
-            expectations::check_table(evidence, &mut found);
-        }
     }
+    durability::check(evidence, &mut found);
+    limits::check(evidence, &mut found);
+    effects::check(evidence, &mut found);
+    retries::check(evidence, &mut found);
+    expectations::check_table(evidence, &mut found);
     expectations::check_faults_fired(evidence, &mut found);
     found.0
 }

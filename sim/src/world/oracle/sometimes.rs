@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use faultline_runtime::event::{ContentBlock, ErrorCode, Event, Record, TurnEndReason};
+use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
+use faultline_runtime::store::repair::DELIVERY_UNKNOWN_NAME;
 
 /// Every "sometimes" condition the default sweep must reach.
 pub const SOMETIMES: [&str; 6] = [
@@ -34,19 +35,16 @@ pub(in crate::world) fn sometimes(transcript: &[Record]) -> BTreeSet<String> {
                 }
             }
             Event::ToolResult(result) => {
-                let text: String = result
-                    .content
-                    .iter()
-                    .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
-                    .collect();
-                match result.error.as_ref().map(|e| e.code) {
-                    Some(ErrorCode::ToolOutcomeUnknown) if text.contains("delivery record") => {
+                // From the structured error, never from the narration text a person reads.
+                let error = result.error.as_ref().map(|e| (e.code, e.name.as_str()));
+                match error {
+                    Some((ErrorCode::ToolOutcomeUnknown, DELIVERY_UNKNOWN_NAME)) => {
                         out.insert("unknown-reconciled-from-queue".to_owned());
                     }
-                    Some(ErrorCode::AbortedBeforeDispatch) => {
+                    Some((ErrorCode::AbortedBeforeDispatch, _)) => {
                         out.insert("pool-drained-on-abort".to_owned());
                     }
-                    Some(ErrorCode::ToolTimeout) => {
+                    Some((ErrorCode::ToolTimeout, _)) => {
                         out.insert("tool-timeout-awaited".to_owned());
                     }
                     None => {
@@ -59,4 +57,31 @@ pub(in crate::world) fn sometimes(transcript: &[Record]) -> BTreeSet<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use faultline_runtime::event::{ContentBlock, ToolError, ToolResult};
+
+    use super::*;
+
+    fn unknown(name: &str, text: &str) -> Record {
+        let result = ToolResult {
+            turn: 1,
+            step: 1,
+            call_id: "c".into(),
+            content: vec![ContentBlock::text(text)],
+            is_error: true,
+            error: Some(ToolError { name: name.into(), code: ErrorCode::ToolOutcomeUnknown }),
+        };
+        Record::new(0, 0, Event::ToolResult(result))
+    }
+
+    #[test]
+    fn an_unknown_outcome_counts_as_reconciled_by_its_structured_name_not_its_words() {
+        let reconciled = unknown(DELIVERY_UNKNOWN_NAME, "the queue was consulted");
+        assert!(sometimes(&[reconciled]).contains("unknown-reconciled-from-queue"));
+        let narrated = unknown("outcome_unknown", "Evidence: the delivery record x is unknown");
+        assert!(!sometimes(&[narrated]).contains("unknown-reconciled-from-queue"));
+    }
 }

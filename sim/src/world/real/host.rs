@@ -13,6 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use faultline_runtime::agent::TurnOutcome;
 use faultline_runtime::event::Record;
 use faultline_runtime::testing::{CrashPoint, Probe};
 use faultline_runtime::{Clock, Seams};
@@ -111,6 +112,11 @@ impl PipeReport {
         Self::send_line(report);
     }
 
+    /// ms of the run's clock now.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now().as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn send_line(report: &HostReport) {
         let mut line = serde_json::to_string(report).expect("reports serialise");
         line.push('\n');
@@ -132,8 +138,27 @@ impl LifeReport for PipeReport {
     fn durable(&self, through: u64) {
         // Stamped here, on the clock the gateway stamps its receipts with, before the task
         // that waits on the barrier can go on to the tool body.
-        let at_ms = u64::try_from(self.clock.now().as_millis()).unwrap_or(u64::MAX);
-        self.send(&HostReport::Durable { through, at_ms });
+        self.send(&HostReport::Durable { through, at_ms: self.now_ms() });
+    }
+
+    fn synced(&self, record: Record) {
+        let stamp = super::clock::monotonic_ns();
+        self.send(&HostReport::Synced { record: record.encode(), stamp, at_ms: self.now_ms() });
+    }
+
+    fn outcome(&self, outcome: &TurnOutcome) {
+        let stamp = super::clock::monotonic_ns();
+        self.send(&HostReport::Outcome {
+            turn: outcome.turn,
+            reason: outcome.reason.clone(),
+            kept: outcome.kept,
+            stamp,
+            at_ms: self.now_ms(),
+        });
+    }
+
+    fn persist_failure(&self) {
+        self.send(&HostReport::PersistFailure { at_ms: self.now_ms() });
     }
 
     fn fault(&self, family: &str) {
@@ -257,10 +282,14 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     }
     let probe = Arc::new(KillProbe { armed, hits: Mutex::default(), report: report.clone(), faults: faults.clone() });
     let entropy = Arc::new(crate::Seed::new(args.seed).host("agent", args.life));
+    let data = args.dir.join("data");
+    let fs: Arc<dyn faultline_runtime::Fs> =
+        Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone()));
+    life::watch_disk(&faults, fs.as_ref(), &data.join("sessions"), report.clone());
     let seams = Seams {
         clock,
         net: Arc::new(faultline_runtime::production::TokioNet),
-        fs: Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone())),
+        fs,
         // Its instance id must differ from every other process's: OS entropy, not the seed's
         // stream (whose draws are the agent's jitter and temp-file names, as in the simulator).
         process: Arc::new(faultline_runtime::production::OsProcess::new(
@@ -271,7 +300,6 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         compute: Arc::new(faultline_runtime::production::Threads::new()),
         secrets: Default::default(),
     };
-    let data = args.dir.join("data");
     let outcome = runtime.block_on(async {
         let setup = LifeSetup {
             plan: &plan,

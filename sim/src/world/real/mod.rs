@@ -299,6 +299,8 @@ impl<'a> Harness<'a> {
                     break;
                 }
                 LifeEnd::Ended(EndOutcome::Stopped, error) => {
+                    let at_ms = self.now_ms();
+                    self.world.note_failure(life, at_ms);
                     self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
                     self.trace("restart after a failed start (SIGKILL)".into());
                     self.world.faults_fired.insert("supervisor-restart".into());
@@ -310,6 +312,7 @@ impl<'a> Harness<'a> {
                         (None, op) => format!("crash before filesystem op {}", op.unwrap_or_default()),
                     };
                     self.trace(format!("{what} (SIGKILL)"));
+                    self.world.note_crash();
                     self.world.faults_fired.insert("crash-point".into());
                     self.world.crashes_fired += 1;
                     if point.is_some() {
@@ -377,7 +380,10 @@ impl<'a> Harness<'a> {
         .map_err(|e| format!("the model server: {e}"))?;
         let receipts: Receipts = Arc::default();
         let listener = gateway_net.bind("127.0.0.1:0").await.map_err(|e| format!("the gateway: {e}"))?;
-        tokio::spawn(gateway::serve_on(listener, clock, receipts.clone(), self.plan.faults.gateway_echo));
+        // Receipts are stamped on the machine's monotonic clock, as the agent's disk witness
+        // stamps what it synced: one order of events across the processes.
+        let stamp: super::Stamp = Arc::new(monotonic_ns);
+        tokio::spawn(gateway::serve_on(listener, clock, stamp, receipts.clone(), self.plan.faults.gateway_echo));
         Ok((model, receipts))
     }
 
@@ -572,6 +578,15 @@ impl<'a> Harness<'a> {
                 self.world.note_accepted(now, life, &record);
             }
             HostReport::Durable { through, at_ms } => self.world.note_durable(through, at_ms),
+            HostReport::Synced { record, stamp, at_ms } => {
+                let record = Record::decode(&record)
+                    .map_err(|e| format!("agent#{life} reported an undecodable durable record ({e}): {record}"))?;
+                self.world.note_synced(record, stamp, at_ms);
+            }
+            HostReport::Outcome { turn, reason, kept, stamp, at_ms } => {
+                self.world.outcomes.push(super::Outcome { life, turn, reason, kept, stamp, at_ms });
+            }
+            HostReport::PersistFailure { at_ms } => self.world.note_failure(life, at_ms),
             HostReport::Fault { family } => {
                 // A returned disk failure is the one fault that may stop the agent.
                 self.world.disk_failure_fired |= family == "eio" || family == "enospc";

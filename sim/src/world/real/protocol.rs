@@ -33,6 +33,33 @@ pub enum HostReport {
         /// When the acknowledgement was observed (ms since the run's origin).
         at_ms: u64,
     },
+    /// The disk witness saw a record become durable.
+    Synced {
+        /// `Record::encode` of the durable record.
+        record: String,
+        /// `CLOCK_MONOTONIC` ns when the fsync returned: the run's order of events.
+        stamp: u64,
+        /// ms of the run's clock.
+        at_ms: u64,
+    },
+    /// The simulated user was given a turn's outcome.
+    Outcome {
+        /// The turn.
+        turn: u32,
+        /// Its reason, as reported.
+        reason: faultline_runtime::event::TurnEndReason,
+        /// Whether it was reported kept.
+        kept: bool,
+        /// `CLOCK_MONOTONIC` ns when the user had it.
+        stamp: u64,
+        /// ms of the run's clock.
+        at_ms: u64,
+    },
+    /// The agent reported a persistence failure.
+    PersistFailure {
+        /// ms of the run's clock.
+        at_ms: u64,
+    },
     /// A fault family fired inside the host.
     Fault {
         /// `cancel`, `config-applied`, `config-rejected`.

@@ -1,0 +1,143 @@
+//! The disk's own witness: what the fault filesystem made durable, as it happened, record by
+//! record — evidence the runtime cannot touch, for the invariants that say "durable before"
+//! (intent before effect, an outcome only once its `turn/end` is on disk).
+//!
+//! The fault filesystem tells the witness of every successful fsync (the bytes it made
+//! durable), link, rename, removal and directory sync ([`FsEvent`]). The witness keeps, per
+//! file, the bytes a power loss would leave now, and parses the session file's newly durable
+//! complete units (a JSONL line, a zstd frame) into records, each reported once with the
+//! instant it became durable. A name made by a link or a rename is durable only once its
+//! directory is synced: until then nothing in the file counts. Its first image of the
+//! session is the file as the incarnation finds it at start.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use faultline_runtime::event::Record;
+use faultline_runtime::store::Format;
+use faultline_runtime::Fs;
+
+use crate::fault_fs::FsEvent;
+
+/// What the witness calls with each record that became durable.
+pub(crate) type OnSynced = Arc<dyn Fn(Record) + Send + Sync>;
+
+/// The witness of one incarnation's disk.
+pub(crate) struct DiskWitness {
+    session: PathBuf,
+    format: Format,
+    state: Mutex<State>,
+    on_synced: OnSynced,
+}
+
+#[derive(Default)]
+struct State {
+    /// Per file, the bytes that are durable now.
+    images: BTreeMap<PathBuf, Vec<u8>>,
+    /// How far into the session's image complete units were parsed.
+    parsed_to: usize,
+    /// Names made by a link or a rename whose directory was not synced since.
+    pending_names: std::collections::BTreeSet<PathBuf>,
+}
+
+impl DiskWitness {
+    /// A witness of `session` (a file of `format`) whose first image is the file as `fs` holds
+    /// it now; records already there are not reported again.
+    pub fn new(fs: &dyn Fs, session: PathBuf, format: Format, on_synced: OnSynced) -> Arc<Self> {
+        let mut state = State::default();
+        if let Ok(bytes) = fs.read(&session) {
+            state.parsed_to = complete_units(format, &bytes, 0).last().map_or(0, |unit| unit.end);
+            state.images.insert(session.clone(), bytes);
+        }
+        Arc::new(Self { session, format, state: Mutex::new(state), on_synced })
+    }
+
+    /// Follows one event of the fault filesystem.
+    pub fn observe(&self, event: FsEvent<'_>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            FsEvent::Synced { path, from, bytes, len } => {
+                let image = state.images.entry(path.to_path_buf()).or_default();
+                image.truncate(from as usize);
+                image.resize(from as usize, 0);
+                image.extend_from_slice(bytes);
+                image.resize(len as usize, 0);
+                if path == self.session {
+                    state.parsed_to = state.parsed_to.min(from as usize);
+                    self.parse(&mut state);
+                }
+            }
+            FsEvent::Linked { original: from, link: to } | FsEvent::Renamed { from, to } => {
+                let image = state.images.get(from).cloned().unwrap_or_default();
+                if matches!(event, FsEvent::Renamed { .. }) {
+                    state.images.remove(from);
+                }
+                state.images.insert(to.to_path_buf(), image);
+                state.pending_names.insert(to.to_path_buf());
+                if to == self.session {
+                    state.parsed_to = 0;
+                }
+            }
+            FsEvent::Removed { path } => {
+                state.images.remove(path);
+                state.pending_names.remove(path);
+            }
+            FsEvent::DirSynced { path } => {
+                state.pending_names.retain(|name| name.parent() != Some(path));
+                self.parse(&mut state);
+            }
+        }
+    }
+
+    /// Reports the records of the session's complete units past `parsed_to`.
+    fn parse(&self, state: &mut State) {
+        if state.pending_names.contains(&self.session) {
+            return;
+        }
+        let Some(image) = state.images.get(&self.session) else { return };
+        for unit in complete_units(self.format, image, state.parsed_to) {
+            for line in unit.text.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+                // The header and damage are not records: nothing to claim about them.
+                if let Ok(record) =
+                    std::str::from_utf8(line).map_err(|_| ()).and_then(|l| Record::decode(l).map_err(|_| ()))
+                {
+                    (self.on_synced)(record);
+                }
+            }
+            state.parsed_to = unit.end;
+        }
+    }
+}
+
+/// One complete unit of a session file: its text and where it ends.
+struct Unit {
+    text: Vec<u8>,
+    end: usize,
+}
+
+/// The complete units of `bytes` from `from`: newline-terminated lines (JSONL) or whole zstd
+/// frames, decompressed (zstd). A torn unit at the end is not complete.
+fn complete_units(format: Format, bytes: &[u8], from: usize) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut at = from.min(bytes.len());
+    match format {
+        Format::Jsonl => {
+            while let Some(newline) = memchr::memchr(b'\n', &bytes[at..]) {
+                let end = at + newline + 1;
+                units.push(Unit { text: bytes[at..end].to_vec(), end });
+                at = end;
+            }
+        }
+        Format::Zstd => {
+            while at < bytes.len() {
+                let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(&bytes[at..]) else { break };
+                let end = at + size;
+                let Ok(text) = zstd::stream::decode_all(&bytes[at..end]) else { break };
+                units.push(Unit { text, end });
+                at = end;
+            }
+        }
+    }
+    units
+}
