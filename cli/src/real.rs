@@ -84,8 +84,8 @@ pub fn run_one(
     keep: Option<PathBuf>,
     bugs: &[String],
 ) -> ExitCode {
-    if let Some(why) = &scenario.real.sim_only {
-        eprintln!("faultline run --real: {} is sim-only: {why}", scenario.name);
+    if let Some(why) = faultline_sim::world::real::cannot_run_here(scenario) {
+        eprintln!("faultline run --real: {} cannot run for real here: {why}", scenario.name);
         return ExitCode::from(1);
     }
     let (real, parity) = match options(keep, bugs).and_then(|options| real::run_and_compare(scenario, seed, &options)) {

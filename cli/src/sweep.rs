@@ -299,10 +299,13 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
     let mut scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
     let real = if args.real {
         // A real run is a few processes and real time: sweep fewer seeds unless told.
-        for s in scenarios.iter().filter(|s| s.real.sim_only.is_some()) {
-            eprintln!("skipped (sim-only) {}: {}", s.name, s.real.sim_only.as_deref().unwrap_or_default());
-        }
-        scenarios.retain(|s| s.real.sim_only.is_none());
+        scenarios.retain(|s| match faultline_sim::world::real::cannot_run_here(s) {
+            Some(why) => {
+                eprintln!("skipped {}: {why}", s.name);
+                false
+            }
+            None => true,
+        });
         Some(crate::real::options(None, &[])?)
     } else {
         None

@@ -12,6 +12,10 @@
 //!   the file's last fsync reach the disk with a run of zero bytes inside them (from a point
 //!   in their first line up to its newline), as a power loss that persisted some blocks of a
 //!   write and not others would;
+//! - **run out of space** ([`DiskSpace`], shared by every incarnation of a host: a restart
+//!   frees nothing): while the disk is full, writes and fsyncs fail with ENOSPC the way the
+//!   scenario's [`DiskFullRefuses`] says; an ENOSPC the real disk underneath returns is counted
+//!   the same way;
 //! - **tear the write mid-line**: when the crash lands on an fsync, the blocks of the write
 //!   since the last fsync reach the disk up to the last block boundary that falls inside a
 //!   line, and nothing after it: the file ends in a torn line that recovery must truncate.
@@ -25,6 +29,60 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use faultline_runtime::{Fs, FsFile, FsMetadata, OpenOptions};
+
+use crate::scenario::DiskFullRefuses;
+
+/// A filesystem block, in bytes: what a file grows by (tmpfs's page).
+pub const DISK_BLOCK_BYTES: u64 = 4096;
+
+/// ENOSPC, as the OS reports it (the same text in both worlds).
+fn no_space() -> io::Error {
+    io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32)
+}
+
+/// Whether the disk is full, shared by every incarnation of a host and toggled by the
+/// driver; counts what it refused.
+#[derive(Debug, Clone, Default)]
+pub struct DiskSpace {
+    state: Arc<Mutex<SpaceState>>,
+}
+
+#[derive(Debug, Default)]
+struct SpaceState {
+    full: Option<DiskFullRefuses>,
+    refusals: u64,
+}
+
+impl DiskSpace {
+    /// Space left: none, from now on, refusing as `refuses` says.
+    pub fn fill(&self, refuses: DiskFullRefuses) {
+        self.lock().full = Some(refuses);
+    }
+
+    /// Space is back.
+    pub fn free(&self) {
+        self.lock().full = None;
+    }
+
+    /// How the disk refuses now, if it is full.
+    pub fn full(&self) -> Option<DiskFullRefuses> {
+        self.lock().full
+    }
+
+    /// Writes and fsyncs refused for want of space so far (the evidence coverage counts).
+    pub fn refusals(&self) -> u64 {
+        self.lock().refusals
+    }
+
+    fn refused(&self) -> io::Error {
+        self.lock().refusals += 1;
+        no_space()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SpaceState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// The kinds of mutating operation, for reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -73,6 +131,8 @@ struct State {
     on_crash: Option<CrashHook>,
     /// Told of every successful fsync, link, rename and removal.
     observer: Option<Observer>,
+    /// The disk's space, when a window may fill it.
+    space: Option<DiskSpace>,
 }
 
 /// What the filesystem made durable or moved, told to an observer as it happens (the disk
@@ -164,6 +224,17 @@ impl FsFaults {
     pub fn on_crash(&self, hook: Arc<dyn Fn(u64) + Send + Sync>) -> &Self {
         self.lock().on_crash = Some(CrashHook(hook));
         self
+    }
+
+    /// Puts this incarnation on `space` (a disk that may fill up).
+    pub fn on_disk(&self, space: &DiskSpace) -> &Self {
+        self.lock().space = Some(space.clone());
+        self
+    }
+
+    /// The disk's space, when it may fill.
+    fn space(&self) -> Option<DiskSpace> {
+        self.lock().space.clone()
     }
 
     /// Tells `observer` of every successful fsync, link, rename and removal from now on.
@@ -376,12 +447,36 @@ impl FsFile for FaultFile {
         if self.unsynced.is_none() {
             self.unsynced = Some((self.inner.len()?, Vec::new()));
         }
-        self.inner.write_all(buf)?;
+        let space = self.faults.space();
+        // A full disk takes what fits the file's last block (a short write), then refuses.
+        let (fits, refusal) = match space.as_ref().and_then(DiskSpace::full) {
+            Some(DiskFullRefuses::NewBlocks) => {
+                let len = self.inner.len()?;
+                let room = (len.div_ceil(DISK_BLOCK_BYTES) * DISK_BLOCK_BYTES - len) as usize;
+                (buf.len().min(room), (buf.len() > room).then(|| space.as_ref().map(DiskSpace::refused)))
+            }
+            Some(DiskFullRefuses::Everything) => (0, Some(space.as_ref().map(DiskSpace::refused))),
+            Some(DiskFullRefuses::Fsync) | None => (buf.len(), None),
+        };
+        let written = self.inner.write_all(&buf[..fits]);
         if let Some((_, bytes)) = self.unsynced.as_mut() {
-            bytes.extend_from_slice(buf);
+            // What a failed write put on the page cache is unsynced as much as the rest.
+            bytes.extend_from_slice(&buf[..if written.is_ok() { fits } else { 0 }]);
         }
         self.note_unsynced();
-        Ok(())
+        match (written, refusal) {
+            (Err(e), _) => {
+                // The real disk underneath ran out of space: the same refusal, counted.
+                if e.kind() == io::ErrorKind::StorageFull {
+                    if let Some(space) = &space {
+                        space.lock().refusals += 1;
+                    }
+                }
+                Err(e)
+            }
+            (Ok(()), Some(refused)) => Err(refused.unwrap_or_else(no_space)),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     fn read_all(&mut self) -> io::Result<Vec<u8>> {
@@ -419,6 +514,12 @@ impl FsFile for FaultFile {
                 }
             }
             return Err(e);
+        }
+        let dirty = self.unsynced.as_ref().is_some_and(|(_, bytes)| !bytes.is_empty());
+        if let Some(space) =
+            self.faults.space().filter(|space| dirty && space.full().is_some_and(|r| r != DiskFullRefuses::NewBlocks))
+        {
+            return Err(space.refused());
         }
         self.inner.sync()?;
         let len = self.inner.len()?;

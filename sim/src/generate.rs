@@ -15,8 +15,8 @@ use faultline_runtime::testing::CRASH_POINTS;
 
 use crate::model_server::{Frame, Response};
 use crate::scenario::{
-    CrashFault, FaultPlan, FsErrorKind, FsFault, Partition, Scenario, ScenarioTool, ToolKind, FS_CRASH_OP_MIN,
-    FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    CrashFault, DiskFull, DiskFullRefuses, FaultPlan, FsErrorKind, FsFault, Partition, Scenario, ScenarioTool,
+    ToolKind, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 
 /// Most turns (user messages) of one generated conversation.
@@ -103,12 +103,23 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
                 from_ms,
                 to_ms: from_ms + length_ms,
             });
+    let refuses =
+        prop::sample::select(vec![DiskFullRefuses::NewBlocks, DiskFullRefuses::Everything, DiskFullRefuses::Fsync]);
+    let disk_full = (0..PARTITION_FROM_MS_MAX, 100..100 + PARTITION_MS_MAX, refuses)
+        .prop_map(|(from_ms, length_ms, refuses)| DiskFull { from_ms, to_ms: from_ms + length_ms, refuses });
     (
         prop::collection::vec(crash, 0..=CRASHES_MAX),
         prop::option::of(fs),
         prop::collection::vec(partition, 0..=PARTITIONS_MAX),
+        prop::option::of(disk_full),
     )
-        .prop_map(|(crashes, fs, partitions)| FaultPlan { crashes, fs, partitions, ..FaultPlan::default() })
+        .prop_map(|(crashes, fs, partitions, disk_full)| FaultPlan {
+            crashes,
+            fs,
+            partitions,
+            disk_full,
+            ..FaultPlan::default()
+        })
 }
 
 /// The conversation seed `seed` stands for.

@@ -15,10 +15,10 @@ pub mod shrink;
 pub mod sweep;
 pub mod world;
 
-pub use fault_fs::{FaultFs, FsFaults, FsOp};
+pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
 pub use scenario::{
-    FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, ToolKind, BUILT_IN_SCENARIOS,
-    REGRESSION_SCENARIOS,
+    DiskFull, DiskFullRefuses, FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, StoreKind,
+    ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
 pub use seed::Seed;

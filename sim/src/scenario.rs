@@ -39,6 +39,10 @@ pub struct Scenario {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_concurrency: Option<usize>,
+    /// Where the session lives (default `jsonl`); a `faults.from_seed` scenario's swarm may
+    /// draw `zstd` instead.
+    #[serde(default, skip_serializing_if = "StoreKind::is_default")]
+    pub store: StoreKind,
     /// The model's script.
     #[serde(default)]
     pub model: ModelPlan,
@@ -252,6 +256,73 @@ impl ToolKind {
     }
 }
 
+/// The session store the simulated agent uses: the file stores, which run on the `Fs` seam
+/// (SQLite does its own file I/O, below any seam the simulator replaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreKind {
+    /// `session.jsonl`.
+    #[default]
+    Jsonl,
+    /// `session.jsonl.zst`: one zstd frame per durable batch.
+    Zstd,
+}
+
+impl StoreKind {
+    /// The file format.
+    pub fn format(self) -> faultline_runtime::store::Format {
+        match self {
+            StoreKind::Jsonl => faultline_runtime::store::Format::Jsonl,
+            StoreKind::Zstd => faultline_runtime::store::Format::Zstd,
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == StoreKind::Jsonl
+    }
+}
+
+/// A window of simulated time during which the agent's disk is full, across incarnations (a
+/// restart does not free space); it ends at `to_ms` or when the faults heal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskFull {
+    /// Start (ms).
+    pub from_ms: u64,
+    /// End (ms): space comes back.
+    pub to_ms: u64,
+    /// How the full disk refuses.
+    #[serde(default)]
+    pub refuses: DiskFullRefuses,
+}
+
+/// What a full disk refuses, as filesystems do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskFullRefuses {
+    /// A write that needs a new block: it fills the file's last block, then fails with
+    /// ENOSPC (a short write); fsync succeeds. What tmpfs and ext4 do, and what `--real`
+    /// realises on a small tmpfs.
+    #[default]
+    NewBlocks,
+    /// Every write (nothing written) and every fsync of written bytes.
+    Everything,
+    /// The fsync of written bytes: writes land in the page cache, and making them durable
+    /// fails (delayed allocation on NFS, thin-provisioned volumes).
+    Fsync,
+}
+
+impl DiskFullRefuses {
+    /// The name scenario files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskFullRefuses::NewBlocks => "new-blocks",
+            DiskFullRefuses::Everything => "everything",
+            DiskFullRefuses::Fsync => "fsync",
+        }
+    }
+}
+
 /// The disk errors a scenario may inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -336,6 +407,10 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_update: Option<ConfigUpdate>,
+    /// A window during which the disk is full (ENOSPC), across incarnations.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_full: Option<DiskFull>,
     /// Bit rot while the agent host is down after its first crash: bytes of a durable line
     /// of this file overwritten with non-zero garbage. Recovery must refuse (corrupt) and
     /// leave the file as it found it, or keep every durable record.
@@ -588,6 +663,7 @@ scenarios![
     "torn-write-mid-append",
     "fsync-eio-on-append",
     "enospc-first-materialise",
+    "disk-full-window",
     "gateway-partition-during-delivery",
     "model-partition-heals",
     "invalid-live-config-update",
@@ -617,6 +693,7 @@ regressions![
     "durable-prefix-ack-before-fsync",
     "intent-before-effect-ack-before-fsync",
     "at-most-once-unknown-claimable-refused",
+    "outcome-durable-outcome-before-durable",
 ];
 
 impl Scenario {
@@ -658,6 +735,12 @@ impl Scenario {
             if fs.block_size.is_none() || fs.crash_before_op.is_none() {
                 return Err(format!("scenario {name}: faults.fs.torn_mid_line needs block_size and crash_before_op"));
             }
+        }
+        if let Some(full) = self.faults.disk_full.filter(|full| full.from_ms >= full.to_ms) {
+            return Err(format!(
+                "scenario {name}: faults.disk_full.from_ms ({}) must come before to_ms ({})",
+                full.from_ms, full.to_ms
+            ));
         }
         if !self.faults.rot_kinds.is_empty() && self.faults.bit_rot.is_none() && !self.faults.from_seed {
             return Err(format!("scenario {name}: faults.rot_kinds needs faults.bit_rot"));

@@ -43,6 +43,7 @@ pub fn materialise(scenario: &Scenario, seed: u64) -> Scenario {
         provider: plan.provider,
         tools: plan.tools,
         tool_concurrency: Some(plan.tool_concurrency),
+        store: plan.store,
         model: ModelPlan {
             refuse_until_ms: plan.script.refuse_until_ms,
             responses: plan.script.responses,
@@ -67,6 +68,7 @@ pub fn fault_count(scenario: &Scenario) -> usize {
     });
     faults.crashes.len()
         + faults.partitions.len()
+        + usize::from(faults.disk_full.is_some())
         + fs
         + usize::from(faults.cancel_at_ms.is_some())
         + usize::from(faults.config_update.is_some())

@@ -114,7 +114,7 @@ fn a_real_sweep_holds_each_run_to_parity_and_says_so() {
         "--json",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}{}", stdout(&output), stderr(&output));
-    assert!(stderr(&output).contains("skipped (sim-only) power-loss-hole"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("skipped power-loss-hole: sim-only"), "{}", stderr(&output));
     let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!((summary["real"].as_bool(), summary["runs"].as_u64()), (Some(true), Some(4)));
     for name in ["happy-tool-turn", "sigkill-at-dispatch"] {

@@ -77,9 +77,9 @@ pub(crate) struct LifeSetup<'a> {
     pub earlier: Earlier,
 }
 
-/// The session file of `sessions_dir`.
-pub(crate) fn session_file(sessions_dir: &std::path::Path) -> PathBuf {
-    sessions_dir.join(SESSION).join(Format::Jsonl.file_name())
+/// The session file of `sessions_dir` in `format`.
+pub(crate) fn session_file(sessions_dir: &std::path::Path, format: Format) -> PathBuf {
+    sessions_dir.join(SESSION).join(format.file_name())
 }
 
 /// Puts a disk witness on the incarnation's filesystem (`faults` controls the `FaultFs` that
@@ -89,10 +89,11 @@ pub(crate) fn watch_disk(
     faults: &crate::FsFaults,
     fs: &dyn faultline_runtime::Fs,
     sessions_dir: &std::path::Path,
+    format: Format,
     report: Arc<dyn LifeReport>,
 ) {
     let on_synced: super::witness::OnSynced = Arc::new(move |record| report.synced(record));
-    let witness = super::witness::DiskWitness::new(fs, session_file(sessions_dir), Format::Jsonl, on_synced);
+    let witness = super::witness::DiskWitness::new(fs, session_file(sessions_dir, format), format, on_synced);
     faults.observe(Arc::new(move |event| witness.observe(event)));
 }
 
@@ -121,7 +122,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     for row in outbox.list(None).map_err(|e| e.to_string())? {
         report.trace(format!("agent#{life} outbox holds {} {}", row.execution_id, row.status));
     }
-    let store = FileStore::new(seams.clone(), &sessions_dir, Format::Jsonl)
+    let store = FileStore::new(seams.clone(), &sessions_dir, plan.store.format())
         .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
     let id = SessionId::new(SESSION).expect("valid id");
     let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
@@ -234,7 +235,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     if extra_owed && plan.faults.cancel_then_submit && !extra_logged {
         agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
         agent.when_idle().await;
-        report_outcome(&agent, report.as_ref());
+        report_outcome(&agent, report.as_ref(), life);
     }
     if let (Some(at), 1) = (plan.faults.cancel_at_ms, life) {
         let (agent, clock, report, then_submit) =
@@ -258,7 +259,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     for message in plan.messages.iter().skip(done) {
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
         agent.when_idle().await;
-        report_outcome(&agent, report.as_ref());
+        report_outcome(&agent, report.as_ref(), life);
     }
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
@@ -266,10 +267,20 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
 }
 
 /// Tells the world the outcome the user now holds (the oracle holds a kept one to the disk).
-fn report_outcome(agent: &Agent, report: &dyn LifeReport) {
-    if let Some(outcome) = agent.last_outcome() {
-        report.outcome(&outcome);
+fn report_outcome(agent: &Agent, report: &dyn LifeReport, life: u64) {
+    let Some(outcome) = agent.last_outcome() else { return };
+    if !outcome.kept {
+        let code = match &outcome.reason {
+            faultline_runtime::event::TurnEndReason::Error { error } => error.code.to_string(),
+            other => other.kind().to_owned(),
+        };
+        let reached = outcome.reached.as_ref().map_or("no end".to_owned(), |r| r.kind().to_owned());
+        report.trace(format!(
+            "agent#{life} turn {} was told not kept ({code}; it reached {reached} in memory)",
+            outcome.turn
+        ));
     }
+    report.outcome(&outcome);
 }
 
 /// A record in a few words, for the trace.

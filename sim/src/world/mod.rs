@@ -6,6 +6,7 @@
 //! host incarnation, and the faults drawn for the `mixed` scenario (one named stream per fault
 //! family, so adding a knob does not reshuffle the others).
 
+mod driver;
 pub mod gateway;
 pub mod io_trace;
 mod ledger;
@@ -240,8 +241,10 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         plan: plan.faults.crashes.iter().map(|c| (c.point, c.hit)).collect(),
         ..CrashControl::default()
     }));
-    let mut restart_delays: std::collections::VecDeque<u64> =
+    let restart_delays: std::collections::VecDeque<u64> =
         plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect();
+    // The disk: shared by every incarnation (a restart frees no space).
+    let space = crate::DiskSpace::default();
     let first_life_fs = FsFaults::new();
     if let Some(fs) = &plan.faults.fs {
         if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
@@ -290,14 +293,15 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     }
     {
         let route = resolve_route(SIM_MODEL_URL, &plan.provider);
-        let (world, control, first_life_fs, plan) =
-            (world.clone(), control.clone(), first_life_fs.clone(), plan.clone());
+        let (world, control, first_life_fs, plan, space) =
+            (world.clone(), control.clone(), first_life_fs.clone(), plan.clone(), space.clone());
         sim.host("agent", move || {
             let life = AgentLife {
                 route: route.clone(),
                 world: world.clone(),
                 control: control.clone(),
                 first_life_fs: first_life_fs.clone(),
+                space: space.clone(),
                 plan: plan.clone(),
                 seed,
                 recorder: recorder.clone(),
@@ -309,99 +313,22 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         });
     }
 
-    let torn_blocks = plan.faults.fs.as_ref().is_some_and(|f| f.block_size.is_some());
-    let mut partitioned: BTreeSet<usize> = BTreeSet::new();
-    let mut fs_crash_done = false;
-    let mut disk_op_crashes = 0;
-    let budget = Duration::from_millis(plan.budget_ms);
-    let heal_at = Duration::from_millis(plan.heal_at_ms);
-    let mut healed = false;
-    loop {
-        let now = sim.elapsed();
-        if now >= heal_at && !healed && !lock(&world).done {
-            // The liveness phase: the fault window is over, everything heals, and from here
-            // the workload must converge by the budget.
-            healed = true;
-            control.lock().unwrap_or_else(|p| p.into_inner()).plan.clear();
-            first_life_fs.heal();
-            if let Some(model) = model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                model.heal();
-            }
-            lock(&world).trace.push(format!("{:>7} fault window over: everything heals", now.as_millis()));
-        }
-        for (i, p) in plan.faults.partitions.iter().enumerate() {
-            let active = !healed && now >= Duration::from_millis(p.from_ms) && now < Duration::from_millis(p.to_ms);
-            if active && partitioned.insert(i) {
-                sim.partition(p.a.as_str(), p.b.as_str());
-                lock(&world).faults_fired.insert("partition".into());
-                lock(&world).trace.push(format!("{:>7} partition {}<->{}", now.as_millis(), p.a, p.b));
-            } else if !active && partitioned.remove(&i) {
-                sim.repair(p.a.as_str(), p.b.as_str());
-                lock(&world).trace.push(format!("{:>7} heal {}<->{}", now.as_millis(), p.a, p.b));
-            }
-        }
-        if lock(&world).done || now >= budget {
-            break;
-        }
-        if let Err(e) = sim.step() {
-            lock(&world).trace.push(format!("{:>7} simulation error: {e}", now.as_millis()));
-            break;
-        }
-        let crash = control.lock().unwrap_or_else(|p| p.into_inner()).requested.take();
-        let restart = std::mem::take(&mut lock(&world).restart_requested);
-        // A filesystem-level crash point (crash before a numbered operation) also kills the host.
-        let fs_crash = first_life_fs.crashed() && lock(&world).incarnation == 1 && !fs_crash_done;
-        if crash.is_some() || restart || fs_crash {
-            fs_crash_done |= fs_crash;
-            // A crash point freezes the disk too: only a crash without one was "before op k".
-            disk_op_crashes += usize::from(fs_crash && crash.is_none());
-            let at = sim.elapsed().as_millis();
-            let what = match (crash, fs_crash) {
-                (Some(p), _) => format!("crash at {p}"),
-                (None, true) => format!("crash before filesystem op {}", first_life_fs.ops()),
-                (None, false) => "restart after a failed start".to_owned(),
-            };
-            {
-                let mut w = lock(&world);
-                // Torn writes happen to bytes a crash catches unsynced; a crash with none
-                // tore nothing, whatever the block size.
-                if torn_blocks && w.live_fs.as_ref().is_some_and(|f| f.unsynced_bytes() > 0) {
-                    w.faults_fired.insert("torn-write".into());
-                }
-                w.trace.push(format!("{at:>7} {what} (SIGKILL)"));
-                // What the power loss of a crash before a disk operation did to the write it
-                // caught, as it happened.
-                if fs_crash {
-                    if let Some((path, kept, written)) = first_life_fs.torn() {
-                        w.trace.push(format!(
-                            "{at:>7} the crash tore the unsynced write to {} mid-line: {kept} of its {written} bytes reached the disk",
-                            path.display()
-                        ));
-                    }
-                    if let Some(path) = first_life_fs.hole_left() {
-                        w.trace.push(format!("{at:>7} the crash left a power-loss hole in {}", path.display()));
-                    }
-                }
-                w.note_crash();
-                w.faults_fired.insert(if crash.is_some() || fs_crash {
-                    "crash-point".into()
-                } else {
-                    "supervisor-restart".into()
-                });
-            }
-            sim.crash("agent");
-            let restart_after = if crash.is_some() { restart_delays.pop_front().unwrap_or(200) } else { 200 };
-            let until = sim.elapsed() + Duration::from_millis(restart_after);
-            while sim.elapsed() < until {
-                if sim.step().is_err() {
-                    break;
-                }
-            }
-            sim.bounce("agent");
-        }
-    }
-
-    let sim_ms = sim.elapsed().as_millis() as u64;
+    let driver = driver::Driver {
+        sim,
+        plan: &plan,
+        world: world.clone(),
+        control: control.clone(),
+        first_life_fs: first_life_fs.clone(),
+        space: space.clone(),
+        model_slot: model_slot.clone(),
+        restart_delays,
+        partitioned: BTreeSet::new(),
+        disk_full: false,
+        healed: false,
+        fs_crash_done: false,
+        disk_op_crashes: 0,
+    };
+    let (sim_ms, disk_op_crashes) = driver.drive();
     let mut world = std::mem::take(&mut *lock(&world));
     if let Some(kind) = plan.faults.fs.as_ref().and_then(|f| f.fail_kind) {
         if !first_life_fs.failures_fired().is_empty() {
@@ -411,6 +338,12 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     }
     if first_life_fs.torn().is_some() {
         world.faults_fired.insert("torn-write".into());
+    }
+    if space.refusals() > 0 {
+        // Coverage is what the disk refused, not the window: a full disk nobody wrote to
+        // tested nothing.
+        world.faults_fired.insert("disk-full".into());
+        world.disk_failure_fired = true;
     }
     if first_life_fs.hole_left().is_some() {
         world.faults_fired.insert("power-loss-hole".into());
@@ -579,6 +512,8 @@ struct AgentLife {
     world: Shared,
     control: Arc<Mutex<CrashControl>>,
     first_life_fs: FsFaults,
+    /// The host's disk space.
+    space: crate::DiskSpace,
     plan: seeded::Plan,
     seed: u64,
     /// Records the agent's disk and network operations (when the bench asks for them).
@@ -590,6 +525,7 @@ impl AgentLife {
         let life = lock(&self.world).begin_life();
         trace(&self.world, format!("agent#{life} starts"));
         let faults = if life == 1 { self.first_life_fs.clone() } else { FsFaults::new() };
+        faults.on_disk(&self.space);
         {
             let mut w = lock(&self.world);
             let ended = w.live_fs.replace(faults.clone()).map_or(0, |f| f.ops());
@@ -601,7 +537,7 @@ impl AgentLife {
         }
         let fs: Arc<dyn Fs> = Arc::new(FaultFs::new(self.recorder.fs(Arc::new(SimFs)), faults.clone()));
         let report: Arc<dyn life::LifeReport> = Arc::new(SimReport { world: self.world.clone(), life });
-        life::watch_disk(&faults, fs.as_ref(), Path::new(SESSIONS_DIR), report.clone());
+        life::watch_disk(&faults, fs.as_ref(), Path::new(SESSIONS_DIR), self.plan.store.format(), report.clone());
         seams.fs = fs;
         seams.net = self.recorder.client_net(seams.net);
         seams.probe = Arc::new(SimProbe { control: self.control.clone(), fs: faults.clone() });
@@ -634,7 +570,7 @@ impl AgentLife {
     /// The planned bit rot, once, on the disk of a host that is down (before anything of the
     /// new incarnation runs).
     fn rot_while_down(&self) {
-        let session = life::session_file(Path::new(SESSIONS_DIR));
+        let session = life::session_file(Path::new(SESSIONS_DIR), self.plan.store.format());
         let line =
             rot_while_down(&mut lock(&self.world), &self.plan, self.seed, &SimFs, &session, Path::new(OUTBOX_PATH));
         if let Some(line) = line {
@@ -644,7 +580,7 @@ impl AgentLife {
 
     /// The raw bytes of the session file and the journal, as they are now.
     fn disk_now(&self, seams: &faultline_runtime::Seams) -> Vec<(String, Vec<u8>)> {
-        let session = life::session_file(Path::new(SESSIONS_DIR));
+        let session = life::session_file(Path::new(SESSIONS_DIR), self.plan.store.format());
         [session, Path::new(OUTBOX_PATH).to_path_buf()]
             .into_iter()
             .filter_map(|path| seams.fs.read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
@@ -829,7 +765,7 @@ fn rot_while_down(
     };
     let entropy = crate::Seed::new(seed).fault("rot/where");
     let kind = plan.faults.rot_kinds.first().copied().unwrap_or(RotKind::Garbage);
-    Some(match rot::rot(fs, path, target, kind, &acked, &entropy) {
+    Some(match rot::rot(fs, path, target, (kind, plan.store.format()), &acked, &entropy) {
         Ok(Some(rotted)) => {
             let line = format!("bit rot ({}) at byte {} of {}", rotted.kind.name(), rotted.offset, rotted.path);
             world.faults_fired.insert("bit-rot".into());

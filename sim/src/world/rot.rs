@@ -3,10 +3,16 @@
 //! into well-formed JSON that is not the next record (another seq, a field no record has,
 //! nesting deeper than any decoder follows). Zeroed regions are the power-loss signature and
 //! belong to the hole fault (`fault_fs.rs`).
+//!
+//! A zstd session rots a durable frame: garbage flips bytes of its content checksum (the
+//! frame's structure stays whole, so the damage cannot pass for a torn tail), and a
+//! well-formed rewrite recompresses the frame with the rewritten line under a valid checksum,
+//! so only the record decoder and the sequence check stand in its way.
 
 use std::path::Path;
 
 use faultline_runtime::event::Record;
+use faultline_runtime::store::Format;
 use faultline_runtime::{Entropy, Fs, OpenOptions};
 
 use crate::scenario::{RotKind, RotTarget};
@@ -44,7 +50,7 @@ pub fn rot(
     fs: &dyn Fs,
     path: &Path,
     target: RotTarget,
-    kind: RotKind,
+    (kind, format): (RotKind, Format),
     acked: &[Record],
     entropy: &SimEntropy,
 ) -> std::io::Result<Option<Rotted>> {
@@ -53,6 +59,10 @@ pub fn rot(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    if target == RotTarget::Session && format == Format::Zstd {
+        let Some((offset, kind)) = rot_frame(&mut bytes, kind, acked, entropy) else { return Ok(None) };
+        return write_back(fs, path, offset, kind, bytes).map(Some);
+    }
     // Line spans [start, end) (newline excluded), in file order.
     let mut lines = Vec::new();
     let mut start = 0;
@@ -87,11 +97,65 @@ pub fn rot(
             (offset, RotKind::Garbage)
         }
     };
+    write_back(fs, path, offset, kind, bytes).map(Some)
+}
+
+/// Writes the rotted file back, durably.
+fn write_back(fs: &dyn Fs, path: &Path, offset: usize, kind: RotKind, bytes: Vec<u8>) -> std::io::Result<Rotted> {
     let mut file = fs.open(path, OpenOptions::append())?;
     file.set_len(0)?;
     file.write_all(&bytes)?;
     file.sync()?;
-    Ok(Some(Rotted { path: path.display().to_string(), offset, kind, bytes }))
+    Ok(Rotted { path: path.display().to_string(), offset, kind, bytes })
+}
+
+/// Bytes of a zstd frame's content checksum (its last bytes).
+const FRAME_CHECKSUM_BYTES: usize = 4;
+
+/// Rots a durable frame of a zstd session in `bytes` (frame 0 is the header; a frame is
+/// durable when every record in it is in the acknowledged prefix). Returns the offset of the
+/// first changed byte and the kind applied, or `None` when no frame is durable yet.
+fn rot_frame(bytes: &mut Vec<u8>, kind: RotKind, acked: &[Record], entropy: &SimEntropy) -> Option<(usize, RotKind)> {
+    let durable = acked.iter().enumerate().take_while(|(i, r)| r.seq == *i as u64).count() as u64;
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(&bytes[at..]) {
+        frames.push((at, at + size));
+        at += size;
+    }
+    let seqs_durable = |(start, end): (usize, usize)| {
+        let Ok(text) = zstd::stream::decode_all(&bytes[start..end]) else { return false };
+        text.split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .all(|line| number_after(line, b"\"seq\":").is_some_and(|(_, _, seq)| seq < durable))
+    };
+    let candidates: Vec<(usize, usize)> =
+        frames.iter().skip(1).copied().filter(|&f| f.1 - f.0 > FRAME_CHECKSUM_BYTES && seqs_durable(f)).collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let (start, end) = candidates[(entropy.next_u64() % candidates.len() as u64) as usize];
+    let text = zstd::stream::decode_all(&bytes[start..end]).ok()?;
+    let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').filter(|line| !line.is_empty()).collect();
+    let chosen = (entropy.next_u64() % lines.len() as u64) as usize;
+    let Some((_, rewritten)) = rewrite(lines[chosen], kind, entropy) else {
+        // Garbage: the checksum's bytes flipped, so the frame's text no longer matches it.
+        for byte in &mut bytes[end - FRAME_CHECKSUM_BYTES..end] {
+            *byte ^= 0xFF;
+        }
+        return Some((end - FRAME_CHECKSUM_BYTES, RotKind::Garbage));
+    };
+    let mut rotted_text = Vec::with_capacity(text.len() + rewritten.len());
+    for (i, line) in lines.iter().enumerate() {
+        rotted_text.extend_from_slice(if i == chosen { &rewritten } else { line });
+        rotted_text.push(b'\n');
+    }
+    let mut compressor = zstd::bulk::Compressor::new(3).ok()?;
+    compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true)).ok()?;
+    let frame = compressor.compress(&rotted_text).ok()?;
+    let offset = start + bytes[start..end].iter().zip(&frame).take_while(|(a, b)| a == b).count();
+    bytes.splice(start..end, frame);
+    Some((offset, kind))
 }
 
 /// The line (newline excluded) as a rot of `kind` rewrites it, with the offset of its first

@@ -7,8 +7,8 @@ use faultline_runtime::{Entropy, EntropyExt};
 
 use crate::model_server::{Frame, Response, Script};
 use crate::scenario::{
-    CrashFault, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind, RotTarget, Scenario, ScenarioTool,
-    FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    CrashFault, DiskFull, DiskFullRefuses, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind,
+    RotTarget, Scenario, ScenarioTool, StoreKind, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
 use crate::SimEntropy;
 
@@ -24,6 +24,8 @@ pub struct Plan {
     pub provider: String,
     pub tools: Vec<ScenarioTool>,
     pub tool_concurrency: usize,
+    /// Where the session lives.
+    pub store: StoreKind,
     pub script: Script,
     pub faults: FaultPlan,
     pub expect: Expectations,
@@ -134,6 +136,10 @@ pub struct Swarm {
     /// The first step meets a clean end of stream without `[DONE]` (`STREAM_CLOSED`, which no
     /// default policy retries): its turn must end there.
     pub final_failure: bool,
+    /// The session is stored as zstd frames instead of JSONL lines.
+    pub zstd: bool,
+    /// A window during which the disk is full.
+    pub disk_full: Option<DiskFull>,
 }
 
 /// The answer limit of a seed whose swarm turns oversize answers on, in bytes: small, so the
@@ -147,6 +153,15 @@ const EXHAUST_RETRIES_PROBABILITY: f64 = 0.5;
 /// Probability that a seed with model failures also ends its first step with a failure no
 /// policy retries. Low, for the same reason.
 const FINAL_FAILURE_PROBABILITY: f64 = 0.25;
+
+/// Probability that a seed fills the disk for a window. Lower than the other families': a
+/// full disk ends the turns it catches as not kept, which covers little else.
+const DISK_FULL_PROBABILITY: f64 = 0.25;
+
+/// Latest start of a drawn disk-full window, in simulated ms.
+const DISK_FULL_FROM_MS_MAX: u64 = 3_000;
+/// Longest drawn disk-full window beyond its 100 ms minimum, in simulated ms.
+const DISK_FULL_MS_MAX: u64 = 3_000;
 
 /// Probability that a seed with a crash also rots a durable file while the host is down. Low:
 /// a rotted run ends in a refusal, which covers nothing else.
@@ -213,6 +228,18 @@ impl Swarm {
         let final_failure = model_failures.is_some() && stream(seed, "final").unit_f64() < FINAL_FAILURE_PROBABILITY;
         let bit_rot = (crash.is_some() && stream(seed, "rot").unit_f64() < BIT_ROT_PROBABILITY)
             .then(|| *pick(&stream(seed, "rot/target"), &[RotTarget::Session, RotTarget::Journal]));
+        let disk_full = (stream(seed, "swarm/disk-full").unit_f64() < DISK_FULL_PROBABILITY).then(|| {
+            let window = stream(seed, "disk-full");
+            let from_ms = window.next_u64() % DISK_FULL_FROM_MS_MAX;
+            let to_ms = from_ms + 100 + window.next_u64() % DISK_FULL_MS_MAX;
+            let refuses =
+                *pick(&window, &[DiskFullRefuses::NewBlocks, DiskFullRefuses::Everything, DiskFullRefuses::Fsync]);
+            DiskFull { from_ms, to_ms, refuses }
+        });
+        let zstd = on("zstd");
+        // A hole of zeros inside a zstd frame is not the format's torn signature (zeros after
+        // the last complete frame are): the hole is a JSONL fault.
+        let power_loss_hole = power_loss_hole && !zstd;
         Swarm {
             model_failures,
             refused: on("refused"),
@@ -228,6 +255,8 @@ impl Swarm {
             oversize: on("oversize"),
             exhaust_retries,
             final_failure,
+            zstd,
+            disk_full,
         }
     }
 
@@ -295,6 +324,12 @@ impl Swarm {
         if let Some(target) = self.bit_rot {
             on.push(format!("bit-rot {target:?}"));
         }
+        if let Some(full) = &self.disk_full {
+            on.push(format!("disk-full {}..{}ms {}", full.from_ms, full.to_ms, full.refuses.name()));
+        }
+        if self.zstd {
+            on.push("zstd".into());
+        }
         if self.oversize {
             on.push("oversize-output".into());
         }
@@ -340,6 +375,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             Script { refuse_until_ms: 0, responses: standard_responses(scenario.messages.len()), repeat_last: true };
     }
     let mut swarm_line = None;
+    let mut store = scenario.store;
     if faults.from_seed {
         let swarm = Swarm::draw(seed);
         swarm_line = Some(swarm.describe());
@@ -366,6 +402,10 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             });
         }
         faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);
+        faults.disk_full = faults.disk_full.or(swarm.disk_full);
+        if swarm.zstd {
+            store = StoreKind::Zstd;
+        }
         faults.gateway_echo |= swarm.echo;
         if swarm.oversize {
             // The first plain text answer grows past the limit: its turn must end
@@ -396,6 +436,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         provider: scenario.provider.clone(),
         tools: scenario.tools.clone(),
         tool_concurrency: scenario.tool_concurrency.unwrap_or(4),
+        store,
         script,
         faults,
         expect: scenario.expect.clone(),

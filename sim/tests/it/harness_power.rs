@@ -75,7 +75,7 @@ fn a_materialised_plan_replays_the_same_run() {
 fn the_swarm_turns_each_fault_family_on_for_some_seeds_and_off_for_others() {
     let swarms: Vec<Swarm> = (0..64).map(Swarm::draw).collect();
     type IsOn = fn(&Swarm) -> bool;
-    let families: [(&str, IsOn); 7] = [
+    let families: [(&str, IsOn); 8] = [
         ("model failures", |s| s.model_failures.is_some()),
         ("refused", |s| s.refused),
         ("crash", |s| s.crash.is_some()),
@@ -83,11 +83,17 @@ fn the_swarm_turns_each_fault_family_on_for_some_seeds_and_off_for_others() {
         ("disk error", |s| s.fs_error.is_some()),
         ("crash before a disk op", |s| s.fs_crash_before_op.is_some()),
         ("partitions", |s| !s.partitions.is_empty()),
+        ("the zstd store", |s| s.zstd),
     ];
     for (family, on) in families {
         let count = swarms.iter().filter(|s| on(s)).count();
         assert!((8..=56).contains(&count), "{family} is on in {count} of 64 seeds");
     }
+    // A full disk is drawn less often (a quarter of the seeds): it ends the turns it catches.
+    let full = swarms.iter().filter(|s| s.disk_full.is_some()).count();
+    assert!((4..=28).contains(&full), "the disk fills in {full} of 64 seeds");
+    let refusals: BTreeSet<&str> = swarms.iter().filter_map(|s| s.disk_full).map(|f| f.refuses.name()).collect();
+    assert_eq!(refusals.len(), 3, "every way a full disk refuses is drawn: {refusals:?}");
     let probabilities: BTreeSet<u64> =
         swarms.iter().filter_map(|s| s.model_failures.as_ref()).map(|(p, _)| (p * 100.0) as u64).collect();
     assert!(probabilities.len() > 10, "the failure probability is drawn per seed, not fixed");

@@ -238,3 +238,23 @@ fn an_acknowledgement_that_precedes_the_write_fools_the_barrier_not_the_disk_wit
     );
     assert!(result.violations.iter().any(|v| v.invariant == "intent-before-effect"), "{:?}", result.violations);
 }
+
+/// The disk-full family catches "report the turn before it is durable": on the disk-full
+/// window every seed falls to outcome-durable with the bug, and passes on the clean build.
+#[test]
+fn reporting_a_turn_before_it_is_durable_falls_to_outcome_durable_when_the_disk_fills() {
+    let scenario = faultline_sim::Scenario::built_in("disk-full-window").unwrap();
+    for seed in 0..8 {
+        faultline_runtime::testing::bugs::plant(&["outcome-before-durable"]);
+        let buggy = faultline_sim::world::run(&scenario, seed);
+        faultline_runtime::testing::bugs::plant(&[]);
+        assert!(buggy.faults_fired.contains("disk-full"), "seed {seed}: the disk filled");
+        assert!(
+            buggy.violations.iter().any(|v| v.invariant == "outcome-durable"),
+            "seed {seed}: {:?}",
+            buggy.violations
+        );
+        let clean = faultline_sim::world::run(&scenario, seed);
+        assert!(clean.passed(), "seed {seed}, clean build: {:?}", clean.violations);
+    }
+}

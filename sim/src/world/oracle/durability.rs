@@ -102,9 +102,11 @@ fn outcomes_durable(evidence: &Evidence<'_>, found: &mut Found) {
             }
             None => match ends.first() {
                 None => "its turn/end was never synced".to_owned(),
-                Some((synced, _)) => format!(
-                    "its turn/end (seq {}) was synced only after that, at {} ms",
-                    synced.record.seq, synced.at_ms
+                Some((synced, reason)) => format!(
+                    "no turn/end of it was synced before that: the first (seq {}, {}) was synced at {} ms",
+                    synced.record.seq,
+                    describe(reason),
+                    synced.at_ms
                 ),
             },
         };

@@ -285,7 +285,10 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     let data = args.dir.join("data");
     let fs: Arc<dyn faultline_runtime::Fs> =
         Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone()));
-    life::watch_disk(&faults, fs.as_ref(), &data.join("sessions"), report.clone());
+    // The real disk's own ENOSPC refusals are counted the way a simulated full disk's are.
+    let space = crate::DiskSpace::default();
+    faults.on_disk(&space);
+    life::watch_disk(&faults, fs.as_ref(), &data.join("sessions"), plan.store.format(), report.clone());
     let seams = Seams {
         clock,
         net: Arc::new(faultline_runtime::production::TokioNet),
@@ -319,6 +322,9 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     for kind in faults.failures_fired() {
         let family = if kind == std::io::ErrorKind::StorageFull { "enospc" } else { "eio" };
         report.fault(family);
+    }
+    if space.refusals() > 0 {
+        report.fault("disk-full");
     }
     let fs_ops = faults.ops();
     let (outcome, error, status) = match outcome {

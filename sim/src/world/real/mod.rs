@@ -20,6 +20,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real processes, sockets, files and time
 
 mod clock;
+mod disk;
 pub mod host;
 pub mod parity;
 mod partition;
@@ -34,12 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use faultline_runtime::event::Record;
-use faultline_runtime::store::{FileStore, Format, SessionId, Store};
+use faultline_runtime::store::{FileStore, SessionId, Store};
 use faultline_runtime::testing::CrashPoint;
 use faultline_runtime::{Clock, Net};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use clock::{monotonic_ns, ScaledClock};
+pub use disk::{tmpfs_unavailable, REQUIRE_TMPFS_VAR};
 pub use host::{agent_host, parse_crash_at, FsFaultArm, HostArgs, CRASH_AT_VAR, FS_FAULT_VAR};
 pub use partition::{PartitionNet, PartitionSwitch};
 
@@ -82,10 +84,30 @@ pub struct RealRun {
     pub wall_ms: u64,
 }
 
+/// Why `scenario` cannot run for real on this machine, if it cannot: it is sim-only, or its
+/// disk-full window needs a tmpfs this process may not mount (unless [`REQUIRE_TMPFS_VAR`]
+/// says a missing tmpfs is a failure, not a skip).
+pub fn cannot_run_here(scenario: &Scenario) -> Option<String> {
+    if let Some(why) = &scenario.real.sim_only {
+        return Some(format!("sim-only: {why}"));
+    }
+    if scenario.faults.disk_full.is_some() && std::env::var_os(REQUIRE_TMPFS_VAR).is_none() {
+        return tmpfs_unavailable().map(|why| format!("its disk-full window needs a tmpfs, and {why}"));
+    }
+    None
+}
+
 /// Runs `scenario` with `seed` for real. Refuses a `sim_only` scenario with its reason.
 pub fn run(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<RealRun, String> {
     if let Some(why) = &scenario.real.sim_only {
         return Err(format!("scenario {} is sim-only: {why}", scenario.name));
+    }
+    if let Some(full) = scenario.faults.disk_full.filter(|full| full.refuses != crate::DiskFullRefuses::NewBlocks) {
+        return Err(format!(
+            "scenario {}: a full disk that refuses {} cannot be realised (a tmpfs refuses new blocks)",
+            scenario.name,
+            full.refuses.name()
+        ));
     }
     let temp;
     let dir = match &options.keep {
@@ -202,6 +224,10 @@ struct Harness<'a> {
     partitioned: Vec<bool>,
     model_switch: PartitionSwitch,
     gateway_switch: PartitionSwitch,
+    /// The agent's disk, when the plan fills it for a window: a tmpfs on `data`.
+    disk: Option<disk::FullableDisk>,
+    /// Whether the working directory is kept (`--keep`).
+    keep: bool,
 }
 
 impl<'a> Harness<'a> {
@@ -224,6 +250,8 @@ impl<'a> Harness<'a> {
             partitioned: vec![false; plan.faults.partitions.len()],
             model_switch: PartitionSwitch::default(),
             gateway_switch: PartitionSwitch::default(),
+            disk: None,
+            keep: options.keep.is_some(),
             plan,
         }
     }
@@ -238,7 +266,7 @@ impl<'a> Harness<'a> {
     }
 
     fn session_file(&self) -> PathBuf {
-        life::session_file(&self.dir.join("data").join("sessions"))
+        life::session_file(&self.dir.join("data").join("sessions"), self.plan.store.format())
     }
 
     fn journal_file(&self) -> PathBuf {
@@ -254,6 +282,9 @@ impl<'a> Harness<'a> {
             PartitionNet::prebound(self.model_switch.clone()).map_err(|e| format!("the model server: {e}"))?;
         let (gateway_net, gateway_addr) =
             PartitionNet::prebound(self.gateway_switch.clone()).map_err(|e| format!("the gateway: {e}"))?;
+        if self.plan.faults.disk_full.is_some() {
+            self.disk = Some(disk::FullableDisk::mount(&self.dir.join("data"))?);
+        }
         let mut servers: Option<(ModelServer, Receipts)> = None;
         // When the next incarnation starts, on the run's clock (a restart's planned delay).
         let mut start_at = 0;
@@ -338,6 +369,7 @@ impl<'a> Harness<'a> {
             .filter_map(|path| std::fs::read(&path).ok().map(|bytes| (path.display().to_string(), bytes)))
             .collect();
         self.world.done = self.world.transcript.is_some() || self.world.refused.is_some();
+        self.unmount_disk()?;
         let (model, receipts) = servers.expect("the servers start with the first incarnation");
         let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let end_ms = self.now_ms();
@@ -360,6 +392,22 @@ impl<'a> Harness<'a> {
             dir: self.dir.clone(),
             wall_ms: 0,
         })
+    }
+
+    /// Unmounts the run's tmpfs, if it has one, keeping its files under `data` with `--keep`.
+    fn unmount_disk(&mut self) -> Result<(), String> {
+        let Some(disk) = self.disk.take() else { return Ok(()) };
+        let (data, kept) = (self.dir.join("data"), self.dir.join(".data-kept"));
+        if self.keep {
+            disk.keep_in(&kept).map_err(|e| format!("keeping {}: {e}", data.display()))?;
+        }
+        drop(disk);
+        if self.keep {
+            std::fs::remove_dir(&data)
+                .and_then(|()| std::fs::rename(&kept, &data))
+                .map_err(|e| format!("keeping {}: {e}", data.display()))?;
+        }
+        Ok(())
     }
 
     /// The model server and the gateway, on their pre-bound ports and the run's clock.
@@ -392,7 +440,7 @@ impl<'a> Harness<'a> {
         let store = FileStore::new(
             faultline_runtime::production::seams(),
             self.dir.join("data").join("sessions"),
-            Format::Jsonl,
+            self.plan.store.format(),
         );
         let id = SessionId::new(SESSION).expect("valid id");
         store.inspect(&id).map(|inspection| inspection.records).map_err(|e| format!("reading the transcript back: {e}"))
@@ -423,6 +471,20 @@ impl<'a> Harness<'a> {
             if let Some(stdin) = child {
                 let _ = stdin.write_all(format!("{HEAL_COMMAND}\n").as_bytes()).await;
                 let _ = stdin.flush().await;
+            }
+        }
+        if let (Some(full), Some(disk)) = (self.plan.faults.disk_full, self.disk.as_mut()) {
+            let active = !self.healed && now >= full.from_ms && now < full.to_ms;
+            if active != disk.is_full() {
+                let (changed, line) = if active {
+                    (disk.fill(), format!("the disk is full ({})", full.refuses.name()))
+                } else {
+                    (disk.free(), "the disk has space again".to_owned())
+                };
+                match changed {
+                    Ok(()) => self.trace(line),
+                    Err(e) => self.trace(format!("the harness could not change the disk's space: {e}")),
+                }
             }
         }
         for i in 0..self.plan.faults.partitions.len() {
@@ -589,7 +651,7 @@ impl<'a> Harness<'a> {
             HostReport::PersistFailure { at_ms } => self.world.note_failure(life, at_ms),
             HostReport::Fault { family } => {
                 // A returned disk failure is the one fault that may stop the agent.
-                self.world.disk_failure_fired |= family == "eio" || family == "enospc";
+                self.world.disk_failure_fired |= ["eio", "enospc", "disk-full"].contains(&family.as_str());
                 self.world.faults_fired.insert(family);
             }
             HostReport::ExtraRefused => self.world.extra_refused = true,
