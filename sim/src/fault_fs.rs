@@ -117,6 +117,8 @@ struct State {
     /// Leave a hole in the unsynced write when the crash lands on its fsync; the value picks
     /// where the hole starts.
     hole: Option<u64>,
+    /// Holes are whole disk sectors of this many bytes (aligned), not a line's run.
+    hole_sectors: Option<u64>,
     /// The file a hole was left in.
     hole_left: Option<PathBuf>,
     /// Tear the unsynced write at this block size when the crash lands on its fsync.
@@ -276,6 +278,14 @@ impl FsFaults {
         self.lock().torn.clone()
     }
 
+    /// Makes the hole whole aligned sectors of `sector` bytes, as a power loss loses them (for
+    /// a file whose bytes have no lines to follow: zstd frames).
+    pub fn holes_in_sectors(&self, sector: u64) -> &Self {
+        assert!(sector > 0, "a sector has bytes");
+        self.lock().hole_sectors = Some(sector);
+        self
+    }
+
     /// The file a power-loss hole was left in, if one was.
     pub fn hole_left(&self) -> Option<PathBuf> {
         self.lock().hole_left.clone()
@@ -404,15 +414,38 @@ impl FaultFile {
 
     /// The power loss of a crash on this file's fsync: the unsynced bytes reach the disk with
     /// a run of zeros from inside their first line up to its newline (which survives, so the
-    /// lines after it are complete). Done through the inner file and synced, so the crash
-    /// that follows keeps it.
+    /// lines after it are complete), or, with sectors set, one whole aligned sector of zeros.
+    /// Done through the inner file and synced, so the crash that follows keeps it.
     fn leave_hole(&mut self, draw: u64) -> io::Result<bool> {
+        let sectors = self.faults.lock().hole_sectors;
         let Some((start, mut bytes)) = self.unsynced.take() else { return Ok(false) };
-        let Some(first_newline) = bytes.iter().position(|&b| b == b'\n').filter(|&nl| nl > 0) else {
-            return Ok(false);
+        let (from, to) = match sectors {
+            // One whole aligned sector inside the write is lost (or, when none fits, everything
+            // from the first sector boundary, or the whole write, to its end).
+            Some(sector) => {
+                let end = start + bytes.len() as u64;
+                let first = start.div_ceil(sector) * sector;
+                let whole: Vec<u64> = (0..).map(|k| first + k * sector).take_while(|s| s + sector <= end).collect();
+                match whole.as_slice() {
+                    [] if first < end => ((first - start) as usize, bytes.len()),
+                    [] => (0, bytes.len()),
+                    all => {
+                        let at = all[(draw % all.len() as u64) as usize];
+                        ((at - start) as usize, (at - start + sector) as usize)
+                    }
+                }
+            }
+            None => {
+                let Some(first_newline) = bytes.iter().position(|&b| b == b'\n').filter(|&nl| nl > 0) else {
+                    return Ok(false);
+                };
+                ((draw % first_newline as u64) as usize, first_newline)
+            }
         };
-        let from = (draw % first_newline as u64) as usize;
-        bytes[from..first_newline].fill(0);
+        if from >= to {
+            return Ok(false);
+        }
+        bytes[from..to].fill(0);
         self.inner.set_len(start)?;
         self.inner.write_all(&bytes)?;
         self.inner.sync()?;

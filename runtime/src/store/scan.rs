@@ -1035,6 +1035,11 @@ fn complete_frame_after(source: &mut dyn Source, from: u64) -> io::Result<Option
 /// disk blocks (512 bytes and up); 64 zeros in a row do not occur in a frame zstd wrote.
 const ZSTD_HOLE_ZERO_BYTES_MIN: usize = 64;
 
+/// The disk sector a power loss loses whole, in bytes: zeros that start on one of its
+/// boundaries and run to the end of the file are a lost last sector, however few the end of
+/// the file leaves of it.
+const POWER_LOSS_SECTOR_BYTES: u64 = 512;
+
 /// The largest tail that can be one write unit's frame, and the largest frame a scan reads
 /// to check it: one oversize record's unit, compressed.
 fn zstd_unit_bytes_max() -> u64 {
@@ -1071,15 +1076,21 @@ fn zstd_rest_is_hole(source: &mut dyn Source, from: u64) -> io::Result<bool> {
     if file_len - from > zstd_unit_bytes_max() {
         return Ok(false);
     }
-    Ok(is_zstd_power_loss_hole(&read_range(source, from, file_len)?))
+    Ok(is_zstd_power_loss_hole(&read_range(source, from, file_len)?, from))
 }
 
-/// Whether `tail` holds zero bytes and could be one write unit.
-fn is_zstd_power_loss_hole(tail: &[u8]) -> bool {
+/// Whether `tail` (which starts at byte `from` of the file) holds zero bytes and could be one
+/// write unit.
+fn is_zstd_power_loss_hole(tail: &[u8], from: u64) -> bool {
     // Compressed bytes hold stray zeros of their own; a hole is a run of them (or a tail of
-    // nothing else).
+    // nothing else), or zeros from a sector boundary to the end of the file: the write's last
+    // sector lost, cut short by the end of the file (a frame's own bytes end in its checksum,
+    // whose trailing zeros could start anywhere but a boundary only by chance).
     let zero_run = [0u8; ZSTD_HOLE_ZERO_BYTES_MIN];
-    if !(tail.iter().all(|&b| b == 0) || memchr::memmem::find(tail, &zero_run).is_some()) {
+    let trailing_zeros = tail.iter().rev().take_while(|&&b| b == 0).count();
+    let zeros_from = from + (tail.len() - trailing_zeros) as u64;
+    let lost_last_sector = trailing_zeros > 0 && zeros_from % POWER_LOSS_SECTOR_BYTES == 0;
+    if !(tail.iter().all(|&b| b == 0) || lost_last_sector || memchr::memmem::find(tail, &zero_run).is_some()) {
         return false;
     }
     !crate::testing::bugs::planted("holes-are-corrupt") && tail.len() as u64 <= zstd_unit_bytes_max()

@@ -731,3 +731,45 @@ fn a_record_line_that_is_not_utf8_is_named_as_corruption_wherever_it_sits() {
         }
     }
 }
+
+/// A power loss that loses the last sector of the last frame's write leaves zeros from a
+/// sector boundary to the end of the file, however few of them the file's end leaves: torn,
+/// never corrupt (the simulator's zstd hole, found refused as corrupt at 54 zeros). The same
+/// few zeros from anywhere but a boundary are no power loss's signature.
+#[test]
+fn zstd_zeros_from_a_sector_boundary_to_the_end_are_a_lost_last_sector() {
+    let (bench, path, log) = two_turns(Backend::Zstd);
+    let clean = read(&path);
+    let next = log.records.len() as u64;
+    // A last frame whose end falls a few bytes past a sector boundary: the lost sector's zeros
+    // are fewer than the 64 a run inside a frame needs.
+    let frame_of = |n: u64| {
+        let text: Vec<u8> = (0..n)
+            .flat_map(|i| {
+                let message = Message::user_text(format!("entry {i} of the log, with a few words of its own"));
+                line(&Record::new(next + i, T0, Event::UserMessage(UserMessage { message })))
+            })
+            .collect();
+        frame(&text, true)
+    };
+    let (last, k) = (1..4000)
+        .find_map(|n| {
+            let last = frame_of(n);
+            let k = (1..last.len()).rev().find(|k| (clean.len() + k) % 512 == 0)?;
+            (last.len() - k < 64).then_some((last, k))
+        })
+        .expect("some frame ends just past a sector boundary");
+    let boundaries = [k];
+    for k in boundaries.iter().copied().chain([last.len() - 10]) {
+        let mut holed = last.clone();
+        holed[k..].fill(0);
+        write(&path, &[clean.clone(), holed].concat());
+        let inspection = inspect(&bench);
+        let aligned = (clean.len() + k) % 512 == 0;
+        let expected = if aligned { ScanStatus::Torn } else { ScanStatus::Corrupt };
+        assert_eq!(inspection.status, expected, "zeros from byte {k} of {} (aligned: {aligned})", last.len());
+        if aligned {
+            assert_eq!(inspection.torn_bytes, last.len() as u64, "the whole frame is the torn tail");
+        }
+    }
+}

@@ -42,6 +42,8 @@ const SESSIONS_DIR: &str = "/data/sessions";
 const OUTBOX_PATH: &str = "/data/outbox.jsonl";
 /// The simulated session id.
 const SESSION: &str = "sim";
+/// The sector a power loss loses whole, in bytes.
+const POWER_LOSS_SECTOR_BYTES: u64 = 512;
 /// Simulated network latency per hop.
 const LATENCY_MS: u64 = 1;
 
@@ -255,6 +257,10 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         }
         if fs.power_loss_hole {
             first_life_fs.hole_on_crash(crate::Seed::new(seed).fault("hole").next_u64());
+            if plan.store == crate::StoreKind::Zstd {
+                // Compressed bytes have no lines: a power loss loses whole sectors.
+                first_life_fs.holes_in_sectors(POWER_LOSS_SECTOR_BYTES);
+            }
         }
         if let (true, Some(block)) = (fs.torn_mid_line, fs.block_size) {
             first_life_fs.tear_on_crash(block);

@@ -239,7 +239,7 @@ impl Swarm {
         let zstd = on("zstd");
         // A hole of zeros inside a zstd frame is not the format's torn signature (zeros after
         // the last complete frame are): the hole is a JSONL fault.
-        let power_loss_hole = power_loss_hole && !zstd;
+        let power_loss_hole = power_loss_hole;
         Swarm {
             model_failures,
             refused: on("refused"),
