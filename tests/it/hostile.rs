@@ -349,16 +349,17 @@ fn inspecting_commands_never_create_or_change_a_database() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("app.sqlite");
     std::fs::write(&empty, b"").unwrap();
+    // Another application's database, made by SQLite itself (no Python needed, nothing skipped).
     let foreign = dir.path().join("foreign.sqlite");
-    let made = Command::new("python3")
-        .args([
-            "-c",
-            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('create table users(id)'); c.commit()",
-        ])
-        .arg(&foreign)
-        .status();
-    let dbs: Vec<&Path> = if made.is_ok_and(|s| s.success()) { vec![&empty, &foreign] } else { vec![&empty] };
-    for db in dbs {
+    {
+        let connection = rusqlite::Connection::open(&foreign).unwrap();
+        connection
+            .execute_batch(
+                "create table users(id integer primary key, name text); insert into users(name) values ('ada');",
+            )
+            .unwrap();
+    }
+    for db in [&empty, &foreign] {
         let before = std::fs::read(db).unwrap();
         for command in ["inspect", "cat", "report"] {
             let output = faultline(&["transcript", command, "--sqlite", db.to_str().unwrap(), "--session", "s1"]);

@@ -237,9 +237,6 @@ impl Swarm {
             DiskFull { from_ms, to_ms, refuses }
         });
         let zstd = on("zstd");
-        // A hole of zeros inside a zstd frame is not the format's torn signature (zeros after
-        // the last complete frame are): the hole is a JSONL fault.
-        let power_loss_hole = power_loss_hole;
         Swarm {
             model_failures,
             refused: on("refused"),

@@ -22,16 +22,56 @@ fn a_recorded_run_is_the_same_run_and_its_io_is_what_the_agent_did() {
         assert!(sent > 0 && connection.server.read == sent, "the server read the request whole: {connection:?}");
         assert!(served > 0 && connection.client.read == served, "the agent read the answer whole: {connection:?}");
     }
-    // The session file is opened, written and synced; names are made durable in directories.
-    let opened_session =
-        io.disk.iter().any(|op| matches!(op, DiskOp::Open { path, .. } if path.ends_with("sim/session.jsonl")));
-    assert!(opened_session, "{:?}", io.disk);
-    let count = |f: fn(&DiskOp) -> bool| io.disk.iter().filter(|op| f(op)).count();
-    assert!(count(|op| matches!(op, DiskOp::Write { .. })) > 0);
-    assert!(count(|op| matches!(op, DiskOp::Sync { .. })) > 0);
-    assert!(count(|op| matches!(op, DiskOp::SyncDir { .. })) > 0);
-    // Every mutating operation the fault layer admitted reached the disk, and was recorded.
-    assert!(io.disk.len() as u64 >= recorded.fs_ops, "{} recorded, {} admitted", io.disk.len(), recorded.fs_ops);
+    // Every mutating operation the fault layer above numbered reached the disk, once, and was
+    // recorded: the recording's count is the fault layer's own, exactly.
+    let mutating = io
+        .disk
+        .iter()
+        .filter(|op| match op {
+            DiskOp::Open { options, .. } => options.create || options.create_new,
+            DiskOp::CreateDir { .. }
+            | DiskOp::HardLink { .. }
+            | DiskOp::Rename { .. }
+            | DiskOp::RemoveFile { .. }
+            | DiskOp::SyncDir { .. }
+            | DiskOp::Write { .. }
+            | DiskOp::Sync { .. }
+            | DiskOp::SetLen { .. } => true,
+            _ => false,
+        })
+        .count();
+    assert_eq!(mutating as u64, recorded.fs_ops, "recorded against admitted by the fault layer");
+    // The bytes written to the session (its temp file, then the file itself) are the header
+    // line and every recovered record's line, nothing more: what the agent wrote, whole.
+    let mut files = std::collections::BTreeMap::new();
+    for op in &io.disk {
+        if let DiskOp::Open { path, file: Some(file), .. } = op {
+            files.insert(*file, path.clone());
+        }
+    }
+    let session_bytes: usize = io
+        .disk
+        .iter()
+        .filter_map(|op| match op {
+            DiskOp::Write { file, bytes } if files[file].to_string_lossy().contains("sim/session.jsonl") => {
+                Some(*bytes)
+            }
+            _ => None,
+        })
+        .sum();
+    let header = faultline_runtime::event::SessionHeader::new("sim", faultline_sim::SIM_EPOCH_MS).encode().len() + 1;
+    let lines: usize = recorded.transcript.iter().map(|r| r.encode().len() + 1).sum();
+    assert_eq!(session_bytes, header + lines, "the session's writes are its header and records, once each");
+    // Its names are made durable: every link is followed by a sync of its directory.
+    let link_at = io
+        .disk
+        .iter()
+        .position(|op| matches!(op, DiskOp::HardLink { link, .. } if link.ends_with("sim/session.jsonl")));
+    let link_at = link_at.expect("the session is published by a link");
+    assert!(
+        io.disk[link_at..].iter().any(|op| matches!(op, DiskOp::SyncDir { path } if path.ends_with("sim"))),
+        "the session's directory is synced after the link"
+    );
 }
 
 #[test]
