@@ -95,13 +95,35 @@ mod tests {
         }
     }
 
-    /// As many jobs at once as the machine has cores (what recovery splits its decoding by;
-    /// 0 or 1 would silently make every recovery single-threaded).
+    /// `parallelism` is what the pool does, not a number it reports: with more jobs than it,
+    /// exactly that many run at once (each job holds its place until every one of the first
+    /// `parallelism` has started, and counts how many run beside it).
     #[test]
-    fn parallelism_is_the_machines_cores_up_to_the_cap() {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(Threads::new().parallelism(), cores.clamp(1, super::THREADS_MAX));
-        assert_eq!(Threads { cores: 3 }.parallelism(), 3);
+    fn parallelism_is_how_many_jobs_run_at_once() {
+        for threads in [Threads::new(), Threads { cores: 1 }, Threads { cores: 3 }] {
+            let width = threads.parallelism();
+            assert!((1..=super::THREADS_MAX).contains(&width), "{width}");
+            let (running, most, started) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let jobs: Vec<Box<dyn FnOnce() + Send + '_>> = (0..width * 3)
+                .map(|_| {
+                    let (running, most, started) = (&running, &most, &started);
+                    Box::new(move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        started.fetch_add(1, Ordering::SeqCst);
+                        // Hold the place until a full width has started (or the whole batch
+                        // has, for the last ones), so every place is filled at least once.
+                        while started.load(Ordering::SeqCst) < width && std::time::Instant::now() < deadline {
+                            std::thread::yield_now();
+                        }
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    }) as Box<dyn FnOnce() + Send + '_>
+                })
+                .collect();
+            threads.run(jobs);
+            assert_eq!(most.load(Ordering::SeqCst), width, "{width} jobs at once, never more");
+        }
     }
 
     /// With two cores, two jobs run at the same time: each waits (a bounded time) for the
