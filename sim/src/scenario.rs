@@ -397,6 +397,13 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel_at_ms: Option<u64>,
+    /// Cancel the running turn this many ms after the first text of an answer arrives (a
+    /// person who reads the first words and presses Ctrl-C): measured from an event both
+    /// worlds see, not from the start, so a real run's set-up (a real fsync before the
+    /// request) cannot reorder the cancel and the answer.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_after_first_text_ms: Option<u64>,
     /// With `cancel_at_ms`: keep queued input (`cancel_keep_inbox`) and submit the next
     /// message right after the cancel (the wake latch).
     #[serde(default)]
@@ -735,6 +742,9 @@ impl Scenario {
             if fs.block_size.is_none() || fs.crash_before_op.is_none() {
                 return Err(format!("scenario {name}: faults.fs.torn_mid_line needs block_size and crash_before_op"));
             }
+        }
+        if self.faults.cancel_at_ms.is_some() && self.faults.cancel_after_first_text_ms.is_some() {
+            return Err(format!("scenario {name}: give faults.cancel_at_ms or cancel_after_first_text_ms, not both"));
         }
         if let Some(full) = self.faults.disk_full.filter(|full| full.from_ms >= full.to_ms) {
             return Err(format!(

@@ -70,7 +70,7 @@ pub fn fault_count(scenario: &Scenario) -> usize {
         + faults.partitions.len()
         + usize::from(faults.disk_full.is_some())
         + fs
-        + usize::from(faults.cancel_at_ms.is_some())
+        + usize::from(faults.cancel_at_ms.is_some() || faults.cancel_after_first_text_ms.is_some())
         + usize::from(faults.config_update.is_some())
         + usize::from(scenario.model.refuse_until_ms > 0)
         + scenario.model.responses.iter().filter(|r| r.fails()).count()
@@ -114,8 +114,11 @@ fn variants(s: &Scenario) -> Vec<Scenario> {
             with(&|v| v.faults.fs.as_mut().expect("present").block_size = None);
         }
     }
-    if s.faults.cancel_at_ms.is_some() {
-        with(&|v| (v.faults.cancel_at_ms, v.faults.cancel_then_submit) = (None, false));
+    if s.faults.cancel_at_ms.is_some() || s.faults.cancel_after_first_text_ms.is_some() {
+        with(&|v| {
+            (v.faults.cancel_at_ms, v.faults.cancel_after_first_text_ms, v.faults.cancel_then_submit) =
+                (None, None, false)
+        });
     }
     if s.faults.config_update.is_some() {
         with(&|v| v.faults.config_update = None);

@@ -237,24 +237,29 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         agent.when_idle().await;
         report_outcome(&agent, report.as_ref(), life);
     }
-    if let (Some(at), 1) = (plan.faults.cancel_at_ms, life) {
+    if life == 1 {
         let (agent, clock, report, then_submit) =
             (agent.clone(), seams.clock.clone(), report.clone(), plan.faults.cancel_then_submit);
-        tokio::spawn(async move {
-            clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
-            report.fault("cancel");
-            if then_submit {
-                agent.cancel_keep_inbox();
-                // A cancel that lands after the workload ended finds the agent disposed: its
-                // message was refused, never accepted, and is not owed a turn.
-                if agent.submit(MESSAGE_DURING_ABORT).is_err() {
-                    report.extra_refused();
+        let (at_ms, after_first_text_ms) = (plan.faults.cancel_at_ms, plan.faults.cancel_after_first_text_ms);
+        let mut records = after_first_text_ms.map(|_| agent.subscribe());
+        if at_ms.is_some() || after_first_text_ms.is_some() {
+            tokio::spawn(async move {
+                if let Some(at) = at_ms {
+                    clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
                 }
-            } else {
-                agent.cancel();
-            }
-            report.trace("cancel".into());
-        });
+                if let (Some(after), Some(records)) = (after_first_text_ms, records.as_mut()) {
+                    while let Ok(record) = records.recv().await {
+                        if let Event::AssistantChunk(chunk) = &record.event {
+                            if matches!(chunk.chunk, faultline_runtime::event::Chunk::TextDelta { .. }) {
+                                break;
+                            }
+                        }
+                    }
+                    clock.sleep(Duration::from_millis(after)).await;
+                }
+                cancel(&agent, report.as_ref(), then_submit);
+            });
+        }
     }
     for message in plan.messages.iter().skip(done) {
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
@@ -264,6 +269,23 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
     Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
+}
+
+/// The simulated user's cancel: with `then_submit`, keep the inbox and send one more message
+/// during the abort (the wake latch).
+fn cancel(agent: &Agent, report: &dyn LifeReport, then_submit: bool) {
+    report.fault("cancel");
+    if then_submit {
+        agent.cancel_keep_inbox();
+        // A cancel that lands after the workload ended finds the agent disposed: its message
+        // was refused, never accepted, and is not owed a turn.
+        if agent.submit(MESSAGE_DURING_ABORT).is_err() {
+            report.extra_refused();
+        }
+    } else {
+        agent.cancel();
+    }
+    report.trace("cancel".into());
 }
 
 /// Tells the world the outcome the user now holds (the oracle holds a kept one to the disk).
