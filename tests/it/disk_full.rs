@@ -108,3 +108,77 @@ fn a_turn_that_does_not_fit_the_disk_is_never_reported_completed_and_resumes_onc
         assert_eq!(inspection["open_turn"], false, "{store}: {inspection}");
     }
 }
+
+/// `transcript repair` and the delivery queue's commands on a full disk report the failure
+/// and exit non-zero, never "repaired" or "resolved" for what is not on disk; once space is
+/// back the same commands succeed.
+#[test]
+fn repair_and_the_queue_on_a_full_disk_fail_loudly_and_succeed_once_space_is_back() {
+    // Room for the queue's database and its write-ahead log once the filler is gone.
+    let disk = match Tmpfs::mount(DISK_BACK_KIB) {
+        Ok(disk) => disk,
+        Err(why) => return skip_or_fail(faultline_e2e::REQUIRE_TMPFS_VAR, &format!("no tmpfs: {why}")),
+    };
+    let sessions = disk.path().join("sessions");
+    // A session left with an open turn by a writer that died (the test writes it whole), its
+    // last page exactly full: the repair's closers need a new one.
+    let dir = sessions.join("s1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = faultline_runtime::event::SessionHeader::new("s1", 1).encode();
+    let open_turn = r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
+    let message = |text: &str| {
+        format!(r#"{{"type":"user/message","seq":1,"time":1,"data":{{"message":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}}}}}"#)
+    };
+    let without_text = format!("{header}\n{open_turn}\n{}\n", message("")).len();
+    let text = "a".repeat(4096 - without_text);
+    let session = format!("{header}\n{open_turn}\n{}\n", message(&text));
+    assert_eq!(session.len(), 4096);
+    std::fs::write(dir.join("session.jsonl"), session).unwrap();
+    let queue = disk.path().join("outbox.sqlite");
+    let enqueue = |id: &str| {
+        let mut child = std::process::Command::new(faultline_e2e::faultline_bin())
+            .args(["outbox", "enqueue", "--db", queue.to_str().unwrap(), id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(&vec![b'x'; 64 * 1024]).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(enqueue("first").status.code(), Some(0), "the queue is made while there is space");
+    // Fill the disk to its last byte.
+    let filler = disk.path().join("filler");
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let mut piece = vec![0u8; 64 * 1024];
+        while !piece.is_empty() {
+            if file.write_all(&piece).is_err() {
+                piece.truncate(piece.len() / 2);
+            }
+        }
+    }
+    let before = std::fs::read(dir.join("session.jsonl")).unwrap();
+    let repair = faultline(&["transcript", "repair", dir.to_str().unwrap()]);
+    assert_ne!(repair.status.code(), Some(0), "no repair is reported on a full disk: {}", stdout(&repair));
+    assert!(!stdout(&repair).contains("repaired"), "{}", stdout(&repair));
+    assert!(stderr(&repair).contains("No space left on device"), "names the disk error: {}", stderr(&repair));
+    let after = std::fs::read(dir.join("session.jsonl")).unwrap();
+    assert_eq!(after, before, "a failed repair leaves the session as it was");
+    let full = enqueue("second");
+    assert_ne!(full.status.code(), Some(0), "no enqueue is reported on a full disk: {}", stdout(&full));
+    // SQLite names it "database or disk is full", or "disk I/O error" when the full disk
+    // refuses its shared-memory file first.
+    assert!(stderr(&full).contains("disk"), "names the disk error: {}", stderr(&full));
+
+    std::fs::remove_file(&filler).unwrap();
+    let repair = faultline(&["transcript", "repair", dir.to_str().unwrap()]);
+    assert_eq!(repair.status.code(), Some(0), "{}", stderr(&repair));
+    assert!(stdout(&repair).contains("appended 1 closers"), "{}", stdout(&repair));
+    assert_eq!(enqueue("second").status.code(), Some(0), "space is back");
+    let listed = stdout(&faultline(&["outbox", "list", "--db", queue.to_str().unwrap()]));
+    let ids: Vec<&str> = listed.lines().filter_map(|l| l.split_whitespace().nth(1)).collect();
+    assert_eq!(ids, ["first", "second"], "the refused enqueue left nothing behind");
+}
