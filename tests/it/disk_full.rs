@@ -127,7 +127,9 @@ fn repair_and_the_queue_on_a_full_disk_fail_loudly_and_succeed_once_space_is_bac
     let header = faultline_runtime::event::SessionHeader::new("s1", 1).encode();
     let open_turn = r#"{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}"#;
     let message = |text: &str| {
-        format!(r#"{{"type":"user/message","seq":1,"time":1,"data":{{"message":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}}}}}"#)
+        format!(
+            r#"{{"type":"user/message","seq":1,"time":1,"data":{{"message":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}}}}}"#
+        )
     };
     let without_text = format!("{header}\n{open_turn}\n{}\n", message("")).len();
     let text = "a".repeat(4096 - without_text);

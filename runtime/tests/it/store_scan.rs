@@ -622,19 +622,29 @@ fn zstd_a_torn_frame_of_one_record_at_the_line_limit_is_salvaged_whole() {
 fn zstd_salvage_from_a_torn_frame_stops_at_the_content_bound() {
     let (bench, path, clean) = opened_zstd();
     let mut text = Vec::new();
-    let mut records = 0u64;
+    let mut records = Vec::new();
     while text.len() as u64 <= FRAME_CONTENT_BYTES_MAX + 64 * 1024 {
         let delta = Chunk::TextDelta { index: 0, text: "lorem ipsum dolor sit amet ".into() };
-        text.extend(line(&Record::new(2 + records, T0, chunk(1, 1, 1, delta))));
-        records += 1;
+        let record = Record::new(2 + records.len() as u64, T0, chunk(1, 1, 1, delta));
+        text.extend(line(&record));
+        records.push(record);
     }
     write(&path, &[clean, torn_frame(&text)].concat());
     let inspection = inspect(&bench);
     assert_eq!(inspection.status, ScanStatus::Torn);
-    let salvaged: usize = inspection.recovered.iter().map(|r| line(r).len()).sum();
-    assert!(!inspection.recovered.is_empty());
-    assert!(salvaged as u64 <= FRAME_CONTENT_BYTES_MAX, "{salvaged} bytes salvaged");
-    assert!((inspection.recovered.len() as u64) < records);
+    // Exactly the records whose whole lines lie within the frame's first
+    // FRAME_CONTENT_BYTES_MAX bytes: the complete lines of the bounded decode, no more, no less.
+    let mut within = 0;
+    let kept: Vec<Record> = records
+        .iter()
+        .take_while(|record| {
+            within += line(record).len() as u64;
+            within <= FRAME_CONTENT_BYTES_MAX
+        })
+        .cloned()
+        .collect();
+    assert!(kept.len() < records.len(), "the frame runs past the bound");
+    assert_eq!(inspection.recovered, kept);
 }
 
 /// The first frame holds exactly the header line: a header frame that also carries a record
