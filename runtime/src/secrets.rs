@@ -3,10 +3,14 @@
 //! The runtime knows every secret it holds: each request's credential snapshot is registered
 //! here when it is resolved, and an embedder registers any other (proxy credentials, a
 //! receiver's token). Every text that reaches disk or leaves the process — failures, error
-//! bodies, request ids, stored records, delivery rows, stderr, `--json` — passes
-//! [`Scrubber::scrub`]: each registered value, raw and as JSON escapes it, becomes `***`
-//! (which covers its `Bearer …` form), and the pattern redaction of
-//! [`crate::outbox::redact`] runs after it as a second net for keys the runtime never held.
+//! bodies, request ids, stored records, delivery rows, stderr, `--json` — has each registered
+//! value, raw and as JSON escapes it, replaced by `***` (which covers its `Bearer …` form).
+//! What a provider or a tool said (model text, reasoning, refusals, tool arguments and output)
+//! changes nowhere else ([`Scrubber::scrub_held`], [`StreamScrubber`]); only text the runtime
+//! composes itself — its failures, error bodies it quotes, logs — also passes the pattern
+//! redaction of [`crate::outbox::redact`] ([`Scrubber::scrub`]), a second net for keys the
+//! runtime never held. A pattern over model text rewrote ordinary prose and code ("basic
+//! idea", `f(key=value)`), and only where the provider happened to split its deltas.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -98,6 +102,16 @@ impl Scrubber {
         let mut text = text.to_owned();
         self.scrub_values(&mut text);
         crate::outbox::redact(&text)
+    }
+
+    /// `text` with every registered value replaced by `***` and nothing else changed: for
+    /// what a provider or a tool said (model text, tool arguments and output, ids), which is
+    /// kept byte for byte but for the secrets the process holds. [`Scrubber::scrub`] adds the
+    /// pattern net, for text the runtime composes itself.
+    pub fn scrub_held(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        self.scrub_values(&mut text);
+        text
     }
 
     /// Replaces every registered value in `text`, without the pattern net: for stored records,
@@ -204,11 +218,18 @@ fn may_carry_outside_text(event: &Event) -> bool {
 }
 
 /// `text` (JSON) with each `\uXXXX` escape of a printable ASCII character other than `"` and
-/// `\`, and each `\/`, written as that character, and where in the result an escape the text ends inside
-/// begins (if it does). `\\` is an escaped backslash, so a `u` after it is a letter.
-pub(crate) fn unescape_ascii(text: &str) -> (String, Option<usize>) {
+/// `\`, and each `\/`, written as that character: what a secret is searched for in (an
+/// escaped letter must not hide a key). Returns that text, where each of its bytes came from
+/// in `text` (one more entry: the end), and where in it an escape the text ends inside begins
+/// (if it does). `\\` is an escaped backslash, so a `u` after it is a letter.
+pub(crate) fn unescape_ascii(text: &str) -> (String, Vec<usize>, Option<usize>) {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
+    let mut from = Vec::with_capacity(text.len() + 1);
+    let copy = |out: &mut String, from: &mut Vec<usize>, range: std::ops::Range<usize>| {
+        out.push_str(&text[range.clone()]);
+        from.extend(range);
+    };
     let (mut copied, mut at) = (0, 0);
     while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
         let escape = at + found;
@@ -217,8 +238,9 @@ pub(crate) fn unescape_ascii(text: &str) -> (String, Option<usize>) {
             Some(b'u') => bytes.len() < escape + 6,
             // `\/` is `/` (JSON allows both): a key with a slash could hide behind it too.
             Some(b'/') => {
-                out.push_str(&text[copied..escape]);
+                copy(&mut out, &mut from, copied..escape);
                 out.push('/');
+                from.push(escape);
                 (copied, at) = (escape + 2, escape + 2);
                 continue;
             }
@@ -229,10 +251,11 @@ pub(crate) fn unescape_ascii(text: &str) -> (String, Option<usize>) {
         };
         if open {
             // The text ends inside this escape: kept as it is, for the next delta to finish.
-            out.push_str(&text[copied..escape]);
+            copy(&mut out, &mut from, copied..escape);
             let open_at = out.len();
-            out.push_str(&text[escape..]);
-            return (out, Some(open_at));
+            copy(&mut out, &mut from, escape..text.len());
+            from.push(text.len());
+            return (out, from, Some(open_at));
         }
         let hex = &bytes[escape + 2..escape + 6];
         if !hex.iter().all(u8::is_ascii_hexdigit) {
@@ -241,14 +264,16 @@ pub(crate) fn unescape_ascii(text: &str) -> (String, Option<usize>) {
         }
         let code = hex.iter().fold(0u32, |code, &digit| code * 16 + char::from(digit).to_digit(16).unwrap_or(0));
         if (0x20..0x7f).contains(&code) && code != u32::from(b'"') && code != u32::from(b'\\') {
-            out.push_str(&text[copied..escape]);
+            copy(&mut out, &mut from, copied..escape);
             out.push(char::from_u32(code).unwrap_or('?'));
+            from.push(escape);
             copied = escape + 6;
         }
         at = escape + 6;
     }
-    out.push_str(&text[copied..]);
-    (out, None)
+    copy(&mut out, &mut from, copied..text.len());
+    from.push(text.len());
+    (out, from, None)
 }
 
 /// Which stream of a message a delta belongs to: its kind and block index.
@@ -264,16 +289,19 @@ pub struct StreamScrubber {
 }
 
 impl StreamScrubber {
-    /// The part of `held + text` that can be released now, scrubbed (values, then patterns).
+    /// The part of `held + text` that can be released now, with every held secret's value
+    /// replaced; nothing else of the text is changed (no pattern is applied to what a model
+    /// wrote: it rewrote prose and code).
     pub fn push(&mut self, secrets: &Scrubber, key: StreamKey, text: &str) -> String {
         self.push_with(secrets, key, text, false)
     }
 
-    /// [`StreamScrubber::push`] for a stream of JSON text (a tool call's arguments): a JSON
-    /// `\uXXXX` escape of a printable ASCII character is written as the character first (the
-    /// same JSON to whoever parses it), so a key with a letter escaped is found like any
-    /// other; an escape the delta ends inside is held back until the next one completes it.
-    /// Escapes of `"`, `\`, control and non-ASCII characters are kept as they are.
+    /// [`StreamScrubber::push`] for a stream of JSON text (a tool call's arguments): secrets
+    /// are searched for with each JSON `\uXXXX` escape of a printable ASCII character written
+    /// as the character, so a key with a letter escaped is found like any other; an escape
+    /// the delta ends inside is held back until the next one completes it. Text with a secret
+    /// in it is released in that unescaped form (the same JSON to whoever parses it), with the
+    /// value replaced; text without one, byte for byte as it came.
     pub fn push_json(&mut self, secrets: &Scrubber, key: StreamKey, text: &str) -> String {
         self.push_with(secrets, key, text, true)
     }
@@ -281,25 +309,42 @@ impl StreamScrubber {
     fn push_with(&mut self, secrets: &Scrubber, key: StreamKey, text: &str, json: bool) -> String {
         let mut joined = self.held.remove(&key).unwrap_or_default();
         joined.push_str(text);
-        // An escape cut by the end of this delta: held back whole (it is at most 5 bytes).
-        let mut escape_held = 0;
-        if json {
-            let (plain, open_escape) = unescape_ascii(&joined);
-            joined = plain;
-            escape_held = open_escape.map_or(0, |at| joined.len() - at);
-        }
-        // Whole secrets first: a secret inside the text must not be cut by the hold-back.
-        secrets.scrub_values(&mut joined);
-        let keep = if crate::testing::bugs::planted("scrub-by-pattern-only") {
-            escape_held
+        // What a secret is searched for in, and where each of its bytes came from in `joined`.
+        let (plain, from, open_escape) = if json {
+            let (plain, from, open_escape) = unescape_ascii(&joined);
+            (std::borrow::Cow::Owned(plain), Some(from), open_escape)
         } else {
-            secrets.partial_tail_bytes(&joined).max(escape_held)
+            (std::borrow::Cow::Borrowed(joined.as_str()), None, None)
         };
-        let rest = joined.split_off(joined.len() - keep);
+        // An escape cut by the end of this delta: held back whole (it is at most 5 bytes).
+        let escape_held = open_escape.map_or(0, |at| plain.len() - at);
+        let tail = |text: &str| {
+            if crate::testing::bugs::planted("scrub-by-pattern-only") {
+                escape_held
+            } else {
+                secrets.partial_tail_bytes(text).max(escape_held)
+            }
+        };
+        if secrets.leaks(&plain) {
+            // A held secret is in it: the release is the searched text with each value
+            // replaced (whole secrets first: a secret must not be cut by the hold-back).
+            let mut scrubbed = plain.into_owned();
+            secrets.scrub_values(&mut scrubbed);
+            let rest = scrubbed.split_off(scrubbed.len() - tail(&scrubbed));
+            if !rest.is_empty() {
+                self.held.insert(key, rest);
+            }
+            return scrubbed;
+        }
+        // No secret: the provider's text goes on byte for byte, less the tail that could begin
+        // one (held back in the provider's own bytes).
+        let cut = plain.len() - tail(&plain);
+        let cut = from.map_or(cut, |from| from[cut]);
+        let rest = joined.split_off(cut);
         if !rest.is_empty() {
             self.held.insert(key, rest);
         }
-        crate::outbox::redact_owned(joined)
+        joined
     }
 
     /// What is still held for `key`: the stream ended, so it can complete no secret.

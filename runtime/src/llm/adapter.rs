@@ -161,7 +161,7 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
             });
         }
     };
-    let whole = |text: String| if secrets.leaks(&text) { secrets.scrub(&text) } else { text };
+    let whole = |text: String| if secrets.leaks(&text) { secrets.scrub_held(&text) } else { text };
     match chunk {
         Chunk::TextDelta { index, text } => {
             let text = stream.push(secrets, (TEXT_STREAM, index), &text);

@@ -18,7 +18,6 @@ pub use drain::{drain, enqueue_and_wait, Deliverer, DeliveryError, DrainReport, 
 pub use evidence::QueueEvidence;
 pub use journal::JournalOutbox;
 pub use redact::redact;
-pub(crate) use redact::redact_owned;
 pub use tool::OutboxTool;
 
 use crate::seams::OwnerIdentity;

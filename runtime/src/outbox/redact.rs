@@ -24,9 +24,9 @@ fn patterns() -> &'static [(Regex, &'static str)] {
 }
 
 /// [`redact`] of an owned text, handed back as it is when no pattern matches.
-pub(crate) fn redact_owned(text: String) -> String {
-    // This runs on every streamed delta: a pattern that does not match costs one search and
-    // no allocation (`replace_all` with `$1` builds captures even when nothing matches).
+fn redact_owned(text: String) -> String {
+    // A pattern that does not match costs one search and no allocation (`replace_all` with
+    // `$1` builds captures even when nothing matches).
     let mut out = text;
     for (pattern, replacement) in patterns() {
         if pattern.is_match(&out) {

@@ -109,7 +109,7 @@ fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
     use faultline_runtime::StreamScrubber;
     let secrets = Scrubber::new();
     secrets.register("LEAKCANARY2plainKey");
-    let mut stream = StreamScrubber::default();
+    let mut stream = faultline_runtime::StreamScrubber::default();
     let key = (0, 0);
     let mut out = String::new();
     for delta in ["Your key: LEAK", "CANARY2pla", "inKey. And L", "ater: LEAKCANARY2plainKey!"] {
@@ -153,15 +153,55 @@ fn a_key_with_an_escaped_letter_in_tool_arguments_is_scrubbed_even_split_across_
     let kept = r#"{"q":"\u0022","b":"\u005c","c":"\u0001","e":"\u00e9","s":"\\u004c","x":"\u00zz"}"#;
     assert_eq!(whole(&[kept]), kept);
     // A stream that ends inside an escape releases what it holds when the block ends; one
-    // that ends just after a complete escape writes it as its character at once.
+    // that ends just after a complete escape releases it at once, as it came.
     assert_eq!(whole(&[r#"{"k":"ab\u00"#]), r#"{"k":"ab\u00"#);
-    assert_eq!(whole(&[r#"{"k":"ab\u0041"#]), r#"{"k":"abA"#);
-    // Ordinary escapes become their characters; the JSON means the same.
+    assert_eq!(whole(&[r#"{"k":"ab\u0041"#]), r#"{"k":"ab\u0041"#);
+    // Escapes without a secret behind them are the model's bytes: kept as they came, cut
+    // anywhere (the search sees their characters, the output does not change).
     let plain = r#"{"k":"\u0041\u0062 \n a\/b"}"#;
-    let out = whole(&[plain]);
-    assert_eq!(out, r#"{"k":"Ab \n a/b"}"#);
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&out).unwrap(),
-        serde_json::from_str::<serde_json::Value>(plain).unwrap()
-    );
+    for cut in 0..=plain.len() {
+        assert_eq!(whole(&[&plain[..cut], &plain[cut..]]), plain, "cut at {cut}");
+    }
+}
+
+/// FAILURE-SECRETS (revised): what a model writes is never rewritten but for a held secret's
+/// value. Prose and code that look like credentials — "basic", `key=value`, "bearer token",
+/// an `sk-` word, a URL with a user — pass byte for byte in text, reasoning and tool
+/// arguments, however the provider splits them (at every byte, into two deltas), while a
+/// held key in the same stream is still replaced.
+#[test]
+fn model_text_that_looks_like_a_credential_is_kept_byte_for_byte_at_every_split() {
+    let secrets = Scrubber::new();
+    secrets.register("LEAKCANARY3plainKey");
+    let sentences = [
+        "The most basic representation",
+        "The basic idea: call f(key=value) with a bearer token",
+        "Authorization: Basic dXNlcjpwYXNz and Bearer abc.def",
+        "use sk-proj-abcdefghijklmnop, token=abc&secret=xyz, password=hunter2",
+        r#"{"api_key": "not-ours", "url": "https://user:pass@example.com/x"}"#,
+    ];
+    for sentence in sentences {
+        for cut in (0..=sentence.len()).filter(|&cut| sentence.is_char_boundary(cut)) {
+            for (kind, json) in [(0u8, false), (1, false), (2, true)] {
+                let mut stream = faultline_runtime::StreamScrubber::default();
+                let mut out = String::new();
+                for delta in [&sentence[..cut], &sentence[cut..]] {
+                    out.push_str(&if json {
+                        stream.push_json(&secrets, (kind, 0), delta)
+                    } else {
+                        stream.push(&secrets, (kind, 0), delta)
+                    });
+                }
+                out.push_str(&stream.flush((kind, 0)).unwrap_or_default());
+                assert_eq!(out, sentence, "stream {kind}, cut at {cut}");
+            }
+        }
+    }
+    // The same stream still replaces a held key, and only it.
+    let mut stream = faultline_runtime::StreamScrubber::default();
+    let text = "basic f(key=value) LEAKCANARY3plainKey bearer token";
+    let mut out = stream.push(&secrets, (0, 0), text);
+    out.push_str(&stream.flush((0, 0)).unwrap_or_default());
+    assert_eq!(out, "basic f(key=value) *** bearer token");
+    assert_eq!(secrets.scrub_held(text), "basic f(key=value) *** bearer token");
 }
