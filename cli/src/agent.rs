@@ -430,12 +430,19 @@ async fn print_stream(agent: Agent) {
     let mut records = agent.subscribe();
     while let Ok(record) = records.recv().await {
         match &record.event {
-            Event::AssistantChunk(chunk) => {
-                if let Chunk::TextDelta { text, .. } = &chunk.chunk {
+            Event::AssistantChunk(chunk) => match &chunk.chunk {
+                Chunk::TextDelta { text, .. } => {
                     print!("{text}");
                     let _ = std::io::stdout().flush();
                 }
-            }
+                // The model declined: its words are the answer, marked as a refusal.
+                Chunk::BlockStart { kind: faultline_runtime::event::BlockKind::Refusal, .. } => print!("[refusal] "),
+                Chunk::RefusalDelta { text, .. } => {
+                    print!("{text}");
+                    let _ = std::io::stdout().flush();
+                }
+                _ => {}
+            },
             Event::LlmRetry(retry) => {
                 eprintln!("\n[{}: retry {} in {} ms]", retry.failure.code, retry.retry, retry.delay_ms);
             }
@@ -477,6 +484,7 @@ fn report(
             "end_reason": reason,
             "kept": kept,
             "assistant_text": outcome.text,
+            "assistant_refusal": outcome.refusal,
             "tool_calls": calls,
             "usage": {"turn": outcome.usage, "session": session_usage},
         });

@@ -27,6 +27,22 @@ enum LlmCommand {
     /// one attempt, exactly as the runtime sees it. Exit 0 for stop, tool-calls or
     /// max-tokens; 2 for error or aborted (Ctrl-C); 1 for bad arguments.
     Stream(StreamArgs),
+    /// Replay every recorded `.sse` body of a directory through faultline's adapter and
+    /// through the official `openai` SDK (the referee), and print where they agree. Exit 0
+    /// when every file agrees, 2 when one does not, 1 for bad arguments or no SDK.
+    Conform(ConformArgs),
+}
+
+#[derive(Debug, Args)]
+struct ConformArgs {
+    /// A directory of recorded stream bodies (`*.sse`), or one such file.
+    path: PathBuf,
+    /// A Python with the `openai` package (`pip install openai`).
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    /// Print one JSON object per file (both readings and the differences).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -66,7 +82,63 @@ fn bad_arguments(message: impl std::fmt::Display) -> ExitCode {
 pub fn run(args: &LlmArgs) -> ExitCode {
     match &args.command {
         LlmCommand::Stream(args) => stream(args),
+        LlmCommand::Conform(args) => conform(args),
     }
+}
+
+fn conform(args: &ConformArgs) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("faultline llm conform: {message}");
+        ExitCode::from(1)
+    };
+    let has_sdk = std::process::Command::new(&args.python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return fail(format!(
+            "{} has no `openai` package: pip install openai, or give --python",
+            args.python.display()
+        ));
+    }
+    let files = if args.path.is_dir() {
+        match faultline_sim::conformance::recordings(&args.path) {
+            Ok(files) if files.is_empty() => return fail(format!("{}: no .sse files", args.path.display())),
+            Ok(files) => files,
+            Err(e) => return fail(e),
+        }
+    } else {
+        vec![args.path.clone()]
+    };
+    let mut disagree = 0;
+    for file in &files {
+        let body = match std::fs::read_to_string(file) {
+            Ok(body) => body,
+            Err(e) => return fail(format!("{}: {e}", file.display())),
+        };
+        let verdict = match faultline_sim::conformance::conform(&args.python, file, &body) {
+            Ok(verdict) => verdict,
+            Err(e) => return fail(e),
+        };
+        disagree += usize::from(!verdict.differences.is_empty());
+        if args.json {
+            println!("{}", serde_json::to_string(&verdict).expect("verdicts serialise"));
+            continue;
+        }
+        let name = file.file_name().map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned());
+        if verdict.differences.is_empty() {
+            println!("agree     {name}");
+        } else {
+            println!("DIFFER    {name}");
+            for difference in &verdict.differences {
+                println!("          {difference}");
+            }
+        }
+    }
+    if !args.json {
+        println!("{} of {} agree with the official SDK", files.len() - disagree, files.len());
+    }
+    ExitCode::from(if disagree == 0 { 0 } else { 2 })
 }
 
 fn stream(args: &StreamArgs) -> ExitCode {
@@ -123,7 +195,7 @@ fn stream(args: &StreamArgs) -> ExitCode {
         let mut out = std::io::stdout().lock();
         let mut code = 2;
         while let Some(chunk) = stream.next().await {
-            if let Chunk::Finish { reason } = &chunk {
+            if let Chunk::Finish { reason, .. } = &chunk {
                 code = match reason {
                     FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => 0,
                     FinishReason::Error { .. } | FinishReason::Aborted { .. } => 2,

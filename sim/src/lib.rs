@@ -4,6 +4,7 @@
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
 
 pub mod bench;
+pub mod conformance;
 mod fault_fs;
 pub mod generate;
 pub mod html;

@@ -649,6 +649,7 @@ scenarios![
     "empty-and-malformed-bodies",
     "mid-stream-errors",
     "tool-call-finish-variants",
+    "provider-shapes",
     "stalled-body",
     "partial-eof",
     "rate-limit-retry-after-seconds",

@@ -339,7 +339,12 @@ fn the_official_openai_sdk_parses_what_the_model_server_sends() {
                 {"tool_call": {"index": 0, "arguments": "xt\":\"hi\"}"}}
             ], "finish": "tool_calls"},
             {"status": 429, "headers": {"retry-after": "2"}, "body": "{\"error\":{\"message\":\"slow down\",\"type\":\"rate_limit\"}}"},
-            {"frames": [{"text": "whole answer"}], "finish": "stop", "usage": [3, 2, 5]}
+            {"frames": [{"text": "whole answer"}], "finish": "stop", "usage": [3, 2, 5]},
+            {"frames": [{"refusal": "I can't"}, {"refusal": " help with that."}], "finish": "stop"},
+            {"frames": [{"tool_call": {"index": 0, "id": "Kq3TzW8pA", "name": "send", "arguments": "{\"to\":\"ops\"}"}}],
+             "finish": "tool_calls", "dialect": "mistral"},
+            {"frames": [{"reasoning": "think "}, {"reasoning": "first"}, {"text": "done"}], "finish": "stop",
+             "usage": [4, 3, 7], "dialect": "openrouter"}
         ]}),
     );
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_conformance.py");
@@ -354,5 +359,67 @@ fn the_official_openai_sdk_parses_what_the_model_server_sends() {
     assert_eq!(
         parsed["whole"],
         json!({"object": "chat.completion", "content": "whole answer", "finish": "stop", "total_tokens": 5})
+    );
+    assert_eq!(
+        (parsed["refusal"].as_str(), parsed["refusal_finish"].as_str()),
+        (Some("I can't help with that."), Some("stop"))
+    );
+    assert_eq!(
+        parsed["mistral_calls"],
+        json!([{"index": null, "id": "Kq3TzW8pA", "name": "send", "arguments": "{\"to\":\"ops\"}"}]),
+        "the server speaks Mistral's shape: no index"
+    );
+    assert_eq!(parsed["openrouter"], json!({"reasoning": "think first", "total_tokens": 7}));
+}
+
+/// FAILURE-PROVIDER-SHAPES: every provider stream in the repository — the live recordings and
+/// the shapes written here — read by faultline's adapter and by the official `openai` SDK from
+/// the same bytes, must agree (`faultline llm conform`): text, reasoning, refusal, tool calls,
+/// finish and usage. And the SDK's own reading of each shape is what the shape says.
+#[test]
+fn every_provider_stream_reads_as_the_official_sdk_reads_it() {
+    let python = std::env::var("FAULTLINE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let has_sdk =
+        std::process::Command::new(&python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        return faultline_e2e::skip_or_fail(
+            "FAULTLINE_REQUIRE_OPENAI_SDK",
+            &format!("{python} has no `openai` package (pip install openai)"),
+        );
+    }
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sim/fixtures");
+    let mut sdk = std::collections::BTreeMap::new();
+    for dir in ["recorded", "shapes"] {
+        let output =
+            faultline(&["llm", "conform", fixtures.join(dir).to_str().unwrap(), "--python", &python, "--json"]);
+        assert_eq!(output.status.code(), Some(0), "{dir}: {}{}", stdout(&output), stderr(&output));
+        for line in stdout(&output).lines() {
+            let verdict: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(verdict["differences"], json!([]), "{verdict}");
+            let file = verdict["file"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+            sdk.insert(file, verdict["sdk"].clone());
+        }
+    }
+    assert_eq!(sdk.len(), 10, "every stream was read: {:?}", sdk.keys());
+    let calls = |file: &str| sdk[file]["tool_calls"].clone();
+    assert_eq!(
+        calls("mistral-tool-calls-without-index.sse"),
+        json!([
+            {"id": "Kq3TzW8pA", "name": "get_weather", "arguments": "{\"city\": \"Lyon\", \"unit\": \"celsius\"}"},
+            {"id": "Rm7bXc2Ld", "name": "get_time", "arguments": "{\"zone\": \"Europe/Paris\"}"}
+        ])
+    );
+    assert_eq!(sdk["openai-refusal.sse"]["refusal"], "I'm sorry, but I can't help with writing that.");
+    assert_eq!(sdk["openai-refusal.sse"]["finish"], "stop");
+    assert_eq!(
+        sdk["openrouter-reasoning.sse"]["reasoning"],
+        "The user wants the capital. It is a short factual answer."
+    );
+    assert_eq!(sdk["openrouter-reasoning.sse"]["usage"], json!([24, 31, 55]));
+    assert_eq!(sdk["openrouter-error-in-stream.sse"]["error"]["code"], 400);
+    assert_eq!(sdk["tool-call-without-finish-reason.sse"]["finish"], Value::Null);
+    assert_eq!(
+        sdk["credential-words-in-prose.sse"]["text"],
+        "The basic idea: call f(key=value) with a bearer token, then use Basic auth and password=hunter2."
     );
 }

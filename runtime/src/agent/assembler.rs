@@ -9,6 +9,7 @@ use crate::event::{BlockKind, Chunk, ContentBlock, FinishReason, Message, Role, 
 enum Block {
     Text(String),
     Reasoning(String),
+    Refusal(String),
     ToolCall { id: String, name: String, arguments: String },
 }
 
@@ -32,25 +33,26 @@ impl Assembler {
                 let block = match kind {
                     BlockKind::Text => Block::Text(String::new()),
                     BlockKind::Reasoning => Block::Reasoning(String::new()),
+                    BlockKind::Refusal => Block::Refusal(String::new()),
                     BlockKind::ToolCall => {
                         Block::ToolCall { id: String::new(), name: String::new(), arguments: String::new() }
                     }
                 };
                 self.blocks.insert(*index, block);
             }
-            Chunk::TextDelta { index, text } | Chunk::ReasoningDelta { index, text } => {
-                match self.blocks.get_mut(index) {
-                    Some(Block::Text(s) | Block::Reasoning(s)) => s.push_str(text),
-                    _ => {
-                        let block = if matches!(chunk, Chunk::TextDelta { .. }) {
-                            Block::Text(text.clone())
-                        } else {
-                            Block::Reasoning(text.clone())
-                        };
-                        self.blocks.insert(*index, block);
-                    }
+            Chunk::TextDelta { index, text }
+            | Chunk::ReasoningDelta { index, text }
+            | Chunk::RefusalDelta { index, text } => match self.blocks.get_mut(index) {
+                Some(Block::Text(s) | Block::Reasoning(s) | Block::Refusal(s)) => s.push_str(text),
+                _ => {
+                    let block = match chunk {
+                        Chunk::TextDelta { .. } => Block::Text(text.clone()),
+                        Chunk::ReasoningDelta { .. } => Block::Reasoning(text.clone()),
+                        _ => Block::Refusal(text.clone()),
+                    };
+                    self.blocks.insert(*index, block);
                 }
-            }
+            },
             Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
                 let block = self.blocks.entry(*index).or_insert_with(|| Block::ToolCall {
                     id: String::new(),
@@ -69,7 +71,7 @@ impl Assembler {
             }
             Chunk::BlockEnd { .. } => {}
             Chunk::Usage { usage } => self.usage = Some(*usage),
-            Chunk::Finish { reason } => return Some(reason.clone()),
+            Chunk::Finish { reason, .. } => return Some(reason.clone()),
         }
         None
     }
@@ -82,6 +84,7 @@ impl Assembler {
             .filter_map(|block| match block {
                 Block::Text(text) if !text.is_empty() => Some(ContentBlock::Text { text }),
                 Block::Reasoning(text) if !text.is_empty() => Some(ContentBlock::Reasoning { text }),
+                Block::Refusal(text) if !text.is_empty() => Some(ContentBlock::Refusal { text }),
                 Block::ToolCall { id, name, arguments } => Some(ContentBlock::ToolCall { id, name, arguments }),
                 _ => None,
             })

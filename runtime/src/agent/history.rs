@@ -1,5 +1,5 @@
 //! The conversation the model sees, rebuilt from committed records: user messages, assistant
-//! messages (text and tool calls; reasoning is not sent back) and tool results — including
+//! messages (text, a refusal and tool calls; reasoning is not sent back) and tool results — including
 //! repair closers, which the model reads as ordinary results.
 
 use serde_json::value::RawValue;
@@ -28,8 +28,11 @@ pub struct History {
 /// encoding, with no tree (and no copy of a tool output of hundreds of KiB) in between.
 #[derive(Serialize)]
 struct WireMessage<'a> {
-    /// `null` for an assistant message that only calls tools.
+    /// `null` for an assistant message that only calls tools (or only refuses).
     content: Option<&'a str>,
+    /// An assistant message's refusal, as OpenAI sent it (and takes back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
     role: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
@@ -93,13 +96,20 @@ impl History {
 
     fn push_user(&mut self, message: &Message) {
         let content = text_of(&message.content);
-        self.push(&WireMessage { content: Some(&content), role: "user", tool_call_id: None, tool_calls: Vec::new() });
+        self.push(&WireMessage {
+            content: Some(&content),
+            refusal: None,
+            role: "user",
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        });
     }
 
     fn push_tool(&mut self, call_id: &str, content: &[ContentBlock]) {
         let content = text_of(content);
         self.push(&WireMessage {
             content: Some(&content),
+            refusal: None,
             role: "tool",
             tool_call_id: Some(call_id),
             tool_calls: Vec::new(),
@@ -112,8 +122,13 @@ impl History {
             .tool_calls()
             .map(|(id, name, arguments)| WireCall { function: WireFunction { arguments, name }, id, kind: "function" })
             .collect();
+        let refusal = message.content.iter().find_map(|b| match b {
+            ContentBlock::Refusal { text } => Some(text.as_str()),
+            _ => None,
+        });
         self.push(&WireMessage {
             content: (!text.is_empty()).then_some(&*text),
+            refusal,
             role: "assistant",
             tool_call_id: None,
             tool_calls,

@@ -107,6 +107,9 @@ pub struct TurnOutcome {
     pub reached: Option<TurnEndReason>,
     /// The last assistant text.
     pub text: String,
+    /// The last answer's refusal, when the model declined (OpenAI's `refusal`): shown to a
+    /// person like text, never an empty response, never retried.
+    pub refusal: Option<String>,
     /// Tool calls in commit order: name and error code (None = success).
     pub tool_calls: Vec<(String, Option<ErrorCode>)>,
     /// Tokens every attempt of the turn reported (failed attempts included: they were billed).

@@ -51,11 +51,20 @@ pub(super) async fn run_turn(
     let turn = history.last_turn + 1;
     let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
     async {
-        let mut ctx =
-            TurnCtx { shared, history, turn, cancel, calls: Vec::new(), text: String::new(), usage: Usage::default() };
+        let mut ctx = TurnCtx {
+            shared,
+            history,
+            turn,
+            cancel,
+            calls: Vec::new(),
+            text: String::new(),
+            refusal: None,
+            usage: Usage::default(),
+        };
         let ended = ctx.run(message).await;
-        let TurnCtx { text, calls: tool_calls, usage, .. } = ctx;
-        let outcome = |reason, kept, reached| TurnOutcome { turn, reason, kept, reached, text, tool_calls, usage };
+        let TurnCtx { text, refusal, calls: tool_calls, usage, .. } = ctx;
+        let outcome =
+            |reason, kept, reached| TurnOutcome { turn, reason, kept, reached, text, refusal, tool_calls, usage };
         let reached = match ended {
             Ok(reason) => reason,
             Err(error) => {
@@ -95,6 +104,7 @@ struct TurnCtx<'a> {
     cancel: CancellationToken,
     calls: Vec<(String, Option<ErrorCode>)>,
     text: String,
+    refusal: Option<String>,
     /// Tokens this turn's attempts reported.
     usage: Usage,
 }
@@ -204,6 +214,10 @@ impl TurnCtx<'_> {
                 .iter()
                 .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
                 .collect();
+            self.refusal = message.content.iter().find_map(|b| match b {
+                ContentBlock::Refusal { text } => Some(text.clone()),
+                _ => None,
+            });
             let (sources, finish_reason) = finish;
             self.emit(
                 Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage }),
@@ -283,7 +297,7 @@ impl TurnCtx<'_> {
                 answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
                 let limit = self.shared.config.answer_bytes_max;
                 if answer_bytes > limit && !crate::testing::bugs::planted("no-answer-limit") {
-                    chunk = Chunk::Finish { reason: response_too_large(answer_bytes, limit) };
+                    chunk = Chunk::finish(response_too_large(answer_bytes, limit));
                 }
                 if let Chunk::Usage { usage } = &chunk {
                     self.usage.add(usage);
@@ -556,7 +570,9 @@ fn answer_bytes_of(chunk: &Chunk) -> usize {
     let escaped = crate::store::json_escaped_bytes;
     match chunk {
         Chunk::BlockStart { .. } => BLOCK_OVERHEAD_BYTES,
-        Chunk::TextDelta { text, .. } | Chunk::ReasoningDelta { text, .. } => escaped(text),
+        Chunk::TextDelta { text, .. } | Chunk::ReasoningDelta { text, .. } | Chunk::RefusalDelta { text, .. } => {
+            escaped(text)
+        }
         Chunk::ToolCallDelta { id, name, arguments_delta, .. } => {
             id.as_deref().map_or(0, escaped) + name.as_deref().map_or(0, escaped) + escaped(arguments_delta)
         }

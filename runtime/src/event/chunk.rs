@@ -12,6 +12,8 @@ pub enum BlockKind {
     Reasoning,
     /// A tool call.
     ToolCall,
+    /// A refusal: the model declined, in its own words (OpenAI's `delta.refusal`).
+    Refusal,
 }
 
 /// Token accounting reported by the provider.
@@ -128,6 +130,13 @@ pub enum Chunk {
         /// The reasoning fragment.
         text: String,
     },
+    /// Refusal text appended to block `index`.
+    RefusalDelta {
+        /// Block index.
+        index: u32,
+        /// The refusal fragment.
+        text: String,
+    },
     /// A tool-call fragment: the first of a call carries `id` and `name`.
     ToolCallDelta {
         /// Block index.
@@ -155,7 +164,18 @@ pub enum Chunk {
     Finish {
         /// Why the attempt ended.
         reason: FinishReason,
+        /// The provider sent no `finish_reason`: this one was inferred from the content (tool
+        /// calls, else a stop).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        inferred: bool,
     },
+}
+
+impl Chunk {
+    /// The terminal chunk for `reason`, as the provider (or the runtime) stated it.
+    pub fn finish(reason: FinishReason) -> Chunk {
+        Chunk::Finish { reason, inferred: false }
+    }
 }
 
 #[derive(Deserialize)]
@@ -229,12 +249,22 @@ struct UsageFields {
 #[serde(deny_unknown_fields)]
 struct FinishFields {
     reason: FinishReason,
+    #[serde(default)]
+    inferred: bool,
 }
 
 impl super::tagged::Tagged for Chunk {
     const TAG: &'static str = "type";
-    const VARIANTS: &'static [&'static str] =
-        &["block-start", "text-delta", "reasoning-delta", "tool-call-delta", "block-end", "usage", "finish"];
+    const VARIANTS: &'static [&'static str] = &[
+        "block-start",
+        "text-delta",
+        "reasoning-delta",
+        "refusal-delta",
+        "tool-call-delta",
+        "block-end",
+        "usage",
+        "finish",
+    ];
     const NAME: &'static str = "Chunk";
 
     fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
@@ -246,6 +276,9 @@ impl super::tagged::Tagged for Chunk {
             "reasoning-delta" => {
                 DeltaFields::deserialize(rest).map(|f| Chunk::ReasoningDelta { index: f.index, text: f.text })
             }
+            "refusal-delta" => {
+                DeltaFields::deserialize(rest).map(|f| Chunk::RefusalDelta { index: f.index, text: f.text })
+            }
             "tool-call-delta" => ToolCallDeltaFields::deserialize(rest).map(|f| Chunk::ToolCallDelta {
                 index: f.index,
                 id: f.id,
@@ -254,7 +287,9 @@ impl super::tagged::Tagged for Chunk {
             }),
             "block-end" => IndexFields::deserialize(rest).map(|f| Chunk::BlockEnd { index: f.index }),
             "usage" => UsageFields::deserialize(rest).map(|f| Chunk::Usage { usage: f.usage }),
-            "finish" => FinishFields::deserialize(rest).map(|f| Chunk::Finish { reason: f.reason }),
+            "finish" => {
+                FinishFields::deserialize(rest).map(|f| Chunk::Finish { reason: f.reason, inferred: f.inferred })
+            }
             other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
         }
     }

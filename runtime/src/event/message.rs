@@ -14,6 +14,11 @@ pub enum ContentBlock {
         /// The reasoning text.
         text: String,
     },
+    /// A refusal: the model declined, in its own words (OpenAI's `refusal`).
+    Refusal {
+        /// The refusal text.
+        text: String,
+    },
     /// A tool call the model requested.
     ToolCall {
         /// Provider-assigned call id.
@@ -41,13 +46,14 @@ struct ToolCallFields {
 
 impl super::tagged::Tagged for ContentBlock {
     const TAG: &'static str = "type";
-    const VARIANTS: &'static [&'static str] = &["text", "reasoning", "tool-call"];
+    const VARIANTS: &'static [&'static str] = &["text", "reasoning", "refusal", "tool-call"];
     const NAME: &'static str = "ContentBlock";
 
     fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
         match tag {
             "text" => TextFields::deserialize(rest).map(|f| ContentBlock::Text { text: f.text }),
             "reasoning" => TextFields::deserialize(rest).map(|f| ContentBlock::Reasoning { text: f.text }),
+            "refusal" => TextFields::deserialize(rest).map(|f| ContentBlock::Refusal { text: f.text }),
             "tool-call" => ToolCallFields::deserialize(rest).map(|f| ContentBlock::ToolCall {
                 id: f.id,
                 name: f.name,

@@ -34,7 +34,7 @@ pub(crate) enum ChunkFinish {
 impl ChunkFinish {
     pub(crate) fn of(chunk: &Chunk) -> Option<ChunkFinish> {
         match chunk {
-            Chunk::Finish { reason } if reason.failure().is_some() => Some(ChunkFinish::Failed),
+            Chunk::Finish { reason, .. } if reason.failure().is_some() => Some(ChunkFinish::Failed),
             Chunk::Finish { .. } => Some(ChunkFinish::Succeeded),
             _ => None,
         }

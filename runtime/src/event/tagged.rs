@@ -138,16 +138,16 @@ mod tests {
             assert!(serde_json::from_str::<ContentBlock>(line).is_err(), "{line} must be refused");
         }
         let finish: Chunk = serde_json::from_str(r#"{"type":"finish","reason":{"kind":"stop"}}"#).unwrap();
-        assert_eq!(finish, Chunk::Finish { reason: FinishReason::Stop });
+        assert_eq!(finish, Chunk::finish(FinishReason::Stop));
         assert!(serde_json::from_str::<FinishReason>(r#"{"kind":"stop","failure":null}"#).is_err());
         for chunk in [
             Chunk::BlockStart { index: 0, kind: crate::event::BlockKind::ToolCall },
             Chunk::ToolCallDelta { index: 1, id: None, name: Some("n".into()), arguments_delta: "{".into() },
-            Chunk::Finish {
-                reason: FinishReason::Error {
-                    failure: crate::event::Failure::new(crate::event::ErrorCode::Timeout, "t"),
-                },
-            },
+            Chunk::finish(FinishReason::Error {
+                failure: crate::event::Failure::new(crate::event::ErrorCode::Timeout, "t"),
+            }),
+            Chunk::Finish { reason: FinishReason::ToolCalls, inferred: true },
+            Chunk::RefusalDelta { index: 2, text: "I can't help with that.".into() },
         ] {
             let text = serde_json::to_string(&chunk).unwrap();
             assert_eq!(serde_json::from_str::<Chunk>(&text).unwrap(), chunk, "{text}");

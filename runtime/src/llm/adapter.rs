@@ -146,6 +146,7 @@ impl Drop for ModelStream {
 const TEXT_STREAM: u8 = 0;
 const REASONING_STREAM: u8 = 1;
 const ARGUMENTS_STREAM: u8 = 2;
+const REFUSAL_STREAM: u8 = 3;
 
 /// The chunks `chunk` becomes once scrubbed (FAILURE-SECRETS): deltas pass through the
 /// [`StreamScrubber`] (a secret split across deltas is caught, a held-back tail is released
@@ -157,6 +158,7 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
             out.push_back(match kind {
                 TEXT_STREAM => Chunk::TextDelta { index, text },
                 REASONING_STREAM => Chunk::ReasoningDelta { index, text },
+                REFUSAL_STREAM => Chunk::RefusalDelta { index, text },
                 _ => Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: text },
             });
         }
@@ -175,6 +177,12 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
                 out.push_back(Chunk::ReasoningDelta { index, text });
             }
         }
+        Chunk::RefusalDelta { index, text } => {
+            let text = stream.push(secrets, (REFUSAL_STREAM, index), &text);
+            if !text.is_empty() {
+                out.push_back(Chunk::RefusalDelta { index, text });
+            }
+        }
         Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
             let arguments_delta = stream.push_json(secrets, (ARGUMENTS_STREAM, index), &arguments_delta);
             if id.is_some() || name.is_some() || !arguments_delta.is_empty() {
@@ -187,12 +195,12 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
             }
         }
         Chunk::BlockEnd { index } => {
-            for kind in [TEXT_STREAM, REASONING_STREAM, ARGUMENTS_STREAM] {
+            for kind in [TEXT_STREAM, REASONING_STREAM, ARGUMENTS_STREAM, REFUSAL_STREAM] {
                 flush(stream, out, (kind, index));
             }
             out.push_back(Chunk::BlockEnd { index });
         }
-        Chunk::Finish { reason } => {
+        Chunk::Finish { reason, inferred } => {
             for key in stream.keys() {
                 flush(stream, out, key);
             }
@@ -207,7 +215,7 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
                 }
                 other => other,
             };
-            out.push_back(Chunk::Finish { reason });
+            out.push_back(Chunk::Finish { reason, inferred });
         }
         other => out.push_back(other),
     }
@@ -256,12 +264,12 @@ impl ModelStream {
                         self.phase =
                             Phase::Streaming { body, decoder: SseDecoder::new(), normaliser: Normaliser::new() }
                     }
-                    Err(reason) => self.queue.push_back(Chunk::Finish { reason }),
+                    Err(reason) => self.queue.push_back(Chunk::finish(reason)),
                 },
                 Phase::Streaming { mut body, mut decoder, mut normaliser } => {
                     match self.read_more(&mut body, &mut decoder, &mut normaliser).await {
                         Ok(()) => self.phase = Phase::Streaming { body, decoder, normaliser },
-                        Err(reason) => self.queue.push_back(Chunk::Finish { reason }),
+                        Err(reason) => self.queue.push_back(Chunk::finish(reason)),
                     }
                 }
                 Phase::Done => {

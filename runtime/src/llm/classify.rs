@@ -42,7 +42,12 @@ fn provider_message(body: &str) -> String {
     let from_json = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
         v.get("error").and_then(|e| e.get("message").or(Some(e))).and_then(|m| m.as_str().map(str::to_owned))
     });
-    let text = from_json.unwrap_or_else(|| body.trim().to_owned());
+    bounded(&from_json.unwrap_or_else(|| body.trim().to_owned()))
+}
+
+/// A provider's message kept to at most [`ERROR_MESSAGE_BYTES_MAX`] bytes, cut on a character
+/// boundary.
+pub(crate) fn bounded(text: &str) -> String {
     let mut end = text.len().min(ERROR_MESSAGE_BYTES_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;

@@ -221,7 +221,7 @@ fn finish_reasons_map_to_terminal_chunks() {
         }
         n.on_data(&format!(r#"{{"choices":[{{"delta":{{}},"finish_reason":"{reason}"}}]}}"#), &mut out).unwrap();
         match n.on_done(&mut out) {
-            Chunk::Finish { reason } => reason,
+            Chunk::Finish { reason, .. } => reason,
             other => panic!("{other:?}"),
         }
     };

@@ -106,7 +106,6 @@ fn a_secret_anywhere_in_an_event_is_found_without_encoding_it_and_a_clean_event_
 
 #[test]
 fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
-    use faultline_runtime::StreamScrubber;
     let secrets = Scrubber::new();
     secrets.register("LEAKCANARY2plainKey");
     let mut stream = faultline_runtime::StreamScrubber::default();

@@ -32,7 +32,7 @@ impl Log {
         self.push(Event::UserMessage(UserMessage { message: Message::user_text("send hi") }));
         self.push(Event::RequestHeader(request_header()));
         let c1 = self.push(chunk(turn, 1, 1, tool_delta()));
-        let c2 = self.push(chunk(turn, 1, 1, Chunk::Finish { reason: FinishReason::ToolCalls }));
+        let c2 = self.push(chunk(turn, 1, 1, Chunk::finish(FinishReason::ToolCalls)));
         self.push_cited(Event::AssistantMessage(tool_message(turn, 1, "c1")), vec![c1, c2]);
         self.push(Event::ToolCall(tool_call(turn, 1, "c1")));
         self.push(Event::ToolResult(ok_result(turn, 1, "c1")));

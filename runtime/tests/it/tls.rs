@@ -142,7 +142,7 @@ pub(crate) async fn call_via(
     while let Some(chunk) = stream.next().await {
         match chunk {
             Chunk::TextDelta { text: t, .. } => text.push_str(&t),
-            Chunk::Finish { reason } => return (text, reason),
+            Chunk::Finish { reason, .. } => return (text, reason),
             _ => {}
         }
     }
@@ -279,7 +279,7 @@ async fn the_deepseek_preset_opens_tls_to_api_deepseek_com() {
         })
     };
     while let Some(chunk) = stream.next().await {
-        if let Chunk::Finish { reason } = chunk {
+        if let Chunk::Finish { reason, .. } = chunk {
             assert_eq!(code(&reason), Some(ErrorCode::Transport), "the pipe closed mid-handshake: {reason:?}");
             break;
         }

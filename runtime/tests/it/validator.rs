@@ -177,7 +177,7 @@ fn assistant_message_never_cites_a_failed_attempt() {
     let mut log = open_step();
     let partial = log.push(chunk(1, 1, 1, tool_delta()));
     let transport = Failure::new(ErrorCode::Transport, "reset");
-    log.push(chunk(1, 1, 1, Chunk::Finish { reason: FinishReason::Error { failure: transport } }));
+    log.push(chunk(1, 1, 1, Chunk::finish(FinishReason::Error { failure: transport })));
     log.push_cited(Event::AssistantMessage(text_message(1, 1, "x")), vec![partial]);
     assert_last_breaks(&log, Rule::BadCitation { cited: partial, why: "chunk of a failed attempt" });
 }

@@ -5,7 +5,7 @@ mod script;
 mod server;
 
 pub use recorded::Recorded;
-pub use script::{Frame, Response, Script, FILLER_BYTES_MAX};
+pub use script::{Dialect, Frame, Response, Script, FILLER_BYTES_MAX};
 pub use server::{
     echo_credential, echoes_credential, header_text, sse_body, Exchange, ModelServer, RecordedRequest, RequestObserver,
     REQUEST_BODY_BYTES_MAX,

@@ -70,6 +70,43 @@ pub struct Response {
     /// Use CRLF line endings.
     #[serde(default, skip_serializing_if = "is_false")]
     pub crlf: bool,
+    /// Whose wire shape the frames are written in (default: OpenAI's).
+    #[serde(default, skip_serializing_if = "Dialect::is_default")]
+    pub dialect: Dialect,
+}
+
+/// A provider's wire shape for the same frames (FAILURE-PROVIDER-SHAPES), so a sweep meets
+/// what each provider sends, not only OpenAI's reference shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// OpenAI's (and DeepSeek's): `index` on every tool-call fragment, `reasoning_content`.
+    #[default]
+    Openai,
+    /// Mistral's (and Ollama's, Gemini's compatible endpoint): tool-call fragments without
+    /// `index`.
+    Mistral,
+    /// OpenRouter's: `: OPENROUTER PROCESSING` comments first, `reasoning` for reasoning, the
+    /// usage in a chunk of its own after the finish chunk.
+    Openrouter,
+}
+
+impl Dialect {
+    /// Every dialect.
+    pub const ALL: [Dialect; 3] = [Dialect::Openai, Dialect::Mistral, Dialect::Openrouter];
+
+    /// The name scripts use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Openai => "openai",
+            Dialect::Mistral => "mistral",
+            Dialect::Openrouter => "openrouter",
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == Dialect::Openai
+    }
 }
 
 impl Response {
@@ -122,8 +159,10 @@ pub const FILLER_BYTES_MAX: usize = 1_000_000;
 pub enum Frame {
     /// A `content` delta.
     Text(String),
-    /// A `reasoning_content` delta.
+    /// A `reasoning_content` delta (OpenRouter's dialect: `reasoning`).
     Reasoning(String),
+    /// A `refusal` delta, with `content: null` (OpenAI's refusal).
+    Refusal(String),
     /// A tool-call fragment.
     ToolCall {
         /// Provider tool-call index.

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::script::{Frame, Response, Script};
+use super::script::{Dialect, Frame, Response, Script};
 
 /// Largest request body recorded, in bytes.
 pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -373,7 +373,7 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
     }
     for frame in &mut response.frames {
         match frame {
-            Frame::Text(text) | Frame::Reasoning(text) | Frame::Raw(text) => fill(text),
+            Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => fill(text),
             Frame::ToolCall { arguments, .. } => fill(arguments),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => {}
         }
@@ -391,7 +391,7 @@ pub fn echoes_credential(response: &Response) -> bool {
     response.body.as_deref().is_some_and(echoes)
         || response.headers.values().any(|v| echoes(v))
         || response.frames.iter().any(|f| match f {
-            Frame::Text(text) | Frame::Reasoning(text) | Frame::Raw(text) => echoes(text),
+            Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => echoes(text),
             Frame::ToolCall { arguments, .. } => echoes(arguments),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => false,
         })
@@ -564,13 +564,14 @@ fn unanswered(waiting: &[&str]) -> Result<(), String> {
 /// The `chat.completion` object a `stream: false` request gets: the frames' text, reasoning
 /// and tool calls put together, the finish reason and the usage.
 fn completion_json(meta: &Meta, response: &Response) -> serde_json::Value {
-    let (mut content, mut reasoning) = (String::new(), String::new());
+    let (mut content, mut reasoning, mut refusal) = (String::new(), String::new(), String::new());
     let mut calls: BTreeMap<u32, (Option<String>, Option<String>, String)> = BTreeMap::new();
     for frame in &response.frames {
         match frame {
             Frame::Text(text) => content.push_str(text),
             Frame::Filler(bytes) => content.push_str(&"x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX))),
             Frame::Reasoning(text) => reasoning.push_str(text),
+            Frame::Refusal(text) => refusal.push_str(text),
             Frame::ToolCall { index, id, name, arguments } => {
                 let call = calls.entry(*index).or_default();
                 call.0 = call.0.take().or_else(|| id.clone());
@@ -581,6 +582,10 @@ fn completion_json(meta: &Meta, response: &Response) -> serde_json::Value {
         }
     }
     let mut message = json!({"role": "assistant", "content": content});
+    if !refusal.is_empty() {
+        message["content"] = serde_json::Value::Null;
+        message["refusal"] = json!(refusal);
+    }
     if !reasoning.is_empty() {
         message["reasoning_content"] = json!(reasoning);
     }
@@ -658,24 +663,32 @@ fn event(data: &str) -> String {
 /// The SSE event of one frame (`None` for a delay marker) and the delay it asks for.
 /// The first content frame also carries `delta.role = "assistant"`, as the real APIs' first
 /// chunk does.
-fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64) {
+fn frame_event(meta: &Meta, first: bool, frame: &Frame, dialect: Dialect) -> (Option<String>, u64) {
     let delta = |mut value: serde_json::Value| {
         if first {
             value["role"] = json!("assistant");
         }
         value
     };
+    let comment = if first && dialect == Dialect::Openrouter { ": OPENROUTER PROCESSING\n\n" } else { "" };
+    let data =
+        |value: serde_json::Value| Some(format!("{comment}{}", event(&chunk_json(meta, delta(value), None, None))));
     match frame {
-        Frame::Text(text) => (Some(event(&chunk_json(meta, delta(json!({"content": text})), None, None))), 0),
+        Frame::Text(text) => (data(json!({"content": text})), 0),
         Frame::Filler(bytes) => {
             let text = "x".repeat((*bytes).min(super::script::FILLER_BYTES_MAX));
-            (Some(event(&chunk_json(meta, delta(json!({"content": text})), None, None))), 0)
+            (data(json!({"content": text})), 0)
         }
         Frame::Reasoning(text) => {
-            (Some(event(&chunk_json(meta, delta(json!({"reasoning_content": text})), None, None))), 0)
+            let field = if dialect == Dialect::Openrouter { "reasoning" } else { "reasoning_content" };
+            (data(json!({ field: text })), 0)
         }
+        Frame::Refusal(text) => (data(json!({"content": null, "refusal": text})), 0),
         Frame::ToolCall { index, id, name, arguments } => {
-            let mut call = json!({"index": index, "function": {"arguments": arguments}});
+            let mut call = json!({"function": {"arguments": arguments}});
+            if dialect != Dialect::Mistral {
+                call["index"] = json!(index);
+            }
             if let Some(id) = id {
                 call["id"] = json!(id);
                 call["type"] = json!("function");
@@ -683,10 +696,10 @@ fn frame_event(meta: &Meta, first: bool, frame: &Frame) -> (Option<String>, u64)
             if let Some(name) = name {
                 call["function"]["name"] = json!(name);
             }
-            (Some(event(&chunk_json(meta, delta(json!({"tool_calls": [call]})), None, None))), 0)
+            (data(json!({"tool_calls": [call]})), 0)
         }
-        Frame::KeepAlive => (Some(": keep-alive\n\n".to_owned()), 0),
-        Frame::Raw(data) => (Some(event(data)), 0),
+        Frame::KeepAlive => (Some(format!("{comment}: keep-alive\n\n")), 0),
+        Frame::Raw(raw) => (Some(format!("{comment}{}", event(raw))), 0),
         Frame::DelayMs(ms) => (None, *ms),
     }
 }
@@ -699,7 +712,9 @@ fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
         let in_finish = if response.usage_in_finish { usage.clone() } else { None };
         tail.push(event(&chunk_json(meta, json!({}), Some(finish), in_finish)));
     }
-    if let (Some(usage), false, true) = (usage, response.usage_in_finish, meta.include_usage) {
+    // OpenRouter sends its usage after the finish chunk whether or not it was asked.
+    let asked = meta.include_usage || response.dialect == Dialect::Openrouter;
+    if let (Some(usage), false, true) = (usage, response.usage_in_finish, asked) {
         let chunk = json!({
             "id": format!("chatcmpl-{}", meta.n),
             "object": "chat.completion.chunk",
@@ -721,7 +736,11 @@ fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
 /// benchmark serves from memory so that the transport costs nothing measurable.
 pub fn sse_body(n: usize, response: &Response) -> String {
     let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false, include_usage: true };
-    let frames = response.frames.iter().enumerate().filter_map(|(i, frame)| frame_event(&meta, i == 0, frame).0);
+    let frames = response
+        .frames
+        .iter()
+        .enumerate()
+        .filter_map(|(i, frame)| frame_event(&meta, i == 0, frame, response.dialect).0);
     frames.chain(tail_events(&meta, response)).collect()
 }
 
@@ -735,7 +754,7 @@ async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mps
     }
     // None = a DelayMs marker handled inline.
     let (events, delays): (Vec<Option<String>>, Vec<u64>) =
-        response.frames.iter().enumerate().map(|(i, f)| frame_event(&meta, i == 0, f)).unzip();
+        response.frames.iter().enumerate().map(|(i, f)| frame_event(&meta, i == 0, f, response.dialect)).unzip();
     let tail = tail_events(&meta, &response);
 
     let mut sent_frames = 0;

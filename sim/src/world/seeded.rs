@@ -5,7 +5,7 @@
 use faultline_runtime::testing::CrashPoint;
 use faultline_runtime::{Entropy, EntropyExt};
 
-use crate::model_server::{Frame, Response, Script};
+use crate::model_server::{Dialect, Frame, Response, Script};
 use crate::scenario::{
     CrashFault, DiskFull, DiskFullRefuses, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind,
     RotTarget, Scenario, ScenarioTool, StoreKind, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
@@ -138,6 +138,12 @@ pub struct Swarm {
     pub final_failure: bool,
     /// The session is stored as zstd frames instead of JSONL lines.
     pub zstd: bool,
+    /// Whose wire shape every good response is written in.
+    pub dialect: Dialect,
+    /// The good responses send no `finish_reason` (the client infers it).
+    pub no_finish_reason: bool,
+    /// The first plain text answer is a refusal instead.
+    pub refusal: bool,
     /// A window during which the disk is full.
     pub disk_full: Option<DiskFull>,
 }
@@ -157,6 +163,15 @@ const FINAL_FAILURE_PROBABILITY: f64 = 0.25;
 /// Probability that a seed fills the disk for a window. Lower than the other families': a
 /// full disk ends the turns it catches as not kept, which covers little else.
 const DISK_FULL_PROBABILITY: f64 = 0.25;
+
+/// Probability that a seed's good responses send no `finish_reason`.
+const NO_FINISH_REASON_PROBABILITY: f64 = 0.2;
+
+/// Probability that a seed's first plain text answer is a refusal (its turn ends there).
+const REFUSAL_PROBABILITY: f64 = 0.2;
+
+/// The words of a swarm's refusal.
+const REFUSAL_TEXT: &str = "I'm sorry, but I can't help with that.";
 
 /// Latest start of a drawn disk-full window, in simulated ms.
 const DISK_FULL_FROM_MS_MAX: u64 = 3_000;
@@ -237,6 +252,9 @@ impl Swarm {
             DiskFull { from_ms, to_ms, refuses }
         });
         let zstd = on("zstd");
+        let dialect = *pick(&stream(seed, "swarm/dialect"), &Dialect::ALL);
+        let no_finish_reason = stream(seed, "swarm/no-finish").unit_f64() < NO_FINISH_REASON_PROBABILITY;
+        let refusal = stream(seed, "swarm/refusal").unit_f64() < REFUSAL_PROBABILITY;
         Swarm {
             model_failures,
             refused: on("refused"),
@@ -253,6 +271,9 @@ impl Swarm {
             exhaust_retries,
             final_failure,
             zstd,
+            dialect,
+            no_finish_reason,
+            refusal,
             disk_full,
         }
     }
@@ -326,6 +347,15 @@ impl Swarm {
         }
         if self.zstd {
             on.push("zstd".into());
+        }
+        if self.dialect != Dialect::Openai {
+            on.push(format!("dialect {}", self.dialect.name()));
+        }
+        if self.no_finish_reason {
+            on.push("no-finish-reason".into());
+        }
+        if self.refusal {
+            on.push("refusal".into());
         }
         if self.oversize {
             on.push("oversize-output".into());
@@ -404,6 +434,19 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
             store = StoreKind::Zstd;
         }
         faults.gateway_echo |= swarm.echo;
+        for response in script.responses.iter_mut().filter(|r| !r.fails() && r.recorded.is_none()) {
+            response.dialect = swarm.dialect;
+            if swarm.no_finish_reason && response.usage.is_none() {
+                response.finish = None;
+            }
+        }
+        if swarm.refusal {
+            let plain = |r: &&mut Response| !r.fails() && r.frames.iter().all(|f| matches!(f, Frame::Text(_)));
+            if let Some(answer) = script.responses.iter_mut().find(plain) {
+                answer.frames = vec![Frame::Refusal(REFUSAL_TEXT.into())];
+                answer.finish = Some("stop".into());
+            }
+        }
         if swarm.oversize {
             // The first plain text answer grows past the limit: its turn must end
             // RESPONSE_TOO_LARGE with nothing oversize stored, and the run still converge.
@@ -470,6 +513,24 @@ pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
     }
     if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
         out.push("empty-completion");
+    }
+    if r.dialect != crate::model_server::Dialect::Openai {
+        out.push(match r.dialect {
+            crate::model_server::Dialect::Mistral => "dialect-mistral",
+            _ => "dialect-openrouter",
+        });
+    }
+    if r.frames.iter().any(|f| matches!(f, Frame::Refusal(_))) {
+        out.push("refusal");
+    }
+    if r.finish.is_none()
+        && r.done
+        && r.status.is_none()
+        && r.body.is_none()
+        && r.recorded.is_none()
+        && !r.frames.is_empty()
+    {
+        out.push("no-finish-reason");
     }
     if crate::model_server::echoes_credential(r) {
         out.push("echoed-secret");

@@ -56,7 +56,7 @@ struct Outcome {
 impl Outcome {
     fn finish(&self) -> &FinishReason {
         match self.chunks.last() {
-            Some(Chunk::Finish { reason }) => reason,
+            Some(Chunk::Finish { reason, .. }) => reason,
             other => panic!("stream did not end in finish: {other:?}"),
         }
     }
@@ -577,5 +577,107 @@ fn a_recorded_error_event_mid_stream_is_classified_by_its_status_in_every_world(
         let failure = out.finish().failure().expect("an error finish");
         assert_eq!(failure.code, ErrorCode::InvalidRequest, "{world}: {failure:?}");
         assert!(failure.message.contains("Tool choice is required"), "{world}: {}", failure.message);
+    });
+}
+
+/// The inferred flag of the attempt's finish.
+fn inferred(out: &Outcome) -> bool {
+    out.chunks.iter().any(|c| matches!(c, Chunk::Finish { inferred: true, .. }))
+}
+
+fn refusal(out: &Outcome) -> String {
+    out.chunks
+        .iter()
+        .filter_map(|c| if let Chunk::RefusalDelta { text, .. } = c { Some(text.as_str()) } else { None })
+        .collect()
+}
+
+/// Mistral's shape: two tool calls in one delta, neither with an `index`. Both are kept, with
+/// their ids, names and arguments (the adapter used to refuse the stream as malformed).
+#[test]
+fn tool_calls_without_an_index_are_kept_by_their_ids_in_every_world() {
+    for write_bytes in [None, Some(3)] {
+        both(recorded_case(Recorded::MistralToolCallsWithoutIndex, write_bytes), |out, world| {
+            assert_eq!(
+                tool_calls(out),
+                vec![
+                    (
+                        Some("Kq3TzW8pA".into()),
+                        Some("get_weather".into()),
+                        r#"{"city": "Lyon", "unit": "celsius"}"#.into()
+                    ),
+                    (Some("Rm7bXc2Ld".into()), Some("get_time".into()), r#"{"zone": "Europe/Paris"}"#.into()),
+                ],
+                "{world}"
+            );
+            assert_eq!(out.finish(), &FinishReason::ToolCalls, "{world}");
+            let usage = usage(out);
+            assert_eq!((usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens), (118, 53, 171));
+        });
+    }
+}
+
+/// OpenAI's refusal: `refusal` deltas with `content: null` and finish `stop`. It is the
+/// model's answer (its own block), not an empty response.
+#[test]
+fn a_refusal_is_its_own_content_and_finishes_stop_in_every_world() {
+    both(recorded_case(Recorded::OpenaiRefusal, Some(9)), |out, world| {
+        assert_eq!(refusal(out), "I'm sorry, but I can't help with writing that.", "{world}");
+        assert_eq!(out.text(), "", "{world}");
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert!(!inferred(out), "{world}");
+    });
+}
+
+/// OpenRouter's shape: comments while queued, `reasoning` deltas, the usage after the finish.
+#[test]
+fn openrouter_reasoning_and_usage_after_the_finish_are_read_in_every_world() {
+    both(recorded_case(Recorded::OpenrouterReasoning, None), |out, world| {
+        assert_eq!(reasoning(out).concat(), "The user wants the capital. It is a short factual answer.", "{world}");
+        assert_eq!(out.text(), "The capital of France is Paris.", "{world}");
+        let usage = usage(out);
+        assert_eq!(usage.len(), 1, "{world}");
+        assert_eq!((usage[0].prompt_tokens, usage[0].completion_tokens, usage[0].total_tokens), (24, 31, 55));
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+    });
+}
+
+/// OpenRouter's error event with its own `code` 400: the request is at fault, so it is
+/// `INVALID_REQUEST` (never retried by default), not a retryable `SERVER`.
+#[test]
+fn an_error_event_with_a_numeric_code_is_classified_by_it_in_every_world() {
+    both(recorded_case(Recorded::OpenrouterErrorInStream, None), |out, world| {
+        assert_eq!(out.text(), "Here is the first part", "{world}");
+        let failure = out.finish().failure().expect("an error finish");
+        assert_eq!((failure.code, failure.status), (ErrorCode::InvalidRequest, Some(400)), "{world}: {failure:?}");
+        assert!(failure.message.contains("Token limit reached"), "{world}: {}", failure.message);
+    });
+}
+
+/// A tool-call stream with no `finish_reason` anywhere: the call is kept, the finish is
+/// inferred as tool calls, and the record says it was inferred.
+#[test]
+fn a_stream_without_a_finish_reason_records_its_finish_as_inferred_in_every_world() {
+    both(recorded_case(Recorded::ToolCallWithoutFinishReason, None), |out, world| {
+        assert_eq!(
+            tool_calls(out),
+            vec![(Some("call_7f3a".into()), Some("lookup".into()), r#"{"term": "fault lines"}"#.into())],
+            "{world}"
+        );
+        assert_eq!(out.finish(), &FinishReason::ToolCalls, "{world}");
+        assert!(inferred(out), "{world}: the record says the finish was inferred");
+    });
+}
+
+/// Prose that looks like credentials reaches the caller byte for byte, split as it was.
+#[test]
+fn prose_that_looks_like_credentials_is_not_rewritten_in_every_world() {
+    both(recorded_case(Recorded::CredentialWordsInProse, Some(4)), |out, world| {
+        assert_eq!(reasoning(out).concat(), "The most basic representation of a key=value pair", "{world}");
+        assert_eq!(
+            out.text(),
+            "The basic idea: call f(key=value) with a bearer token, then use Basic auth and password=hunter2.",
+            "{world}"
+        );
     });
 }

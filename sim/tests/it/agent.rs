@@ -1045,3 +1045,43 @@ fn resume_repairs_and_the_model_sees_the_unknown_outcome_without_a_rerun() {
     assert_eq!(tool["tool_call_id"], "c1");
     assert!(tool["content"].as_str().unwrap().contains("outcome is unknown"), "{tool}");
 }
+
+/// A refusal is the model's answer: one request, never retried (it used to be an
+/// `EMPTY_RESPONSE`, retried and billed up to the budget), the turn completed, and the
+/// outcome hands the refusal to the caller.
+#[test]
+fn a_refusal_ends_the_turn_completed_after_one_request_and_is_handed_back() {
+    let refusal =
+        Response { recorded: Some(faultline_sim::model_server::Recorded::OpenaiRefusal), ..Response::default() };
+    let spec = Spec::new(vec![refusal, Response::text(&["never asked for"])]);
+    both(spec, |run, world| {
+        assert_eq!(run.requests.len(), 1, "{world}: never retried");
+        assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed], "{world}");
+        let outcome = run.last_outcome.clone().expect("the turn ended");
+        assert_eq!(outcome.refusal.as_deref(), Some("I'm sorry, but I can't help with writing that."), "{world}");
+        assert_eq!(outcome.text, "", "{world}");
+        let message = run.events("assistant/message");
+        let Event::AssistantMessage(message) = &message[0].event else { unreachable!() };
+        assert_eq!(
+            message.message.content,
+            vec![ContentBlock::Refusal { text: "I'm sorry, but I can't help with writing that.".into() }],
+            "{world}: its own block"
+        );
+    });
+}
+
+/// Tool calls without `index` (Mistral's shape) are kept, run, and answered: the stream is
+/// not refused as malformed and the step is not retried.
+#[test]
+fn tool_calls_without_an_index_run_and_the_turn_goes_on() {
+    let executions = Arc::new(AtomicUsize::new(0));
+    let mut first = Response::tool_call("Kq3TzW8pA", "send", r#"{"to":"ops"}"#);
+    first.dialect = faultline_sim::model_server::Dialect::Mistral;
+    let mut spec = Spec::new(vec![first, Response::text(&["Sent."])]);
+    spec.tools = ToolSet::new().with(Arc::new(Counting(executions.clone())));
+    let run = run_sim(&spec);
+    assert_eq!(executions.load(Ordering::SeqCst), 1, "the call ran once");
+    assert_eq!(run.tool_ids("tool/result"), ["Kq3TzW8pA:ok"]);
+    assert_eq!(run.requests.len(), 2, "no retry: the tool's result, then the answer");
+    assert_eq!(run.turn_ends(), vec![TurnEndReason::Completed]);
+}

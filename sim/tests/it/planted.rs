@@ -81,7 +81,7 @@ const INVARIANT_SEEDS: u64 = 64;
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 17] = [
+const CATCHES: [(&str, &str); 18] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -100,6 +100,7 @@ const CATCHES: [(&str, &str); 17] = [
     ("no-answer-limit", "answer-limit"),
     ("unlogged-retry", "retry-backoff"),
     ("outcome-before-durable", "outcome-durable"),
+    ("refusal-as-empty", "answer-not-retried"),
     ("userspace-buffer-on-sync", "(real runs only)"),
 ];
 

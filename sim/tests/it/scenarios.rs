@@ -79,6 +79,10 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
         "bit-rot",
         "oversize-output",
         "disk-full",
+        "dialect-mistral",
+        "dialect-openrouter",
+        "refusal",
+        "no-finish-reason",
     ] {
         assert!(families.contains(family), "fault family {family} never fired (fired: {families:?})");
     }

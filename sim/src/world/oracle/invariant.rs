@@ -130,6 +130,9 @@ catalog! {
     FinalFailureNotRetried = "final-failure-not-retried", Safety,
         "A failure no policy retries ends its step.",
         "the model server's request log and the scripted responses";
+    AnswerNotRetried = "answer-not-retried", Safety,
+        "A complete answer (text, tool calls or a refusal) is never requested again as a failure would be.",
+        "the model server's request log and the scripted responses";
     RetryBackoff = "retry-backoff", Safety,
         "A retry waits at least SPEC's backoff floor for its number.",
         "the model server's request log and clock";

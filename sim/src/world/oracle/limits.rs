@@ -12,8 +12,9 @@ use super::{Evidence, Found, Invariant};
 /// Room for the marker a truncated tool output ends with, in bytes.
 const TRUNCATION_MARKER_BYTES: usize = 64;
 
-/// `HTTP <status>: ` before a provider's message in a failure, in bytes.
-const STATUS_PREFIX_BYTES_MAX: usize = "HTTP 999: ".len();
+/// The runtime's words before a provider's message in a failure, in bytes: `HTTP <status>: `
+/// for an error response, longer for an error event inside a stream.
+const STATUS_PREFIX_BYTES_MAX: usize = "provider reported an error mid-stream (status 999): ".len();
 
 pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     let Some(transcript) = evidence.transcript() else { return };
@@ -135,7 +136,7 @@ pub(super) fn recorded_failure(record: &Record) -> Option<(&'static str, &Failur
 /// The text a content block carries (a tool call's arguments included).
 fn block_text(block: &ContentBlock) -> &str {
     match block {
-        ContentBlock::Text { text } | ContentBlock::Reasoning { text } => text,
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text } | ContentBlock::Refusal { text } => text,
         ContentBlock::ToolCall { arguments, .. } => arguments,
     }
 }

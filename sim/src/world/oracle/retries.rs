@@ -39,6 +39,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     let exchanges = evidence.exchanges;
     found.0.extend(retry_after_honoured(plan, &entries, exchanges));
     found.0.extend(final_failures_not_retried(plan, &entries, exchanges));
+    found.0.extend(answers_not_retried(plan, &entries, exchanges));
     found.0.extend(backoff_respected(plan, &entries, exchanges));
     if let Some(transcript) = evidence.transcript() {
         let cut_off = |from_ms, to_ms| model_cut_off(plan, from_ms, to_ms);
@@ -169,6 +170,26 @@ fn final_failures_not_retried(plan: &Plan, entries: &[LedgerEntry], exchanges: &
         });
     }
     out
+}
+
+/// A complete answer ends its attempt well: the next request of that incarnation is never the
+/// same request again (a refusal read as an empty response was retried, and billed, up to the
+/// policy's budget).
+fn answers_not_retried(plan: &Plan, entries: &[LedgerEntry], exchanges: &[Exchange]) -> Vec<Violation> {
+    retries_of_served(plan, entries, exchanges)
+        .into_iter()
+        .filter(|(response, _, _)| super::served::is_complete_answer(response))
+        .map(|(response, served, next)| Violation {
+            invariant: Invariant::AnswerNotRetried,
+            detail: format!(
+                "model request {} was served a complete answer ({}), and request {} repeated it",
+                served.n,
+                response.describe(),
+                next.n
+            ),
+            at_ms: next.at_ms,
+        })
+        .collect()
 }
 
 /// Whether a partition between the agent and the model overlapped `[from_ms, to_ms]` (server

@@ -43,7 +43,10 @@ pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
     let timing_free = response.disconnect_after_frames.is_none()
         && response.stall_after_frames.is_none()
         && response.frame_delay_ms == 0
-        && response.frames.iter().all(|f| matches!(f, Frame::Text(_) | Frame::KeepAlive | Frame::Raw(_)));
+        && response
+            .frames
+            .iter()
+            .all(|f| matches!(f, Frame::Text(_) | Frame::Refusal(_) | Frame::KeepAlive | Frame::Raw(_)));
     if !timing_free {
         return None;
     }
@@ -66,12 +69,46 @@ pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
     if !raws.is_empty() {
         return None;
     }
-    let text_bytes: usize = response.frames.iter().map(|f| if let Frame::Text(t) = f { t.len() } else { 0 }).sum();
+    // A refusal is the model's answer as much as text is (never an empty completion).
+    let text_bytes: usize = response
+        .frames
+        .iter()
+        .map(|f| match f {
+            Frame::Text(t) | Frame::Refusal(t) => t.len(),
+            _ => 0,
+        })
+        .sum();
     match (response.done, response.finish.as_deref()) {
         (false, None) if text_bytes <= CLEAN_EOF_TEXT_BYTES_MAX => Some(ErrorCode::StreamClosed),
         (true, Some("stop")) if text_bytes == 0 => Some(ErrorCode::EmptyResponse),
         _ => None,
     }
+}
+
+/// Whether `response` is a complete answer a client must take as it is: a whole stream (no
+/// status, no raw body, no cut, no stall, no delay that an idle timeout could meet) of text,
+/// a refusal or tool calls, ended with `[DONE]`, that the oracle's own reading finds no
+/// failure in.
+pub(super) fn is_complete_answer(response: &Response) -> bool {
+    let plain = response.status.is_none()
+        && response.body.is_none()
+        && response.recorded.is_none()
+        && response.done
+        && response.disconnect_after_frames.is_none()
+        && response.stall_after_frames.is_none()
+        && response.frame_delay_ms == 0;
+    let answered = response.frames.iter().any(|f| match f {
+        Frame::Text(text) | Frame::Refusal(text) => !text.is_empty(),
+        Frame::ToolCall { .. } => true,
+        _ => false,
+    });
+    let only_content = response.frames.iter().all(|f| {
+        matches!(
+            f,
+            Frame::Text(_) | Frame::Refusal(_) | Frame::Reasoning(_) | Frame::ToolCall { .. } | Frame::KeepAlive
+        )
+    });
+    plain && answered && only_content && served_code(response).is_none()
 }
 
 /// The wait a served failure's Retry-After advises, in ms after the request arrived (server

@@ -1,0 +1,244 @@
+//! Conformance with the official `openai` SDK (FAILURE-PROVIDER-SHAPES): a recorded `.sse`
+//! body is served byte for byte on 127.0.0.1 and read twice — by faultline's adapter, and by
+//! the SDK itself (`referee.py`, in a Python the caller names) — and the two readings are
+//! compared: text, reasoning, refusal, tool calls (ids, names, arguments), finish and usage.
+//! `faultline llm conform DIR` runs it over a directory, so a user can check a provider we have
+//! never seen from one recording.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real sockets and a real Python
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use faultline_runtime::event::{Chunk, FinishReason};
+use faultline_runtime::llm::{Adapter, ResolvedProvider, StaticCredentials};
+use serde::{Deserialize, Serialize};
+
+use crate::model_server::{ModelServer, Response, Script};
+
+/// The referee: the SDK's objects, accumulated as its readers do.
+pub const REFEREE_PY: &str = include_str!("referee.py");
+
+/// One tool call, as read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    /// The call's id.
+    pub id: Option<String>,
+    /// The tool's name.
+    pub name: Option<String>,
+    /// The arguments, joined.
+    pub arguments: String,
+}
+
+/// What the SDK read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdkReading {
+    /// Text deltas, joined.
+    pub text: String,
+    /// Reasoning deltas (`reasoning_content` or `reasoning`), joined.
+    pub reasoning: String,
+    /// Refusal deltas, joined.
+    pub refusal: String,
+    /// Tool calls, in the order they began.
+    pub tool_calls: Vec<Call>,
+    /// The last `finish_reason` (`None` when the stream sent none).
+    pub finish: Option<String>,
+    /// The last usage: prompt, completion, total.
+    pub usage: Option<[u64; 3]>,
+    /// The error event the SDK raised, if one came.
+    pub error: Option<SdkError>,
+}
+
+/// An error event the SDK raised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SdkError {
+    /// The error's `code` (a number or a word), if it had one.
+    pub code: Option<serde_json::Value>,
+    /// Its message.
+    pub message: String,
+}
+
+/// What faultline's adapter read, in the same terms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdapterReading {
+    /// Text deltas, joined.
+    pub text: String,
+    /// Reasoning deltas, joined.
+    pub reasoning: String,
+    /// Refusal deltas, joined.
+    pub refusal: String,
+    /// Tool calls, in block order.
+    pub tool_calls: Vec<Call>,
+    /// The finish, as recorded.
+    pub finish: FinishReason,
+    /// Whether the finish was inferred (the stream sent no `finish_reason`).
+    pub inferred: bool,
+    /// The last usage: prompt, completion, total.
+    pub usage: Option<[u64; 3]>,
+}
+
+impl AdapterReading {
+    /// The reading of one attempt's chunks.
+    pub fn of(chunks: &[Chunk]) -> AdapterReading {
+        let mut reading = AdapterReading {
+            text: String::new(),
+            reasoning: String::new(),
+            refusal: String::new(),
+            tool_calls: Vec::new(),
+            finish: FinishReason::Stop,
+            inferred: false,
+            usage: None,
+        };
+        let mut calls: std::collections::BTreeMap<u32, usize> = std::collections::BTreeMap::new();
+        for chunk in chunks {
+            match chunk {
+                Chunk::TextDelta { text, .. } => reading.text.push_str(text),
+                Chunk::ReasoningDelta { text, .. } => reading.reasoning.push_str(text),
+                Chunk::RefusalDelta { text, .. } => reading.refusal.push_str(text),
+                Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
+                    let at = *calls.entry(*index).or_insert_with(|| {
+                        reading.tool_calls.push(Call { id: None, name: None, arguments: String::new() });
+                        reading.tool_calls.len() - 1
+                    });
+                    let call = &mut reading.tool_calls[at];
+                    call.id = call.id.take().or_else(|| id.clone());
+                    call.name = call.name.take().or_else(|| name.clone());
+                    call.arguments.push_str(arguments_delta);
+                }
+                Chunk::Usage { usage } => {
+                    reading.usage = Some([usage.prompt_tokens, usage.completion_tokens, usage.total_tokens]);
+                }
+                Chunk::Finish { reason, inferred } => {
+                    reading.finish = reason.clone();
+                    reading.inferred = *inferred;
+                }
+                Chunk::BlockStart { .. } | Chunk::BlockEnd { .. } => {}
+            }
+        }
+        reading
+    }
+}
+
+/// Where the two readings disagree, one line each (empty: they agree).
+pub fn differences(ours: &AdapterReading, sdk: &SdkReading) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |what: &str, ours: String, sdk: String| {
+        if ours != sdk {
+            out.push(format!("{what}: faultline {ours}, the SDK {sdk}"));
+        }
+    };
+    differ("text", format!("{:?}", ours.text), format!("{:?}", sdk.text));
+    differ("reasoning", format!("{:?}", ours.reasoning), format!("{:?}", sdk.reasoning));
+    differ("refusal", format!("{:?}", ours.refusal), format!("{:?}", sdk.refusal));
+    differ("tool calls", format!("{:?}", ours.tool_calls), format!("{:?}", sdk.tool_calls));
+    if let Some(usage) = sdk.usage {
+        differ("usage", format!("{:?}", ours.usage), format!("{:?}", Some(usage)));
+    }
+    let finish = match (&ours.finish, &sdk.error) {
+        // The SDK raised the stream's error event: faultline must end the attempt in an error
+        // that carries the event's own status, when it gave one.
+        (FinishReason::Error { failure }, Some(error)) => match error.code.as_ref().and_then(|c| c.as_u64()) {
+            Some(status) if failure.status != u16::try_from(status).ok() => {
+                Some(format!("error status: faultline {:?} ({}), the SDK {status}", failure.status, failure.code))
+            }
+            _ => None,
+        },
+        (_, Some(error)) => Some(format!("finish: faultline {:?}, the SDK raised {:?}", ours.finish, error.message)),
+        (finish, None) => {
+            let expected = match sdk.finish.as_deref() {
+                None if ours.inferred => None,
+                None => Some("an inferred finish, since the stream sent none"),
+                Some("stop") if *finish == FinishReason::Stop && !ours.inferred => None,
+                Some("tool_calls") if *finish == FinishReason::ToolCalls && !ours.inferred => None,
+                Some("length") if *finish == FinishReason::MaxTokens => None,
+                Some("content_filter") if finish.failure().is_some() => None,
+                Some(_) => Some("the finish the stream sent"),
+            };
+            expected.map(|want| {
+                format!("finish: faultline {finish:?} (inferred: {}), the SDK {:?}: {want}", ours.inferred, sdk.finish)
+            })
+        }
+    };
+    out.extend(finish);
+    out
+}
+
+/// The verdict on one recording.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The file.
+    pub file: PathBuf,
+    /// Both readings.
+    pub faultline: AdapterReading,
+    /// See `faultline`.
+    pub sdk: SdkReading,
+    /// Where they disagree.
+    pub differences: Vec<String>,
+}
+
+/// Serves `body` byte for byte on 127.0.0.1 and reads it with faultline's adapter, then with
+/// the SDK under `python`.
+pub fn conform(python: &Path, file: &Path, body: &str) -> Result<Verdict, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let seams = faultline_runtime::production::seams();
+        let response = Response { body: Some(body.to_owned()), ..Response::default() };
+        let script = Script { responses: vec![response], repeat_last: true, ..Script::default() };
+        let server = ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", script, None)
+            .await
+            .map_err(|e| format!("serving {}: {e}", file.display()))?;
+        let base_url = format!("http://{}/v1", server.addr());
+        let chunks = read_with_adapter(&seams, &base_url).await?;
+        let referee = tempfile::NamedTempFile::new().map_err(|e| format!("the referee's file: {e}"))?;
+        std::fs::write(referee.path(), REFEREE_PY).map_err(|e| format!("the referee's file: {e}"))?;
+        let output = tokio::process::Command::new(python)
+            .arg(referee.path())
+            .arg(&base_url)
+            .output()
+            .await
+            .map_err(|e| format!("running {}: {e}", python.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "the SDK's referee failed on {}: {}",
+                file.display(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let sdk: SdkReading = serde_json::from_slice(&output.stdout)
+            .map_err(|e| format!("the referee's answer: {e}: {}", String::from_utf8_lossy(&output.stdout)))?;
+        let faultline = AdapterReading::of(&chunks);
+        let differences = differences(&faultline, &sdk);
+        Ok(Verdict { file: file.to_path_buf(), faultline, sdk, differences })
+    })
+}
+
+/// One attempt of faultline's adapter against `base_url`: every chunk, to the finish.
+async fn read_with_adapter(seams: &faultline_runtime::Seams, base_url: &str) -> Result<Vec<Chunk>, String> {
+    let provider: faultline_runtime::llm::ProviderConfig = faultline_runtime::llm::from_toml(&format!(
+        "preset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\""
+    ))
+    .map_err(|e| e.to_string())?;
+    let route: ResolvedProvider = provider.resolve("provider").map_err(|e| e.to_string())?;
+    let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()));
+    let prefix = faultline_runtime::event::RequestPrefix { model: "m".into(), system: None, tools: Vec::new() };
+    let body = faultline_runtime::llm::chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "hi"})]);
+    let mut stream = adapter.stream(Arc::new(route), body, tokio_util::sync::CancellationToken::new());
+    let mut chunks = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        chunks.push(chunk);
+    }
+    Ok(chunks)
+}
+
+/// The `.sse` files of `dir`, in name order.
+pub fn recordings(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "sse"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
