@@ -12,9 +12,9 @@ use faultline_runtime::event::{Chunk, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
 use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
 use faultline_runtime::production::{self, CommandDeliverer, CommandTool, EnvCredentials, SqliteOutbox};
+use faultline_runtime::seams::EntropyExt;
 use faultline_runtime::store::OutcomeEvidence;
 use faultline_runtime::store::SessionId;
-use faultline_runtime::EntropyExt;
 use serde_json::json;
 
 use super::transcript::{open_store, StoreKind};
@@ -138,7 +138,7 @@ struct Started {
 /// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
 /// settled evidence) and starts the agent on the session.
 fn start_agent(
-    seams: &faultline_runtime::Seams,
+    seams: &faultline_runtime::seams::Seams,
     config: &ResolvedAgentFile,
     session_dir: &Path,
     store_kind: StoreKind,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use faultline_runtime::event::{Event, Record};
 use faultline_runtime::production;
+use faultline_runtime::seams::EntropyExt;
 use faultline_runtime::store::inspect_file;
-use faultline_runtime::EntropyExt;
 
 use faultline_sim::model_server::{ModelServer, Response, Script};
 

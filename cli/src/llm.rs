@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use faultline_runtime::event::{Chunk, FinishReason, RequestPrefix, ToolSchema};
-use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy};
+use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider};
 use faultline_runtime::production::{self, EnvCredentials};
 use tokio_util::sync::CancellationToken;
 
@@ -141,14 +141,31 @@ fn conform(args: &ConformArgs) -> ExitCode {
     ExitCode::from(if disagree == 0 { 0 } else { 2 })
 }
 
-fn stream(args: &StreamArgs) -> ExitCode {
-    let endpoint = match Endpoint::parse(&args.base_url) {
-        Ok(endpoint) => endpoint,
-        Err(e) => return bad_arguments(format!("--base-url: {e}")),
-    };
-    if !(1..=86_400_000).contains(&args.idle_timeout_ms) {
-        return bad_arguments("--idle-timeout-ms must be within 1..=86400000");
+/// The route `llm stream`'s flags describe, refused with the flag's name.
+fn stream_route(args: &StreamArgs) -> Result<ResolvedProvider, String> {
+    let flag = |name: &str, e: faultline_runtime::llm::ConfigError| format!("{name}: {}", e.message);
+    let mut route = ResolvedProvider::openai_compatible(&args.base_url, &args.model)
+        .map_err(|e| {
+            let name = if e.path.ends_with("model") { "--model" } else { "--base-url" };
+            flag(name, e)
+        })?
+        .with_name("cli")
+        .with_idle_timeout(Duration::from_millis(args.idle_timeout_ms))
+        .map_err(|e| flag("--idle-timeout-ms", e))?;
+    if let Some(var) = &args.api_key_env {
+        route = route.with_api_key_env(var).map_err(|e| flag("--api-key-env", e))?;
     }
+    if let Some(ca_file) = &args.ca_file {
+        route = route.with_ca_file(ca_file.clone());
+    }
+    Ok(route)
+}
+
+fn stream(args: &StreamArgs) -> ExitCode {
+    let route = match stream_route(args) {
+        Ok(route) => Arc::new(route),
+        Err(e) => return bad_arguments(e),
+    };
     let tools: Vec<ToolSchema> = match &args.tools {
         None => Vec::new(),
         Some(path) => match std::fs::read(path)
@@ -159,17 +176,6 @@ fn stream(args: &StreamArgs) -> ExitCode {
             Err(e) => return bad_arguments(format!("--tools {}: {e}", path.display())),
         },
     };
-    let route = Arc::new(ResolvedProvider {
-        name: "cli".into(),
-        preset: Preset::OpenaiCompatible,
-        endpoint,
-        model: args.model.clone(),
-        api_key_env: args.api_key_env.clone(),
-        idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        retry: RetryPolicy::default(),
-        ca_file: args.ca_file.clone(),
-        proxy: None,
-    });
     let prefix = RequestPrefix { model: args.model.clone(), system: args.system.clone(), tools };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": args.prompt})]);
 

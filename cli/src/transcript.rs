@@ -14,7 +14,7 @@ use faultline_runtime::store::{
     inspect_file_keeping, repair_file, FileStore, Format, Inspection, Keep, NoEvidence, OutcomeEvidence, ScanStatus,
     SessionId, Store, Takeover,
 };
-use faultline_runtime::{Error, Liveness, Seams};
+use faultline_runtime::{seams::Liveness, seams::Seams, Error};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -382,7 +382,7 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
                 }
                 let repaired = repair_file(seams, path, &inspection)?;
                 if let (Some(repair), Some(header)) = (&repaired, &inspection.header) {
-                    for execution in faultline_runtime::store::repair::never_claimed(&header.id, &repair.closers) {
+                    for execution in faultline_runtime::store::never_claimed(&header.id, &repair.closers) {
                         evidence.cancel_never_claimed(&execution);
                     }
                 }

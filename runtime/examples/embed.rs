@@ -15,14 +15,14 @@ use std::sync::Arc;
 
 use faultline_runtime::agent::{Agent, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::ToolSchema;
-use faultline_runtime::llm::{Endpoint, Preset, ResolvedProvider, RetryPolicy};
+use faultline_runtime::llm::ResolvedProvider;
 use faultline_runtime::production::{self, EnvCredentials};
+use faultline_runtime::seams::BoxFuture;
 use faultline_runtime::store::{FileStore, Format, SessionId};
-use faultline_runtime::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 /// A side-effect-free tool: tells the time from the Clock seam.
-struct ClockTool(Arc<dyn faultline_runtime::Clock>);
+struct ClockTool(Arc<dyn faultline_runtime::seams::Clock>);
 
 impl Tool for ClockTool {
     fn schema(&self) -> ToolSchema {
@@ -44,17 +44,9 @@ async fn main() -> faultline_runtime::Result<()> {
     let seams = production::seams();
     let dir = std::env::temp_dir().join("faultline-embed-example");
     let store = FileStore::new(seams.clone(), &dir, Format::Jsonl);
-    let route = ResolvedProvider {
-        name: "local".into(),
-        preset: Preset::OpenaiCompatible,
-        endpoint: Endpoint::parse(&base_url).expect("a base URL like http://127.0.0.1:8080/v1"),
-        model: "test-model".into(),
-        api_key_env: None,
-        idle_timeout: std::time::Duration::from_secs(30),
-        retry: RetryPolicy::default(),
-        ca_file: None,
-        proxy: None,
-    };
+    let route = ResolvedProvider::openai_compatible(&base_url, "test-model")
+        .expect("a base URL like http://127.0.0.1:8080/v1")
+        .with_name("local");
     let id = SessionId::new(format!("embed-{}", seams.clock.now_ms()))?;
     let tools = ToolSet::new().with(Arc::new(ClockTool(seams.clock.clone())));
     let agent = Agent::builder(route, Arc::new(EnvCredentials)).seams(seams.clone()).tools(tools).start(&store, &id)?;

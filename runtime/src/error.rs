@@ -152,6 +152,7 @@ pub struct SqliteError {
     pub code: Option<i32>,
 }
 
+#[cfg(feature = "sqlite")]
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         let code = match &e {

@@ -1,15 +1,15 @@
 //! faultline runtime: an LLM tool-calling agent runtime with layered failure recovery.
 //!
-//! An [`Agent`] runs turns against an OpenAI-compatible streaming endpoint (DeepSeek preset
-//! included), calls tools, and writes every event to a durable session ([`Store`]: JSONL,
+//! An [`Agent`](agent::Agent) runs turns against an OpenAI-compatible streaming endpoint (DeepSeek preset
+//! included), calls tools, and writes every event to a durable session ([`Store`](store::Store): JSONL,
 //! zstd, SQLite, or memory) before it acts on it. A crash at any point — SIGKILL mid-stream,
 //! mid-tool, mid-write — leaves a transcript that the next start repairs: a torn tail is cut,
 //! an interrupted turn is closed, and a tool call whose outcome cannot be known is answered
 //! with an explicit `TOOL_OUTCOME_UNKNOWN` instead of being run twice. Side effects whose
-//! receipt can be lost go through a delivery queue ([`Outbox`]) that never resends blindly.
+//! receipt can be lost go through a delivery queue ([`Outbox`](outbox::Outbox)) that never resends blindly.
 //!
-//! The runtime is compiled against seams ([`Clock`], [`Net`], [`Fs`], [`Entropy`],
-//! [`Process`]) so the same code runs in production ([`production::seams`], the default) and
+//! The runtime is compiled against seams ([`Clock`](seams::Clock), [`Net`](seams::Net),
+//! [`Fs`](seams::Fs), [`Entropy`](seams::Entropy), [`Process`](seams::Process)) so the same code runs in production ([`production::seams`], the default) and
 //! inside the deterministic simulator of the `faultline-sim` crate.
 //!
 //! # Example
@@ -19,7 +19,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use faultline_runtime::{Agent, MemoryStore, ProviderConfig, SessionId, StaticCredentials};
+//! use faultline_runtime::{agent::Agent, store::MemoryStore, llm::ProviderConfig, store::SessionId, llm::StaticCredentials};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -80,9 +80,10 @@
 //! # }
 //! ```
 //!
-//! The root exports below are the embedder's front door (`ARCHITECTURE.md` says why each is
-//! public). The modules hold the rest of the public surface by concern; [`testing`] holds
-//! what the simulator reaches inside for.
+//! Every public item has one path: its module, by concern (`agent`, `event`, `llm`,
+//! `outbox`, `store`, `seams`, `secrets`, `production`, `report`), and the crate's error at
+//! the root. `ARCHITECTURE.md` ("The embedder's front door") says what each module is for;
+//! `testing`, what the simulator reaches inside for, exists only with the `testing` feature.
 #![warn(missing_docs)]
 
 pub mod agent;
@@ -92,20 +93,15 @@ pub mod llm;
 pub mod outbox;
 pub mod production;
 pub mod report;
-mod seams;
-mod secrets;
+pub mod seams;
+pub mod secrets;
 pub mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
+// Without the feature the same module serves the runtime itself (the planted-bug switches),
+// out of sight.
+#[cfg(not(feature = "testing"))]
+#[allow(dead_code, unused_imports)]
+mod testing;
 
-pub use agent::{Agent, AgentBuilder, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet, TurnOutcome};
 pub use error::{Error, Result, SqliteError};
-pub use event::{Event, Record};
-pub use llm::{Credentials, LiveProvider, Preset, ProviderConfig, ResolvedProvider, StaticCredentials};
-pub use outbox::{Deliverer, JournalOutbox, Outbox, OutboxTool};
-pub use production::{EnvCredentials, SqliteOutbox, SqliteStore};
-pub use seams::{
-    BoxFuture, ByteStream, Clock, Compute, Entropy, EntropyExt, Fs, FsFile, FsMetadata, Listener, Liveness, Monotonic,
-    Net, OpenOptions, OwnerIdentity, Process, Seams, Sequential,
-};
-pub use secrets::{Scrubber, StreamKey, StreamScrubber, SECRETS_COUNT_MAX, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
-pub use store::{FileStore, Format, MemoryStore, SessionId, Store};

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::event::{ContentBlock, ErrorCode, Event, Record, TurnEndReason};
 use crate::outbox::{Delivery, DeliveryStatus};
-use crate::store::repair::execution_id;
+use crate::store::execution_id;
 
 /// One tool effect in the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -27,6 +27,7 @@ pub struct EffectLine {
 
 /// The report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RecoveryReport {
     /// The session.
     pub session: String,

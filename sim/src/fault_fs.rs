@@ -28,7 +28,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use faultline_runtime::{Fs, FsFile, FsMetadata, OpenOptions};
+use faultline_runtime::{seams::Fs, seams::FsFile, seams::FsMetadata, seams::OpenOptions};
 
 use crate::scenario::DiskFullRefuses;
 

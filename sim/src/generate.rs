@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 
-use faultline_runtime::testing::CRASH_POINTS;
+use faultline_runtime::seams::CRASH_POINTS;
 
 use crate::model_server::{Frame, Response};
 use crate::scenario::{

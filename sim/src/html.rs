@@ -525,7 +525,7 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
         out.push_str("</tr></table>");
         out
     };
-    let points: Vec<String> = faultline_runtime::testing::CRASH_POINTS.iter().map(|p| p.to_string()).collect();
+    let points: Vec<String> = faultline_runtime::seams::CRASH_POINTS.iter().map(|p| p.to_string()).collect();
     let sometimes: Vec<String> = crate::world::SOMETIMES.iter().map(|s| (*s).to_owned()).collect();
     body.push_str(&grid("crash points reached (hits)", &points, &summary.crash_point_hits));
     body.push_str(&grid("fault families fired (runs)", &[], &summary.fault_families_fired));

@@ -509,7 +509,7 @@ pub struct ConfigUpdate {
 pub struct CrashFault {
     /// The crash point (`before-dispatch`, `mid-stream`, `after-tool-call-flush`,
     /// `after-side-effect`, `mid-flush`, `during-repair`, `during-outbox-finish`).
-    pub point: faultline_runtime::testing::CrashPoint,
+    pub point: faultline_runtime::seams::CrashPoint,
     /// Which hit of the point crashes (1 = the first).
     #[serde(default = "one")]
     pub hit: u32,

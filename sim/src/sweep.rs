@@ -481,7 +481,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
 /// The declared sites (crash points, sometimes conditions) missing from `hits`.
 fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String, u32>) -> Vec<String> {
     let mut never = Vec::new();
-    for point in faultline_runtime::testing::CRASH_POINTS {
+    for point in faultline_runtime::seams::CRASH_POINTS {
         if !crash_points.contains_key(&point.to_string()) {
             never.push(format!("crash point {point}"));
         }

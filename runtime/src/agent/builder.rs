@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{Agent, AgentConfig, Open, ToolSet};
 use crate::llm::{Credentials, LiveProvider, ResolvedProvider};
 use crate::store::{SessionId, Store};
-use crate::{Result, Seams};
+use crate::{seams::Seams, Result};
 
 /// Builds an [`Agent`]. Required: the provider route and its credentials (given to
 /// [`Agent::builder`]); then a store and a session id at [`AgentBuilder::start`].

@@ -141,6 +141,7 @@ impl History {
     }
 
     /// The messages, decoded, in order (for a reader; a request sends them as encoded once).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn messages(&self) -> Vec<Value> {
         self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded by `push`")).collect()
     }

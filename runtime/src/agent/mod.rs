@@ -37,7 +37,7 @@ pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX
 use crate::event::{AbortCause, ErrorCode, Message, Record, TurnEndReason};
 use crate::llm::{Adapter, Credentials, LiveProvider};
 use crate::store::{SessionId, Store, Takeover, WriteBehind, WriteBehindConfig};
-use crate::{Error, Result, Seams};
+use crate::{seams::Seams, Error, Result};
 
 /// Default per-turn step budget.
 pub const MAX_STEPS_DEFAULT: u32 = 16;
@@ -192,6 +192,7 @@ impl std::fmt::Debug for Agent {
 
 /// How to get the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Open {
     /// Create a new session.
     Create,

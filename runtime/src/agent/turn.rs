@@ -554,7 +554,7 @@ impl TurnCtx<'_> {
             }
         }
         let session = self.shared.session_id.clone();
-        let execution_id = crate::store::repair::execution_id(&session, self.turn, step, &call.call_id);
+        let execution_id = crate::store::execution_id(&session, self.turn, step, &call.call_id);
         Ok((
             tool.clone(),
             ToolInvocation { session, turn: self.turn, step, call_id: call.call_id.clone(), arguments, execution_id },

@@ -18,6 +18,7 @@ pub struct SessionHeader {
 
 /// Why a header line was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderError {
     /// A well-formed header of a version this build does not support: not corruption, and
     /// never "repaired".

@@ -182,6 +182,7 @@ impl<'de> serde::de::Visitor<'de> for OnePass {
 
 /// Why a line is not a valid record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// Not a JSON object of the envelope's shape.
     #[error("invalid record envelope: {0}")]
@@ -201,6 +202,7 @@ pub enum RecordError {
 
 /// Why a line's bytes are not a valid record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeBytesError {
     /// Not UTF-8.
     #[error("line is not UTF-8: {0}")]

@@ -23,8 +23,8 @@ use super::config::{resolve_credential, Credentials, ResolvedProvider};
 use super::normalise::Normaliser;
 use super::sse::{SseDecoder, SseItem};
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
-use crate::seams::{ByteStream, Clock, Fs, Net};
-use crate::{Scrubber, StreamScrubber};
+use crate::seams::{Clock, Fs, Net};
+use crate::{secrets::Scrubber, secrets::StreamScrubber};
 
 /// Largest error-response body read for classification, in bytes.
 pub const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -344,9 +344,8 @@ impl ModelStream {
                     .map_err(|(code, message)| error(code, message))?;
             }
             if let Some(config) = tls {
-                let secured =
+                stream =
                     super::tls::connect(config, &endpoint.host, stream).await.map_err(|f| error(f.code, f.message))?;
-                stream = Box::new(secured) as Box<dyn ByteStream>;
             }
             let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await

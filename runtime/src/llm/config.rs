@@ -70,9 +70,11 @@ pub enum Preset {
     OpenaiCompatible,
 }
 
-/// `[provider]` as written. Its `Debug` hides URL credentials (a user, a password).
+/// `[provider]` as written. Its `Debug` hides URL credentials (a user, a password). Made by
+/// deserialising a table or by [`ProviderConfig::openai_compatible`]; it can grow keys.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ProviderConfig {
     /// The adapter preset.
     pub preset: Preset,
@@ -357,7 +359,12 @@ impl Endpoint {
 
 /// A resolved provider route: one immutable snapshot. Its `Debug` hides the proxy's
 /// credentials (a user, a password).
+///
+/// Made by [`ProviderConfig::resolve`] (a `[provider]` table) or, in code, by
+/// [`ResolvedProvider::openai_compatible`] and the `with_*` settings; it can grow fields, so
+/// it is never written as a struct literal outside the runtime.
 #[derive(Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ResolvedProvider {
     /// Route name (`provider` field of `llm/retry`).
     pub name: String,
@@ -423,7 +430,89 @@ impl fmt::Debug for ResolvedProvider {
     }
 }
 
+impl ResolvedProvider {
+    /// An OpenAI-compatible route to `base_url` (`http://127.0.0.1:8080/v1`) serving `model`,
+    /// every other setting at its default: named `openai-compatible`, no key, an idle timeout
+    /// of [`IDLE_TIMEOUT_MS_DEFAULT`], the default retry policy, no extra CA, no proxy. Refused
+    /// exactly as the same `[provider]` table would be.
+    pub fn openai_compatible(base_url: &str, model: &str) -> Result<ResolvedProvider, ConfigError> {
+        ProviderConfig::openai_compatible(base_url, model).resolve("provider")
+    }
+
+    /// The route's name (the `provider` field of `llm/retry` events).
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sends the key held in environment variable `var` (read per request); refused unless
+    /// `var` is a variable name (`[A-Za-z0-9_]+`).
+    pub fn with_api_key_env(mut self, var: &str) -> Result<Self, ConfigError> {
+        check_env_var_name(var, "provider.api_key_env")?;
+        self.api_key_env = Some(var.to_owned());
+        Ok(self)
+    }
+
+    /// The idle watchdog: a stream silent this long is `STREAM_IDLE_TIMEOUT`; refused outside
+    /// `1..=IDLE_TIMEOUT_MS_MAX` milliseconds.
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Result<Self, ConfigError> {
+        let ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        check_idle_timeout_ms(ms, "provider.idle_timeout_ms")?;
+        self.idle_timeout = Duration::from_millis(ms);
+        Ok(self)
+    }
+
+    /// The route's retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Trusts the CAs of the PEM file at `path` too (read through the `Fs` seam).
+    pub fn with_ca_file(mut self, path: impl Into<String>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Tunnels through the proxy at `url` (`http://user:pass@host:port`); refused unless the
+    /// URL is one the adapter can use.
+    pub fn with_proxy(mut self, url: &str) -> Result<Self, ConfigError> {
+        super::proxy::parse(url).map_err(|e| ConfigError::at("provider.proxy", &e))?;
+        self.proxy = Some(url.to_owned());
+        Ok(self)
+    }
+}
+
+fn check_env_var_name(var: &str, path: &str) -> Result<(), ConfigError> {
+    if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(ConfigError::at(path, "must be an environment variable name ([A-Za-z0-9_]+)"));
+    }
+    Ok(())
+}
+
+fn check_idle_timeout_ms(ms: u64, path: &str) -> Result<(), ConfigError> {
+    if !(1..=IDLE_TIMEOUT_MS_MAX).contains(&ms) {
+        return Err(ConfigError::at(path, format!("must be within 1..={IDLE_TIMEOUT_MS_MAX}")));
+    }
+    Ok(())
+}
+
 impl ProviderConfig {
+    /// `[provider]` with `preset = "openai-compatible"`, `base_url` and `model`, nothing else.
+    pub fn openai_compatible(base_url: &str, model: &str) -> ProviderConfig {
+        ProviderConfig {
+            preset: Preset::OpenaiCompatible,
+            name: None,
+            base_url: Some(base_url.to_owned()),
+            model: Some(model.to_owned()),
+            api_key_env: None,
+            idle_timeout_ms: None,
+            retry_policy: None,
+            ca_file: None,
+            proxy: None,
+        }
+    }
+
     /// Validates and resolves; `path` is where this table sits (`provider`).
     pub fn resolve(&self, path: &str) -> Result<ResolvedProvider, ConfigError> {
         let (default_url, default_model, default_key, default_name) = match self.preset {
@@ -446,20 +535,10 @@ impl ProviderConfig {
             .to_owned();
         let api_key_env = self.api_key_env.as_deref().or(default_key).map(str::to_owned);
         if let Some(var) = &api_key_env {
-            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                return Err(ConfigError::at(
-                    &format!("{path}.api_key_env"),
-                    "must be an environment variable name ([A-Za-z0-9_]+)",
-                ));
-            }
+            check_env_var_name(var, &format!("{path}.api_key_env"))?;
         }
         let idle_timeout_ms = self.idle_timeout_ms.unwrap_or(IDLE_TIMEOUT_MS_DEFAULT);
-        if !(1..=IDLE_TIMEOUT_MS_MAX).contains(&idle_timeout_ms) {
-            return Err(ConfigError::at(
-                &format!("{path}.idle_timeout_ms"),
-                format!("must be within 1..={IDLE_TIMEOUT_MS_MAX}"),
-            ));
-        }
+        check_idle_timeout_ms(idle_timeout_ms, &format!("{path}.idle_timeout_ms"))?;
         let retry = match &self.retry_policy {
             Some(policy) => policy.resolve(&format!("{path}.retry_policy"))?,
             None => RetryPolicy::default(),

@@ -3,7 +3,7 @@
 
 mod adapter;
 mod classify;
-pub mod config;
+mod config;
 pub(crate) mod normalise;
 mod proxy;
 mod request;
@@ -13,8 +13,9 @@ mod tls;
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
 pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
 pub use config::{
-    from_toml, resolve_credential, Backoff, ConfigError, Credentials, Endpoint, LiveProvider, Preset, ProviderConfig,
-    ResolvedProvider, RetryPolicy, Secret, StaticCredentials,
+    from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, Endpoint, LiveProvider, Preset,
+    ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, DELAY_MS_MAX,
+    IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, RETRYABLE_CODES_DEFAULT,
 };
 pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
 pub use request::chat_body;

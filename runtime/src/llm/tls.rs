@@ -12,15 +12,33 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+#[cfg(feature = "tls")]
 use rustls::pki_types::pem::PemObject;
+#[cfg(feature = "tls")]
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio_rustls::client::TlsStream;
+#[cfg(feature = "tls")]
 use tokio_rustls::TlsConnector;
 
 use crate::event::ErrorCode;
-use crate::seams::{ByteStream, Fs, OpenOptions};
+#[cfg(feature = "tls")]
+use crate::seams::OpenOptions;
+use crate::seams::{ByteStream, Fs};
+
+/// A client configuration: rustls's, or — without the `tls` feature — none can exist.
+#[cfg(feature = "tls")]
+pub(crate) type ClientConfig = rustls::ClientConfig;
+/// Without the `tls` feature no client configuration exists: [`TlsConfigs::get`] refuses every
+/// `https://` route, so [`connect`] is never reached.
+#[cfg(not(feature = "tls"))]
+#[derive(Debug)]
+pub(crate) enum ClientConfig {}
+
+/// Why this build refuses an `https://` route.
+#[cfg(not(feature = "tls"))]
+const TLS_NOT_BUILT: &str = "https:// endpoints need the `tls` cargo feature, which this build lacks";
 
 /// Largest `ca_file` read, in bytes (a bundle of a few hundred certificates).
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub const CA_FILE_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
 /// Why a TLS connection could not be set up: the code and a sentence for the log.
@@ -67,18 +85,32 @@ impl std::fmt::Debug for PlatformRoots {
 /// Client configurations, built once per `ca_file` (building one parses every root).
 #[derive(Debug, Default)]
 pub(crate) struct TlsConfigs {
-    built: Mutex<BTreeMap<Option<String>, Arc<rustls::ClientConfig>>>,
+    built: Mutex<BTreeMap<Option<String>, Arc<ClientConfig>>>,
 }
 
 impl TlsConfigs {
     /// The configuration trusting the bundled roots, the platform's and `ca_file`, read
     /// through `fs`. The platform roots are fixed for the life of one adapter.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn get(
+        &self,
+        _ca_file: Option<&str>,
+        _fs: Option<&dyn Fs>,
+        _platform: &PlatformRoots,
+    ) -> Result<Arc<ClientConfig>, TlsFailure> {
+        let _ = &self.built;
+        Err(failure(ErrorCode::InvalidRequest, TLS_NOT_BUILT.to_owned()))
+    }
+
+    /// The configuration trusting the bundled roots, the platform's and `ca_file`, read
+    /// through `fs`. The platform roots are fixed for the life of one adapter.
+    #[cfg(feature = "tls")]
     pub(crate) fn get(
         &self,
         ca_file: Option<&str>,
         fs: Option<&dyn Fs>,
         platform: &PlatformRoots,
-    ) -> Result<Arc<rustls::ClientConfig>, TlsFailure> {
+    ) -> Result<Arc<ClientConfig>, TlsFailure> {
         let key = ca_file.map(str::to_owned);
         if let Some(config) = self.built.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(config.clone());
@@ -120,6 +152,7 @@ impl TlsConfigs {
     }
 }
 
+#[cfg(feature = "tls")]
 fn read_ca_file(fs: &dyn Fs, path: &str) -> Result<Vec<u8>, TlsFailure> {
     let unreadable = |e: std::io::Error| failure(ErrorCode::InvalidRequest, format!("ca_file {path}: {e}"));
     let path = std::path::Path::new(path);
@@ -135,18 +168,31 @@ fn read_ca_file(fs: &dyn Fs, path: &str) -> Result<Vec<u8>, TlsFailure> {
 }
 
 /// Runs the TLS handshake for `host` over `stream`.
+#[cfg(feature = "tls")]
 pub(crate) async fn connect(
-    config: Arc<rustls::ClientConfig>,
+    config: Arc<ClientConfig>,
     host: &str,
     stream: Box<dyn ByteStream>,
-) -> Result<TlsStream<Box<dyn ByteStream>>, TlsFailure> {
+) -> Result<Box<dyn ByteStream>, TlsFailure> {
     let name = ServerName::try_from(host.to_owned())
         .map_err(|e| failure(ErrorCode::InvalidRequest, format!("{host} is not a TLS server name: {e}")))?;
-    TlsConnector::from(config).connect(name, stream).await.map_err(|e| classify(host, &e))
+    let secured = TlsConnector::from(config).connect(name, stream).await.map_err(|e| classify(host, &e))?;
+    Ok(Box::new(secured))
+}
+
+/// Never reached: without the `tls` feature no configuration exists to connect with.
+#[cfg(not(feature = "tls"))]
+pub(crate) async fn connect(
+    config: Arc<ClientConfig>,
+    _host: &str,
+    _stream: Box<dyn ByteStream>,
+) -> Result<Box<dyn ByteStream>, TlsFailure> {
+    match *config {}
 }
 
 /// A certificate the client refused is `TLS_CERTIFICATE`; anything else the handshake met (a
 /// reset, an early EOF, a protocol error from a middlebox) is `TRANSPORT`.
+#[cfg(feature = "tls")]
 fn classify(host: &str, e: &std::io::Error) -> TlsFailure {
     let tls = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
     match tls {

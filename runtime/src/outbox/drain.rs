@@ -14,6 +14,7 @@ pub const DRAIN_ROWS_MAX: usize = 1024;
 
 /// Why a delivery did not confirm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeliveryError {
     /// The receiver refused it: it did not happen.
     Rejected(String),

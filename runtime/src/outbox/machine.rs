@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{clip, Claim, Delivery, DeliveryStatus, Enqueued, Finish, OutboxError, Resolution, SettleCause};
 use crate::seams::{Liveness, OwnerIdentity, Process};
-use crate::Scrubber;
+use crate::secrets::Scrubber;
 
 /// Why a claimed row whose owner vanished is `unknown` (it may have been sent).
 pub(crate) const ABANDONED_REASON: &str = "exited during delivery; outcome unknown; not retried";

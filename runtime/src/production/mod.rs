@@ -17,7 +17,9 @@ mod net;
 mod platform_roots;
 mod process;
 mod proxy_env;
+#[cfg(feature = "sqlite")]
 mod sqlite_outbox;
+#[cfg(feature = "sqlite")]
 mod sqlite_store;
 
 use std::sync::Arc;
@@ -33,7 +35,9 @@ pub use net::TokioNet;
 pub use platform_roots::platform_roots;
 pub use process::OsProcess;
 pub use proxy_env::proxy_env;
+#[cfg(feature = "sqlite")]
 pub use sqlite_outbox::SqliteOutbox;
+#[cfg(feature = "sqlite")]
 pub use sqlite_store::SqliteStore;
 
 use crate::seams::Seams;

@@ -42,7 +42,7 @@ pub struct SqliteOutbox {
     me: OwnerIdentity,
     in_flight: Arc<Mutex<BTreeSet<String>>>,
     path: PathBuf,
-    secrets: crate::Scrubber,
+    secrets: crate::secrets::Scrubber,
     /// The private copy a read-only queue reads, if it needed one.
     _copy: Option<Arc<tempfile::TempDir>>,
 }
@@ -79,7 +79,7 @@ impl SqliteOutbox {
         path: impl AsRef<Path>,
         process: Arc<dyn Process>,
         clock: Arc<dyn Clock>,
-        entropy: &dyn crate::Entropy,
+        entropy: &dyn crate::seams::Entropy,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let conn = super::sqlite_store::open_durable(&path)?;
@@ -94,7 +94,7 @@ impl SqliteOutbox {
         path: PathBuf,
         process: Arc<dyn Process>,
         clock: Arc<dyn Clock>,
-        entropy: &dyn crate::Entropy,
+        entropy: &dyn crate::seams::Entropy,
     ) -> Self {
         let mut me = process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
@@ -105,14 +105,14 @@ impl SqliteOutbox {
             me,
             in_flight: Arc::default(),
             path,
-            secrets: crate::Scrubber::new(),
+            secrets: crate::secrets::Scrubber::new(),
             _copy: copy,
         }
     }
 
     /// Scrubs the secrets in `secrets` (by value) from every error and answer it stores, before
     /// the pattern redaction (FAILURE-SECRETS).
-    pub fn with_scrubber(mut self, secrets: crate::Scrubber) -> Self {
+    pub fn with_scrubber(mut self, secrets: crate::secrets::Scrubber) -> Self {
         self.secrets = secrets;
         self
     }
@@ -123,7 +123,7 @@ impl SqliteOutbox {
         path: impl AsRef<Path>,
         process: Arc<dyn Process>,
         clock: Arc<dyn Clock>,
-        entropy: &dyn crate::Entropy,
+        entropy: &dyn crate::seams::Entropy,
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let read_only = super::sqlite_store::open_read_only(&path, &["deliveries", "tombstones"])?;

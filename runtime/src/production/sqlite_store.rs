@@ -13,7 +13,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::event::{HeaderError, Record, SessionHeader, Validator};
 use crate::seams::{OwnerIdentity, Process};
-use crate::store::repair;
+use crate::store as repair;
 use crate::store::{Inspection, Loaded, Opened, Repair, ScanError, ScanStatus, SessionId, SessionLog, Store, Takeover};
 use crate::store::{LogMedium, SessionWriter};
 use crate::{Error, Result};

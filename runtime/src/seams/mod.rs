@@ -11,7 +11,7 @@ mod compute;
 mod entropy;
 mod fs;
 mod net;
-pub(crate) mod probe;
+mod probe;
 mod process;
 
 use std::future::Future;
@@ -23,7 +23,7 @@ pub use compute::{Compute, Sequential};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use net::{ByteStream, Listener, Net};
-pub(crate) use probe::{crash_point, CrashPoint, NoProbe, Probe};
+pub use probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
 pub use process::{Liveness, OwnerIdentity, Process};
 
 /// A boxed, sendable future: the return type of every asynchronous seam operation, so that
@@ -50,7 +50,7 @@ pub struct Seams {
     pub compute: Arc<dyn Compute>,
     /// Every secret this world holds, scrubbed by value from whatever it writes or prints
     /// (FAILURE-SECRETS). Not a seam to the outside: the one set every component shares.
-    pub secrets: crate::Scrubber,
+    pub secrets: crate::secrets::Scrubber,
 }
 
 impl std::fmt::Debug for Seams {

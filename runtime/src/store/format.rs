@@ -3,17 +3,19 @@
 use std::path::Path;
 
 use super::limits::{check_record_line, WRITE_UNIT_BYTES_MAX};
-use super::scan::{scan_jsonl, scan_jsonl_from, scan_zstd, scan_zstd_from, Keep, Scan, Source};
+use super::scan::{scan_jsonl_from, scan_zstd_from, Keep, Scan, Source};
 use crate::event::{Record, SessionHeader};
 use crate::seams::Compute;
 use crate::Result;
 
 /// zstd level for batches: level 3 is zstd's default and compresses JSON ~5x at a speed far
 /// above any fsync rate.
+#[cfg(feature = "zstd")]
 const ZSTD_LEVEL: i32 = 3;
 
 /// A session file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Format {
     /// `session.jsonl`: one record per line.
     Jsonl,
@@ -43,14 +45,6 @@ impl Format {
         }
     }
 
-    /// Scans a whole file held in memory, keeping every record.
-    pub fn scan(self, bytes: &[u8]) -> Scan {
-        match self {
-            Format::Jsonl => scan_jsonl(bytes),
-            Format::Zstd => scan_zstd(bytes),
-        }
-    }
-
     /// Scans a file streamed from `source`.
     pub(crate) fn scan_from(
         self,
@@ -70,7 +64,11 @@ impl Format {
         text.push(b'\n');
         match self {
             Format::Jsonl => text,
-            Format::Zstd => checksummed_compressor().compress(&text).expect("zstd compresses a header line"),
+            Format::Zstd => {
+                let mut frame = Vec::new();
+                FrameCompressor::new().compress_into(&text, &mut frame);
+                frame
+            }
         }
     }
 }
@@ -83,7 +81,7 @@ const SCRATCH_BYTES_KEPT_MAX: usize = 4 * 1024 * 1024;
 /// Encodes batches of records into reused buffers; holds a reusable zstd context for the zstd
 /// format.
 pub(crate) struct BatchEncoder {
-    zstd: Option<Box<zstd::bulk::Compressor<'static>>>,
+    zstd: Option<Box<FrameCompressor>>,
     /// The batch's JSONL text.
     text: Vec<u8>,
     /// The batch's zstd frames.
@@ -183,7 +181,7 @@ impl BatchEncoder {
     pub(crate) fn new(format: Format) -> Self {
         let zstd = match format {
             Format::Jsonl => None,
-            Format::Zstd => Some(Box::new(checksummed_compressor())),
+            Format::Zstd => Some(Box::new(FrameCompressor::new())),
         };
         BatchEncoder { zstd, text: Vec::new(), frame: Vec::new(), units: Vec::new() }
     }
@@ -241,12 +239,7 @@ impl BatchEncoder {
         for end in &mut self.units {
             let text = &self.text[text_start..*end];
             text_start = *end;
-            let at = self.frame.len();
-            self.frame.resize(at + zstd::zstd_safe::compress_bound(text.len()), 0);
-            let written = compressor
-                .compress_to_buffer(text, &mut self.frame[at..])
-                .expect("zstd compression into a bound-sized buffer");
-            self.frame.truncate(at + written);
+            compressor.compress_into(text, &mut self.frame);
             *end = self.frame.len();
         }
         Ok(Encoded { bytes: &self.frame, unit_ends: &self.units })
@@ -255,10 +248,43 @@ impl BatchEncoder {
 
 /// A zstd context at [`ZSTD_LEVEL`] whose frames carry a content checksum (the scanner
 /// refuses frames without one).
-fn checksummed_compressor() -> zstd::bulk::Compressor<'static> {
-    let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
-    compressor.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true)).expect("zstd accepts the checksum flag");
-    compressor
+#[cfg(feature = "zstd")]
+struct FrameCompressor(zstd::bulk::Compressor<'static>);
+
+#[cfg(feature = "zstd")]
+impl FrameCompressor {
+    fn new() -> Self {
+        let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context");
+        compressor
+            .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .expect("zstd accepts the checksum flag");
+        FrameCompressor(compressor)
+    }
+
+    /// Appends `text` to `out` as one frame.
+    fn compress_into(&mut self, text: &[u8], out: &mut Vec<u8>) {
+        let at = out.len();
+        out.resize(at + zstd::zstd_safe::compress_bound(text.len()), 0);
+        let written =
+            self.0.compress_to_buffer(text, &mut out[at..]).expect("zstd compression into a bound-sized buffer");
+        out.truncate(at + written);
+    }
+}
+
+/// Without the `zstd` feature no compressor exists: a file store refuses the zstd format
+/// before it encodes anything ([`super::ZSTD_NOT_BUILT`]), so none is ever made.
+#[cfg(not(feature = "zstd"))]
+struct FrameCompressor;
+
+#[cfg(not(feature = "zstd"))]
+impl FrameCompressor {
+    fn new() -> Self {
+        panic!("{}: a file store refuses the zstd format before encoding", super::ZSTD_NOT_BUILT)
+    }
+
+    fn compress_into(&mut self, _text: &[u8], _out: &mut Vec<u8>) {
+        unreachable!("no FrameCompressor exists without the zstd feature")
+    }
 }
 
 fn release_if_oversized(buffer: &mut Vec<u8>) {

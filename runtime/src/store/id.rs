@@ -13,6 +13,7 @@ pub struct SessionId(String);
 
 /// Why a string is not a session id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InvalidSessionId {
     /// The empty string.
     #[error("session id is empty")]

@@ -11,8 +11,7 @@ mod id;
 mod limits;
 mod memory;
 mod owner;
-pub mod repair;
-pub use repair::{Evidence, NoEvidence, OutcomeEvidence};
+mod repair;
 pub(crate) mod scan;
 mod write_behind;
 mod writer;
@@ -33,6 +32,10 @@ pub use limits::{
 };
 pub use memory::MemoryStore;
 pub(crate) use owner::check_takeover;
+pub use repair::{
+    closers_with, execution_id, never_claimed, Evidence, NoEvidence, OutcomeEvidence, DELIVERY_UNKNOWN_NAME,
+    NEVER_CLAIMED_NAME, NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT,
+};
 pub(crate) use scan::Scan;
 pub use scan::{Keep, SCAN_CHUNK_BYTES};
 pub use scan::{ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};
@@ -40,11 +43,15 @@ pub use write_behind::{
     FailureReporter, WriteBehind, WriteBehindConfig, BATCH_EVENTS_MAX, BATCH_WINDOW_MS_DEFAULT,
     PENDING_EVENTS_MAX_DEFAULT,
 };
+#[cfg_attr(not(feature = "sqlite"), allow(unused_imports))]
 pub(crate) use writer::{LogMedium, SessionWriter};
 
 use crate::event::{Record, SessionHeader};
 use crate::seams::OwnerIdentity;
 use crate::Result;
+
+/// Why this build refuses a `.jsonl.zst` session: it was compiled without the `zstd` feature.
+pub(crate) const ZSTD_NOT_BUILT: &str = "the zstd format needs the `zstd` cargo feature, which this build lacks";
 
 /// Whether opening a session may take it over from a previous owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

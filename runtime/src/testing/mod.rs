@@ -1,7 +1,7 @@
 //! What the simulator and the test suites reach inside for, kept off the embedder's front
-//! door: the planted-bug switches, the crash-point probe, and the pipeline stages the
-//! property tests and benchmarks drive one by one. Nothing here is needed to embed the
-//! runtime; it is public so that `faultline-sim` can prove the runtime, and may change
+//! door (public only with the `testing` feature): the planted-bug switches and the pipeline
+//! stages the property tests and benchmarks drive one by one. Nothing here is needed to embed
+//! the runtime; it is public so that `faultline-sim` can prove the runtime, and may change
 //! without notice.
 
 pub mod bugs;
@@ -12,6 +12,5 @@ pub use crate::agent::retry::{decide, RetryDecision};
 pub use crate::agent::tools::{run_with_deadline, CallOutcome};
 pub use crate::llm::normalise::Normaliser;
 pub use crate::llm::sse::{SseDecoder, SseItem};
-pub use crate::seams::probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
 pub use crate::store::scan::{scan_jsonl, scan_zstd, Scan};
 pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use faultline_runtime::outbox::{DeliveryStatus, JournalOutbox, Outbox};
 use faultline_runtime::production::RealFs;
 use faultline_runtime::store::{FileStore, Format, Store};
-use faultline_runtime::{Error, Fs, FsFile, FsMetadata, OpenOptions};
+use faultline_runtime::{seams::Fs, seams::FsFile, seams::FsMetadata, seams::OpenOptions, Error};
 
 use crate::fixtures::{seams_with, TestProcess};
 use crate::store_contract::sid;

@@ -56,7 +56,7 @@ fn a_root_that_cannot_be_created_is_an_error_naming_it() {
 fn a_session_directory_that_cannot_be_created_is_an_error_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("sessions");
-    faultline_runtime::Fs::create_dir(&faultline_runtime::production::RealFs, &root).unwrap();
+    faultline_runtime::seams::Fs::create_dir(&faultline_runtime::production::RealFs, &root).unwrap();
     let fs = FaultyFs::default();
     fs.fail(FailOp::CreateDir, 0);
     match store(&fs, &root).create(&sid("s"), T0) {

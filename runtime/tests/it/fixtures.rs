@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use faultline_runtime::production::RealFs;
-use faultline_runtime::{Fs, FsFile, FsMetadata, Liveness, OpenOptions, OwnerIdentity, Process, Seams};
+use faultline_runtime::{
+    seams::Fs, seams::FsFile, seams::FsMetadata, seams::Liveness, seams::OpenOptions, seams::OwnerIdentity,
+    seams::Process, seams::Seams,
+};
 
 /// A process identity whose liveness the test decides.
 #[derive(Debug, Clone)]

@@ -12,6 +12,7 @@ mod llm_sse;
 mod outbox_contract;
 mod owner_fence;
 mod proxy;
+mod public_api;
 mod reconcile;
 mod secrets;
 mod sqlite_store;

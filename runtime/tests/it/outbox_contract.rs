@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use faultline_runtime::outbox::*;
 use faultline_runtime::production::{self, SqliteOutbox, SystemClock};
-use faultline_runtime::{BoxFuture, Clock, Process};
+use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Process};
 
 use crate::fixtures::{seams_with, FaultyFs, TestProcess};
 

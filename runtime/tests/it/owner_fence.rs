@@ -8,7 +8,7 @@ use std::sync::Arc;
 use faultline_runtime::event::{Event, Record, TurnStart};
 use faultline_runtime::production::RealFs;
 use faultline_runtime::store::{FileStore, Format, SessionLog, Store, Takeover};
-use faultline_runtime::{Error, Fs};
+use faultline_runtime::{seams::Fs, Error};
 
 use crate::fixtures::{read, seams_with, FailOp, FaultyFs, TestProcess};
 use crate::store_contract::sid;

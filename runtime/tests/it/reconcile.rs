@@ -118,7 +118,7 @@ fn delivering_or_unknown_records_stay_unknown_and_name_the_evidence() {
 fn without_a_record_the_closer_is_the_plain_unknown() {
     let (closer, _, told) = repair_with(|_| {});
     assert_eq!(result_of(&closer).error.as_ref().unwrap().code, ErrorCode::ToolOutcomeUnknown);
-    assert_eq!(told, repair::OUTCOME_UNKNOWN_TEXT);
+    assert_eq!(told, OUTCOME_UNKNOWN_TEXT);
 }
 
 /// A step that crashed with one of its two calls answered: repair keeps the answer and closes
@@ -139,7 +139,7 @@ fn repair_closes_only_the_calls_nobody_answered() {
     log.push(Event::ToolCall(tool_call(1, 1, "c0")));
     log.push(Event::ToolCall(tool_call(1, 1, "c1")));
     log.push(Event::ToolResult(ok_result(1, 1, "c0")));
-    let closers = repair::closers_with(&log.records, "s", &NoEvidence);
+    let closers = closers_with(&log.records, "s", &NoEvidence);
     let answered: Vec<&str> = closers
         .iter()
         .filter_map(|r| match &r.event {

@@ -1,7 +1,7 @@
 //! FAILURE-SECRETS: the scrubber replaces secrets by value, whatever their shape.
 
 use faultline_runtime::event::*;
-use faultline_runtime::{Scrubber, SECRET_BYTES_MIN};
+use faultline_runtime::{secrets::Scrubber, secrets::SECRET_BYTES_MIN};
 
 #[test]
 fn a_registered_value_is_scrubbed_raw_in_its_bearer_form_and_json_escaped() {
@@ -108,7 +108,7 @@ fn a_secret_anywhere_in_an_event_is_found_without_encoding_it_and_a_clean_event_
 fn a_secret_split_across_deltas_is_held_back_until_it_can_be_scrubbed() {
     let secrets = Scrubber::new();
     secrets.register("LEAKCANARY2plainKey");
-    let mut stream = faultline_runtime::StreamScrubber::default();
+    let mut stream = faultline_runtime::secrets::StreamScrubber::default();
     let key = (0, 0);
     let mut out = String::new();
     for delta in ["Your key: LEAK", "CANARY2pla", "inKey. And L", "ater: LEAKCANARY2plainKey!"] {
@@ -132,7 +132,7 @@ fn a_key_with_an_escaped_letter_in_tool_arguments_is_scrubbed_even_split_across_
     let secrets = Scrubber::new();
     secrets.register("LEAKCANARY2plainKey");
     let whole = |deltas: &[&str]| {
-        let mut stream = faultline_runtime::StreamScrubber::default();
+        let mut stream = faultline_runtime::secrets::StreamScrubber::default();
         let mut out = String::new();
         for delta in deltas {
             let released = stream.push_json(&secrets, (2, 0), delta);
@@ -182,7 +182,7 @@ fn model_text_that_looks_like_a_credential_is_kept_byte_for_byte_at_every_split(
     for sentence in sentences {
         for cut in (0..=sentence.len()).filter(|&cut| sentence.is_char_boundary(cut)) {
             for (kind, json) in [(0u8, false), (1, false), (2, true)] {
-                let mut stream = faultline_runtime::StreamScrubber::default();
+                let mut stream = faultline_runtime::secrets::StreamScrubber::default();
                 let mut out = String::new();
                 for delta in [&sentence[..cut], &sentence[cut..]] {
                     out.push_str(&if json {
@@ -197,7 +197,7 @@ fn model_text_that_looks_like_a_credential_is_kept_byte_for_byte_at_every_split(
         }
     }
     // The same stream still replaces a held key, and only it.
-    let mut stream = faultline_runtime::StreamScrubber::default();
+    let mut stream = faultline_runtime::secrets::StreamScrubber::default();
     let text = "basic f(key=value) LEAKCANARY3plainKey bearer token";
     let mut out = stream.push(&secrets, (0, 0), text);
     out.push_str(&stream.flush((0, 0)).unwrap_or_default());

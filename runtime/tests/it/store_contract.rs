@@ -7,7 +7,7 @@ use std::sync::Arc;
 use faultline_runtime::event::*;
 use faultline_runtime::production::SqliteStore;
 use faultline_runtime::store::*;
-use faultline_runtime::{Error, Process};
+use faultline_runtime::{seams::Process, Error};
 
 use crate::fixtures::{seams_with, FailOp, FaultyFs, TestProcess};
 use crate::support::*;
@@ -232,7 +232,7 @@ fn closers_for_an_interrupted_turn_are_exact() {
                         turn: 2,
                         step: 1,
                         call_id: "c1".into(),
-                        content: vec![ContentBlock::text(repair::OUTCOME_UNKNOWN_TEXT)],
+                        content: vec![ContentBlock::text(OUTCOME_UNKNOWN_TEXT)],
                         is_error: true,
                         error: Some(ToolError { name: "outcome_unknown".into(), code: ErrorCode::ToolOutcomeUnknown }),
                     }),
@@ -247,7 +247,7 @@ fn closers_for_an_interrupted_turn_are_exact() {
                     turn: 2,
                     step: 1,
                     call_id: "c2".into(),
-                    content: vec![ContentBlock::text(repair::NOT_STARTED_TEXT)],
+                    content: vec![ContentBlock::text(NOT_STARTED_TEXT)],
                     is_error: true,
                     error: Some(ToolError { name: "not_started".into(), code: ErrorCode::ToolNotStarted }),
                 }),

@@ -268,7 +268,7 @@ fn a_hole_before_a_tool_call_the_queue_knows_is_corrupt_not_torn() {
     let seams = faultline_runtime::production::seams();
     let unknown = inspect_file_with(&seams, &path, &NoEvidence).unwrap();
     assert_eq!((unknown.status, unknown.dropped_records, unknown.torn_from_seq), (ScanStatus::Torn, 1, Some(next + 2)));
-    let known = Knows(repair::execution_id("s", 3, 1, "c9"));
+    let known = Knows(execution_id("s", 3, 1, "c9"));
     let inspection = inspect_file_with(&seams, &path, &known).unwrap();
     assert_eq!(inspection.status, ScanStatus::Corrupt, "{:?}", inspection.error);
     assert!(inspection.error.unwrap().reason.contains("delivery queue"));

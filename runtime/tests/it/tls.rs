@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use faultline_runtime::event::{Chunk, ErrorCode, FinishReason, RequestPrefix};
-use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
+use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider, RetryPolicy, StaticCredentials};
 use faultline_runtime::production;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -122,17 +122,18 @@ pub(crate) async fn call_via(
     env: faultline_runtime::llm::ProxyEnv,
 ) -> (String, FinishReason) {
     let seams = production::seams();
-    let route = Arc::new(ResolvedProvider {
-        name: "tls".into(),
-        preset: Preset::OpenaiCompatible,
-        endpoint: Endpoint::parse(&format!("https://{host}:{port}/v1")).unwrap(),
-        model: "m".into(),
-        api_key_env: None,
-        idle_timeout: Duration::from_secs(10),
-        retry: RetryPolicy::default(),
-        ca_file,
-        proxy,
-    });
+    let mut route = ResolvedProvider::openai_compatible(&format!("https://{host}:{port}/v1"), "m")
+        .unwrap()
+        .with_name("tls")
+        .with_idle_timeout(Duration::from_secs(10))
+        .unwrap();
+    if let Some(ca_file) = ca_file {
+        route = route.with_ca_file(ca_file);
+    }
+    if let Some(proxy) = proxy {
+        route = route.with_proxy(&proxy).unwrap();
+    }
+    let route = Arc::new(route);
     let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()))
         .with_fs(seams.fs)
         .with_proxy_env(env);
@@ -232,18 +233,21 @@ struct RecordingNet {
     far_end: std::sync::Mutex<Option<tokio::io::DuplexStream>>,
 }
 
-impl faultline_runtime::Net for RecordingNet {
+impl faultline_runtime::seams::Net for RecordingNet {
     fn connect(
         &self,
         addr: &str,
-    ) -> faultline_runtime::BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::ByteStream>>> {
+    ) -> faultline_runtime::seams::BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::seams::ByteStream>>> {
         self.asked.lock().unwrap().push(addr.to_owned());
         let (near, far) = tokio::io::duplex(64 * 1024);
         *self.far_end.lock().unwrap() = Some(far);
-        Box::pin(async move { Ok(Box::new(near) as Box<dyn faultline_runtime::ByteStream>) })
+        Box::pin(async move { Ok(Box::new(near) as Box<dyn faultline_runtime::seams::ByteStream>) })
     }
 
-    fn bind(&self, _: &str) -> faultline_runtime::BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::Listener>>> {
+    fn bind(
+        &self,
+        _: &str,
+    ) -> faultline_runtime::seams::BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::seams::Listener>>> {
         Box::pin(async { Err(std::io::Error::other("not in this test")) })
     }
 }
@@ -253,7 +257,7 @@ impl faultline_runtime::Net for RecordingNet {
 /// only HTTP/1.1 (ALPN).
 #[tokio::test]
 async fn the_deepseek_preset_opens_tls_to_api_deepseek_com() {
-    let config: faultline_runtime::ProviderConfig = toml::from_str("preset = \"deepseek\"").unwrap();
+    let config: faultline_runtime::llm::ProviderConfig = toml::from_str("preset = \"deepseek\"").unwrap();
     let route = Arc::new(config.resolve("provider").unwrap());
     assert!(route.endpoint.tls);
     let net = Arc::new(RecordingNet { asked: Default::default(), far_end: Default::default() });

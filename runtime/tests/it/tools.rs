@@ -10,7 +10,7 @@ use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
 use faultline_runtime::event::{ContentBlock, ErrorCode, ToolSchema};
 use faultline_runtime::production::SystemClock;
 use faultline_runtime::testing::{run_with_deadline, CallOutcome};
-use faultline_runtime::{BoxFuture, Clock};
+use faultline_runtime::{seams::BoxFuture, seams::Clock};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 

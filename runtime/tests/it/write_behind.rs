@@ -8,7 +8,7 @@ use std::time::Duration;
 use faultline_runtime::event::*;
 use faultline_runtime::production::{RealFs, SystemClock};
 use faultline_runtime::store::*;
-use faultline_runtime::{Clock, Error, Result};
+use faultline_runtime::{seams::Clock, Error, Result};
 
 use crate::fixtures::TestProcess;
 use crate::store_contract::sid;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use faultline_runtime::event::*;
-use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
+use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider, StaticCredentials};
 use faultline_runtime::production::{self, SqliteStore};
 use faultline_runtime::store::{FileStore, Format, Keep, NoEvidence, SessionId, Store, WriteBehind, WriteBehindConfig};
 use faultline_runtime::testing::Assembler;
@@ -160,6 +160,7 @@ fn typed_decode(path: &Path, format: Format, expected: usize, decoded: Decoded) 
     let text = match format {
         Format::Jsonl => bytes,
         Format::Zstd => zstd_decode_all(&bytes),
+        other => panic!("the typed-decode baseline reads no {other:?} file"),
     };
     // One UTF-8 check for the whole text, then each line read as text: the fastest way
     // serde_json offers (the recovery does the same per chunk).
@@ -528,6 +529,7 @@ fn recovery(dir: &Path, count: usize) -> Vec<Figure> {
         let tail: &[u8] = match format {
             Format::Jsonl => b"{\"type\":\"turn/end\",\"se",
             Format::Zstd => &[0x28, 0xB5, 0x2F],
+            other => panic!("no torn tail known for {other:?}"),
         };
         file.write_all(tail).expect("tear");
         drop(file);
@@ -564,17 +566,13 @@ async fn adapter(dir: &Path, chunks: usize) -> Vec<Figure> {
     let frames: Vec<Frame> = (0..chunks).map(|i| Frame::Text(format!("token{i} "))).collect();
     let response = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
     let addr = serve_fixed_sse(sse_body(0, &response)).await;
-    let route = Arc::new(ResolvedProvider {
-        name: "bench".into(),
-        preset: Preset::OpenaiCompatible,
-        endpoint: Endpoint::parse(&format!("http://{addr}/v1")).expect("url"),
-        model: "m".into(),
-        api_key_env: None,
-        idle_timeout: Duration::from_secs(30),
-        retry: RetryPolicy::default(),
-        ca_file: None,
-        proxy: None,
-    });
+    let route = Arc::new(
+        ResolvedProvider::openai_compatible(&format!("http://{addr}/v1"), "m")
+            .expect("url")
+            .with_name("bench")
+            .with_idle_timeout(Duration::from_secs(30))
+            .expect("an idle timeout in range"),
+    );
     let prefix = RequestPrefix { model: "m".into(), system: None, tools: vec![] };
     let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "go"})]);
     let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()));
@@ -1028,7 +1026,7 @@ fn inspect_memory(dir: &Path, exe: &Path, bytes: u64) -> Vec<Figure> {
 fn tempfile_dir() -> std::path::PathBuf {
     let seams = production::seams();
     let dir = std::env::temp_dir()
-        .join(format!("faultline-bench-{}", faultline_runtime::EntropyExt::hex_id(seams.entropy.as_ref(), 8)));
+        .join(format!("faultline-bench-{}", faultline_runtime::seams::EntropyExt::hex_id(seams.entropy.as_ref(), 8)));
     std::fs::create_dir_all(&dir).expect("bench dir");
     dir
 }

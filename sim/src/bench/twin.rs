@@ -14,7 +14,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::{Fs, FsFile};
+use faultline_runtime::{seams::Fs, seams::FsFile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::world::io_trace::{DiskOp, Flow, IoTrace};

@@ -215,7 +215,7 @@ pub fn conform(python: &Path, file: &Path, body: &str) -> Result<Verdict, String
 }
 
 /// One attempt of faultline's adapter against `base_url`: every chunk, to the finish.
-async fn read_with_adapter(seams: &faultline_runtime::Seams, base_url: &str) -> Result<Vec<Chunk>, String> {
+async fn read_with_adapter(seams: &faultline_runtime::seams::Seams, base_url: &str) -> Result<Vec<Chunk>, String> {
     let provider: faultline_runtime::llm::ProviderConfig = faultline_runtime::llm::from_toml(&format!(
         "preset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\""
     ))

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use faultline_runtime::{Clock, Monotonic, Net};
+use faultline_runtime::{seams::Clock, seams::Monotonic, seams::Net};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame as BodyFrame, Incoming};
 use hyper::service::service_fn;

@@ -1,6 +1,6 @@
 use std::time::{Duration, SystemTime};
 
-use faultline_runtime::{BoxFuture, Clock, Monotonic};
+use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Monotonic};
 
 /// The fixed epoch of every simulation: 2026-01-01T00:00:00Z. Fixed so that event timestamps,
 /// and therefore snapshots and trace hashes, are identical across runs and machines.

@@ -1,6 +1,6 @@
 use std::sync::Mutex;
 
-use faultline_runtime::Entropy;
+use faultline_runtime::seams::Entropy;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 

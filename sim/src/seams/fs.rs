@@ -2,7 +2,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use faultline_runtime::{Fs, FsFile, FsMetadata, OpenOptions};
+use faultline_runtime::{seams::Fs, seams::FsFile, seams::FsMetadata, seams::OpenOptions};
 use turmoil::fs::shim::std::fs as sim_fs;
 
 /// The current turmoil host's simulated filesystem (`unstable-fs`).

@@ -13,7 +13,7 @@ mod process;
 
 use std::sync::Arc;
 
-use faultline_runtime::Seams;
+use faultline_runtime::seams::Seams;
 
 pub use clock::{sim_epoch, SimClock, SIM_EPOCH_MS};
 pub use entropy::SimEntropy;
@@ -32,9 +32,9 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         fs: Arc::new(SimFs),
         entropy: Arc::new(crate::Seed::new(seed).host(host, incarnation)),
         process: Arc::new(SimProcess::new(host, incarnation)),
-        probe: Arc::new(faultline_runtime::testing::NoProbe),
+        probe: Arc::new(faultline_runtime::seams::NoProbe),
         // No OS thread in a simulation: the jobs run in order on the host's thread.
-        compute: Arc::new(faultline_runtime::Sequential),
+        compute: Arc::new(faultline_runtime::seams::Sequential),
         secrets: Default::default(),
     }
 }

@@ -1,7 +1,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use faultline_runtime::{BoxFuture, ByteStream, Listener, Net};
+use faultline_runtime::{seams::BoxFuture, seams::ByteStream, seams::Listener, seams::Net};
 
 /// turmoil's simulated TCP. Host names are turmoil host names (`model:80`).
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,4 +1,4 @@
-use faultline_runtime::{Liveness, OwnerIdentity, Process};
+use faultline_runtime::{seams::Liveness, seams::OwnerIdentity, seams::Process};
 
 /// A turmoil host's software incarnation. A crash and restart (`Sim::crash` + `Sim::bounce`)
 /// starts a new incarnation, which is how the simulator proves the previous owner dead.

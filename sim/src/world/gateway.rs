@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use faultline_runtime::outbox::{Deliverer, DeliveryError};
-use faultline_runtime::testing::{CrashPoint, Probe};
-use faultline_runtime::{BoxFuture, Clock, Net};
+use faultline_runtime::seams::{CrashPoint, Probe};
+use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Net};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -50,7 +50,7 @@ pub async fn serve(
 /// Serves the gateway on a listener already bound (the real harness binds port 0 first to
 /// learn the port).
 pub async fn serve_on(
-    listener: Box<dyn faultline_runtime::Listener>,
+    listener: Box<dyn faultline_runtime::seams::Listener>,
     clock: Arc<dyn Clock>,
     stamp: super::Stamp,
     receipts: Receipts,
@@ -148,7 +148,7 @@ impl Deliverer for GatewayDeliverer {
             };
             if outcome.is_ok() {
                 // The effect reached the receiver; the receipt is not recorded yet.
-                faultline_runtime::testing::crash_point(probe.as_ref(), CrashPoint::AfterSideEffect).await;
+                faultline_runtime::seams::crash_point(probe.as_ref(), CrashPoint::AfterSideEffect).await;
             }
             outcome
         })

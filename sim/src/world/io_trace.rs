@@ -13,7 +13,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-use faultline_runtime::{BoxFuture, ByteStream, Fs, FsFile, FsMetadata, Listener, Net, OpenOptions};
+use faultline_runtime::{
+    seams::BoxFuture, seams::ByteStream, seams::Fs, seams::FsFile, seams::FsMetadata, seams::Listener, seams::Net,
+    seams::OpenOptions,
+};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// One disk operation of the agent host, in the order it was made. Files are named by the

@@ -16,7 +16,7 @@ use faultline_runtime::event::{Event, Record, ToolSchema};
 use faultline_runtime::llm::{from_toml, LiveProvider, ResolvedProvider, StaticCredentials};
 use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
 use faultline_runtime::store::{FileStore, Format, SessionId, Store};
-use faultline_runtime::{BoxFuture, Clock, Seams};
+use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Seams};
 use tokio_util::sync::CancellationToken;
 
 use super::seeded::Plan;
@@ -87,7 +87,7 @@ pub(crate) fn session_file(sessions_dir: &std::path::Path, format: Format) -> Pa
 /// Its first image is the session file as the incarnation finds it.
 pub(crate) fn watch_disk(
     faults: &crate::FsFaults,
-    fs: &dyn faultline_runtime::Fs,
+    fs: &dyn faultline_runtime::seams::Fs,
     sessions_dir: &std::path::Path,
     format: Format,
     report: Arc<dyn LifeReport>,
@@ -154,7 +154,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     if let (Some(update), 1) = (plan.faults.config_update.clone(), life) {
         let (live, clock, report) = (live.clone(), seams.clock.clone(), report.clone());
         tokio::spawn(async move {
-            clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(update.at_ms))).await;
+            clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(update.at_ms))).await;
             let text = provider_file(&model_url, &update.provider);
             let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
             let (family, line) = match applied {
@@ -245,7 +245,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         if at_ms.is_some() || after_first_text_ms.is_some() {
             tokio::spawn(async move {
                 if let Some(at) = at_ms {
-                    clock.sleep_until(faultline_runtime::Monotonic(Duration::from_millis(at))).await;
+                    clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(at))).await;
                 }
                 if let (Some(after), Some(records)) = (after_first_text_ms, records.as_mut()) {
                     while let Ok(record) = records.recv().await {
@@ -376,12 +376,12 @@ impl Tool for LocalTool {
 
 /// The agent's `Net`, reporting every connect the far side refused (`refused`).
 struct RefusalWitness {
-    inner: Arc<dyn faultline_runtime::Net>,
+    inner: Arc<dyn faultline_runtime::seams::Net>,
     report: Arc<dyn LifeReport>,
 }
 
-impl faultline_runtime::Net for RefusalWitness {
-    fn connect(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::ByteStream>>> {
+impl faultline_runtime::seams::Net for RefusalWitness {
+    fn connect(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::seams::ByteStream>>> {
         let connecting = self.inner.connect(addr);
         Box::pin(async move {
             let connected = connecting.await;
@@ -392,7 +392,7 @@ impl faultline_runtime::Net for RefusalWitness {
         })
     }
 
-    fn bind(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::Listener>>> {
+    fn bind(&self, addr: &str) -> BoxFuture<'_, std::io::Result<Box<dyn faultline_runtime::seams::Listener>>> {
         self.inner.bind(addr)
     }
 }

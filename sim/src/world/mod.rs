@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use faultline_runtime::event::Record;
 use faultline_runtime::llm::{from_toml, ProviderConfig};
-use faultline_runtime::{Clock, Entropy, Fs};
+use faultline_runtime::{seams::Clock, seams::Entropy, seams::Fs};
 use serde::Serialize;
 
 pub use gateway::{Receipt, Receipts};
@@ -585,7 +585,7 @@ impl AgentLife {
     }
 
     /// The raw bytes of the session file and the journal, as they are now.
-    fn disk_now(&self, seams: &faultline_runtime::Seams) -> Vec<(String, Vec<u8>)> {
+    fn disk_now(&self, seams: &faultline_runtime::seams::Seams) -> Vec<(String, Vec<u8>)> {
         let session = life::session_file(Path::new(SESSIONS_DIR), self.plan.store.format());
         [session, Path::new(OUTBOX_PATH).to_path_buf()]
             .into_iter()
@@ -595,7 +595,7 @@ impl AgentLife {
 
     async fn start(
         &self,
-        seams: &faultline_runtime::Seams,
+        seams: &faultline_runtime::seams::Seams,
         life: u64,
         report: Arc<dyn life::LifeReport>,
     ) -> Result<(), String> {

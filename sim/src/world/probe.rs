@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use faultline_runtime::testing::{CrashPoint, Probe};
+use faultline_runtime::seams::{CrashPoint, Probe};
 
 use crate::FsFaults;
 

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use faultline_runtime::event::Record;
 use faultline_runtime::store::Format;
-use faultline_runtime::{Entropy, Fs, OpenOptions};
+use faultline_runtime::{seams::Entropy, seams::Fs, seams::OpenOptions};
 
 use crate::scenario::{RotKind, RotTarget};
 use crate::SimEntropy;

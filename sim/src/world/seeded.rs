@@ -2,8 +2,8 @@
 //! draws its whole conversation here (`generate.rs`); one whose faults are `from_seed` draws a
 //! swarm: which fault families are on for this seed and how hard.
 
-use faultline_runtime::testing::CrashPoint;
-use faultline_runtime::{Entropy, EntropyExt};
+use faultline_runtime::seams::CrashPoint;
+use faultline_runtime::{seams::Entropy, seams::EntropyExt};
 
 use crate::model_server::{Dialect, Frame, Response, Script};
 use crate::scenario::{

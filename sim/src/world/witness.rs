@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use faultline_runtime::event::Record;
+use faultline_runtime::seams::Fs;
 use faultline_runtime::store::Format;
-use faultline_runtime::Fs;
 
 use crate::fault_fs::FsEvent;
 
@@ -138,6 +138,7 @@ fn complete_units(format: Format, bytes: &[u8], from: usize) -> Vec<Unit> {
                 at = end;
             }
         }
+        other => panic!("the disk witness reads no {other:?} file"),
     }
     units
 }

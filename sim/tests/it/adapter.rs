@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use faultline_runtime::event::{BlockKind, Chunk, ErrorCode, FinishReason, Message, RequestPrefix};
-use faultline_runtime::llm::{chat_body, Adapter, Endpoint, Preset, ResolvedProvider, RetryPolicy, StaticCredentials};
-use faultline_runtime::{Clock, Net};
+use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider, StaticCredentials};
+use faultline_runtime::{seams::Clock, seams::Net};
 use faultline_sim::model_server::{Frame, ModelServer, Recorded, RecordedRequest, Response, Script};
 use tokio_util::sync::CancellationToken;
 
@@ -78,17 +78,18 @@ fn route(base_url: &str, case: &Case) -> Arc<ResolvedProvider> {
 }
 
 fn route_trusting(base_url: &str, case: &Case, ca_file: Option<String>) -> Arc<ResolvedProvider> {
-    Arc::new(ResolvedProvider {
-        name: "test".into(),
-        preset: Preset::OpenaiCompatible,
-        endpoint: Endpoint::parse(base_url).unwrap(),
-        model: "test-model".into(),
-        api_key_env: case.key.map(|_| KEY_VAR.to_owned()),
-        idle_timeout: Duration::from_millis(case.idle_ms),
-        retry: RetryPolicy::default(),
-        ca_file,
-        proxy: None,
-    })
+    let mut route = ResolvedProvider::openai_compatible(base_url, "test-model")
+        .unwrap()
+        .with_name("test")
+        .with_idle_timeout(Duration::from_millis(case.idle_ms))
+        .unwrap();
+    if case.key.is_some() {
+        route = route.with_api_key_env(KEY_VAR).unwrap();
+    }
+    if let Some(ca_file) = ca_file {
+        route = route.with_ca_file(ca_file);
+    }
+    Arc::new(route)
 }
 
 fn credentials(case: &Case) -> Arc<StaticCredentials> {

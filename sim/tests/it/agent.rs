@@ -13,7 +13,7 @@ use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, T
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{from_toml, ProviderConfig, StaticCredentials};
 use faultline_runtime::store::{MemoryStore, SessionId, SessionLog, Store};
-use faultline_runtime::{BoxFuture, Seams};
+use faultline_runtime::{seams::BoxFuture, seams::Seams};
 use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -53,7 +53,7 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
         points.extend(result.crash_point_hits.keys().cloned());
         families.extend(result.faults_fired.iter().cloned());
     }
-    for point in faultline_runtime::testing::CRASH_POINTS {
+    for point in faultline_runtime::seams::CRASH_POINTS {
         assert!(points.contains(&point.to_string()), "crash point {point} never reached");
     }
     for family in [

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use faultline_runtime::{EntropyExt, Net, OpenOptions, Seams};
+use faultline_runtime::{seams::EntropyExt, seams::Net, seams::OpenOptions, seams::Seams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::sim_builder;

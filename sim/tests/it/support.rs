@@ -25,7 +25,7 @@ pub fn sim_builder_with_tick(seed: u64, tick: Duration) -> turmoil::Builder {
 #[derive(Debug, Default)]
 pub struct ScriptedEntropy(pub std::sync::Mutex<std::collections::VecDeque<u64>>);
 
-impl faultline_runtime::Entropy for ScriptedEntropy {
+impl faultline_runtime::seams::Entropy for ScriptedEntropy {
     fn next_u64(&self) -> u64 {
         self.0.lock().unwrap().pop_front().unwrap_or(0)
     }
@@ -41,7 +41,7 @@ pub mod tls {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
-    use faultline_runtime::{BoxFuture, ByteStream, Listener, Net};
+    use faultline_runtime::{seams::BoxFuture, seams::ByteStream, seams::Listener, seams::Net};
 
     /// A CA (its PEM, for the client's `ca_file`) and the acceptor of a certificate it signed.
     pub struct LoopbackTls {

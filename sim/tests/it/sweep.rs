@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use faultline_runtime::testing::CRASH_POINTS;
+use faultline_runtime::seams::CRASH_POINTS;
 use faultline_sim::sweep::{merge, SweepSummary};
 use faultline_sim::world::SOMETIMES;
 

@@ -15,7 +15,7 @@ use super::{Evidence, Found, Invariant};
 /// the transcript says of each effect is held to the receipts when there is a transcript.
 pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     let (world, receipts, end_ms) = (evidence.world, evidence.receipts, evidence.end_ms);
-    let id = |turn, step, call_id: &str| faultline_runtime::store::repair::execution_id("sim", turn, step, call_id);
+    let id = |turn, step, call_id: &str| faultline_runtime::store::execution_id("sim", turn, step, call_id);
     let mut calls: BTreeMap<String, (&super::super::Synced, &faultline_runtime::event::ToolCall)> = BTreeMap::new();
     for synced in world.synced_records() {
         if let Event::ToolCall(call) = &synced.record.event {

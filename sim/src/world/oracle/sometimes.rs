@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
-use faultline_runtime::store::repair::DELIVERY_UNKNOWN_NAME;
+use faultline_runtime::store::DELIVERY_UNKNOWN_NAME;
 
 /// Every "sometimes" condition the default sweep must reach.
 pub const SOMETIMES: [&str; 6] = [

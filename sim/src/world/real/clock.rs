@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use faultline_runtime::{BoxFuture, Clock, Monotonic};
+use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Monotonic};
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: the same clock in every process of this machine.
 pub fn monotonic_ns() -> u64 {

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use faultline_runtime::agent::TurnOutcome;
 use faultline_runtime::event::Record;
-use faultline_runtime::testing::{CrashPoint, Probe};
-use faultline_runtime::{Clock, Seams};
+use faultline_runtime::seams::{CrashPoint, Probe};
+use faultline_runtime::{seams::Clock, seams::Seams};
 
 use super::clock::ScaledClock;
 use super::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND};
@@ -283,7 +283,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     let probe = Arc::new(KillProbe { armed, hits: Mutex::default(), report: report.clone(), faults: faults.clone() });
     let entropy = Arc::new(crate::Seed::new(args.seed).host("agent", args.life));
     let data = args.dir.join("data");
-    let fs: Arc<dyn faultline_runtime::Fs> =
+    let fs: Arc<dyn faultline_runtime::seams::Fs> =
         Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone()));
     // The real disk's own ENOSPC refusals are counted the way a simulated full disk's are.
     let space = crate::DiskSpace::default();

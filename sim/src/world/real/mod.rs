@@ -35,9 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use faultline_runtime::event::Record;
+use faultline_runtime::seams::CrashPoint;
 use faultline_runtime::store::{FileStore, SessionId, Store};
-use faultline_runtime::testing::CrashPoint;
-use faultline_runtime::{Clock, Net};
+use faultline_runtime::{seams::Clock, seams::Net};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use clock::{monotonic_ns, ScaledClock};

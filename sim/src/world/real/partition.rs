@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use faultline_runtime::{BoxFuture, ByteStream, Listener, Net};
+use faultline_runtime::{seams::BoxFuture, seams::ByteStream, seams::Listener, seams::Net};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Mutex};
 

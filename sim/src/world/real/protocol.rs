@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use faultline_runtime::testing::CrashPoint;
+use faultline_runtime::seams::CrashPoint;
 
 /// Longest report line the harness reads, in bytes: a record line at the store's limit plus
 /// the envelope.
