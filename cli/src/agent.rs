@@ -17,21 +17,8 @@ use faultline_runtime::store::OutcomeEvidence;
 use faultline_runtime::store::SessionId;
 use serde_json::json;
 
+use super::exit;
 use super::transcript::{open_store, StoreKind};
-
-/// Exit: the turn completed.
-const EXIT_COMPLETED: u8 = 0;
-/// Exit: bad arguments or config.
-const EXIT_BAD_ARGUMENTS: u8 = 1;
-/// Exit: the turn ended in error (or ran out of budget).
-const EXIT_ERROR: u8 = 2;
-/// Exit: the turn was aborted or interrupted.
-const EXIT_ABORTED: u8 = 3;
-/// Exit: what the turn or the session's closing reached is not durable (a full disk, EIO,
-/// SQLITE_FULL): it is not kept, whatever was printed (FAILURE-OUTCOME-DURABLE).
-const EXIT_NOT_KEPT: u8 = 6;
-/// Exit: Ctrl-C (the turn was cancelled gracefully: drained, flushed, `turn/end {aborted}`).
-const EXIT_INTERRUPTED: u8 = 130;
 
 /// `faultline agent ...`
 #[derive(Debug, Args)]
@@ -42,9 +29,9 @@ pub struct AgentArgs {
 
 #[derive(Debug, Subcommand)]
 enum AgentCommand {
-    /// Run one turn. Exit 0 completed, 2 error, 3 aborted (SIGTERM) or interrupted, 6 not
-    /// kept (the turn or the session's closing could not be made durable), 1 bad arguments or
-    /// config, 130 after Ctrl-C.
+    /// Run one turn. Exit 0 completed, 1 bad arguments or config (nothing created), 2 error, 3
+    /// aborted (SIGTERM) or interrupted, 6 not kept (the turn or the session's closing could not
+    /// be made durable), 130 after Ctrl-C.
     Run(RunArgs),
     /// An interactive session: one turn per input line, streamed; Ctrl-C cancels the turn, not
     /// the program; the config file is watched (a valid edit applies to the next request, an
@@ -52,25 +39,10 @@ enum AgentCommand {
     Chat(ChatArgs),
 }
 
+/// Where a session lives and how it is configured: what `run` and `chat` share.
 #[derive(Debug, Args)]
-struct ChatArgs {
-    /// TOML config (watched for changes).
-    #[arg(long)]
-    config: PathBuf,
-    /// Where sessions live.
-    #[arg(long)]
-    session_dir: PathBuf,
-    /// Session id (continued if it exists; default: a new one).
-    #[arg(long)]
-    session: Option<String>,
-    /// Transcript store.
-    #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
-    store: StoreKind,
-}
-
-#[derive(Debug, Args)]
-struct RunArgs {
-    /// TOML config: [provider], optional [agent], [[tools]] (see README).
+struct SessionArgs {
+    /// TOML config: [provider], optional [agent], [[tools]], [outbox] (docs/cli.md).
     #[arg(long)]
     config: PathBuf,
     /// Where sessions live.
@@ -79,12 +51,24 @@ struct RunArgs {
     /// Session id (default: a new one, printed on stderr).
     #[arg(long)]
     session: Option<String>,
-    /// Continue an existing session: crash repair first, then the next turn.
-    #[arg(long, requires = "session")]
-    resume: bool,
     /// Transcript store.
     #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
     store: StoreKind,
+}
+
+#[derive(Debug, Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    session: SessionArgs,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    session: SessionArgs,
+    /// Continue an existing session: crash repair first, then the next turn.
+    #[arg(long, requires = "session")]
+    resume: bool,
     /// The user message.
     #[arg(long)]
     prompt: String,
@@ -94,8 +78,7 @@ struct RunArgs {
 }
 
 fn bad(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("faultline agent run: {message}");
-    ExitCode::from(EXIT_BAD_ARGUMENTS)
+    exit::usage("faultline agent", message)
 }
 
 /// Runs `faultline agent ...`.
@@ -106,10 +89,22 @@ pub fn run(args: &AgentArgs) -> ExitCode {
     }
 }
 
-/// Reads and validates the config file.
+/// Reads and validates the config file, and the credential it names: a missing key is a
+/// config problem found before anything is created, not a turn that fails after a session
+/// was made for it.
 fn read_config(path: &Path) -> Result<ResolvedAgentFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
-    AgentFile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let config = AgentFile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(var) = &config.provider.api_key_env {
+        if std::env::var(var).map_or(true, |value| value.is_empty()) {
+            return Err(format!(
+                "{}: [provider] api_key_env names {var}, which is not set (MISSING_CREDENTIAL): export {var}, \
+                 or remove api_key_env for a server that needs no key",
+                path.display()
+            ));
+        }
+    }
+    Ok(config)
 }
 
 /// The tools a config declares; `via_outbox` tools deliver through `outbox`.
@@ -161,7 +156,8 @@ fn start_agent(
     let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
         None => None,
         Some(section) => {
-            let db = section.db.clone().unwrap_or_else(|| session_dir.join("outbox.sqlite"));
+            // A relative `db` lives in the session directory, wherever the command runs from.
+            let db = session_dir.join(section.db.as_deref().unwrap_or(Path::new("outbox.sqlite")));
             let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
                 .map_err(|e| format!("outbox {}: {e}", db.display()))?
                 .with_scrubber(seams.secrets.clone());
@@ -188,7 +184,12 @@ fn start_agent(
         .tools(tools_of(config, &outbox))
         .config(agent_config)
         .start(store.as_ref(), &id)
-        .map_err(|e| format!("session {id}: {e}"))?;
+        .map_err(|e| match e {
+            faultline_runtime::Error::SessionExists(_) => {
+                format!("session {id} already exists: continue it with `--session {id} --resume`")
+            }
+            e => format!("session {id}: {e}"),
+        })?;
     eprintln!("faultline: session {id}");
     if let Some(repair) = agent.startup_repair() {
         eprintln!(
@@ -212,7 +213,7 @@ fn prepare(config: &Path) -> Result<(ResolvedAgentFile, tokio::runtime::Runtime)
 }
 
 fn run_turn(args: &RunArgs) -> ExitCode {
-    let (config, runtime) = match prepare(&args.config) {
+    let (config, runtime) = match prepare(&args.session.config) {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
@@ -225,8 +226,9 @@ fn run_turn(args: &RunArgs) -> ExitCode {
             (Err(e), _) | (_, Err(e)) => return bad(format!("installing signal handlers: {e}")),
         };
         let seams = production::seams();
+        let at = &args.session;
         let Started { agent, id, .. } =
-            match start_agent(&seams, &config, &args.session_dir, args.store, args.session.as_deref(), args.resume) {
+            match start_agent(&seams, &config, &at.session_dir, at.store, at.session.as_deref(), args.resume) {
                 Ok(started) => started,
                 Err(e) => return bad(e),
             };
@@ -311,6 +313,7 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
 }
 
 fn chat(args: &ChatArgs) -> ExitCode {
+    let args = &args.session;
     let (config, runtime) = match prepare(&args.config) {
         Ok(prepared) => prepared,
         Err(code) => return code,
@@ -404,14 +407,14 @@ fn chat(args: &ChatArgs) -> ExitCode {
             }
             Ok(()) => {
                 eprintln!("faultline agent chat: a turn could not be recorded to its end and is not kept");
-                ExitCode::from(EXIT_NOT_KEPT)
+                exit::code(exit::NOT_KEPT)
             }
             Err(e) => {
                 eprintln!(
                     "faultline agent chat: closing session {} failed, so not everything is kept: {e}",
                     started.id
                 );
-                ExitCode::from(EXIT_NOT_KEPT)
+                exit::code(exit::NOT_KEPT)
             }
         }
     })
@@ -463,7 +466,7 @@ fn report(
 ) -> ExitCode {
     let Some(outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
-        return ExitCode::from(EXIT_ERROR);
+        return exit::code(exit::FAILED);
     };
     // What the disk holds now. A turn not kept at its end, but recorded to it, is kept after
     // all when closing the session flushed everything the agent had accepted.
@@ -510,11 +513,11 @@ fn report(
         eprintln!("faultline agent run: {summary}");
     }
     let code = match reason {
-        _ if !kept || closed.is_err() => EXIT_NOT_KEPT,
-        _ if interrupted => EXIT_INTERRUPTED,
-        TurnEndReason::Completed | TurnEndReason::MaxTokens => EXIT_COMPLETED,
-        TurnEndReason::Error { .. } | TurnEndReason::BudgetExhausted { .. } => EXIT_ERROR,
-        TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => EXIT_ABORTED,
+        _ if !kept || closed.is_err() => exit::NOT_KEPT,
+        _ if interrupted => exit::CTRL_C,
+        TurnEndReason::Completed | TurnEndReason::MaxTokens => exit::OK,
+        TurnEndReason::Error { .. } | TurnEndReason::BudgetExhausted { .. } => exit::FAILED,
+        TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => exit::NEEDS_ATTENTION,
     };
-    ExitCode::from(code)
+    exit::code(code)
 }

@@ -1,5 +1,6 @@
 //! `faultline demo`: the whole story in one command, no set-up.
 
+use crate::exit;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -69,7 +70,7 @@ pub fn run(args: DemoArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("faultline demo: {e}");
-            ExitCode::from(1)
+            exit::code(exit::FAILED)
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `faultline llm stream` (curl for the adapter) and `faultline model-server`.
 
+use crate::exit;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -138,7 +139,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
     if !args.json {
         println!("{} of {} agree with the official SDK", files.len() - disagree, files.len());
     }
-    ExitCode::from(if disagree == 0 { 0 } else { 2 })
+    exit::code(if disagree == 0 { exit::OK } else { exit::FAILED })
 }
 
 /// The route `llm stream`'s flags describe, refused with the flag's name.
@@ -199,18 +200,18 @@ fn stream(args: &StreamArgs) -> ExitCode {
         });
         let mut stream = adapter.stream(route, body, cancel);
         let mut out = std::io::stdout().lock();
-        let mut code = 2;
+        let mut code = exit::FAILED;
         while let Some(chunk) = stream.next().await {
             if let Chunk::Finish { reason, .. } = &chunk {
                 code = match reason {
-                    FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => 0,
-                    FinishReason::Error { .. } | FinishReason::Aborted { .. } => 2,
+                    FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => exit::OK,
+                    FinishReason::Error { .. } | FinishReason::Aborted { .. } => exit::FAILED,
                 };
             }
             let line = serde_json::to_string(&chunk).expect("chunks serialise");
             if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
                 // The reader went away: stop early, which closes the transport.
-                return ExitCode::from(2);
+                return exit::code(exit::BROKEN_PIPE);
             }
         }
         ExitCode::from(code)

@@ -8,6 +8,7 @@
 mod agent;
 mod bench;
 mod demo;
+mod exit;
 mod llm;
 mod outbox;
 mod progress;
@@ -93,14 +94,6 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// Exit status for bad arguments (clap's own default is 2, which our commands reserve for
-/// "the model or the turn ended in error").
-const EXIT_BAD_ARGUMENTS: u8 = 1;
-
-/// Exit status when the reader of our standard output went away (128 + SIGPIPE, what a
-/// shell reports for tools killed by the signal).
-const EXIT_BROKEN_PIPE: i32 = 141;
-
 /// `faultline run --trace | head` must end quietly when the reader goes away, as other
 /// command-line tools do. Rust ignores SIGPIPE, so a print to a closed pipe panics; this hook
 /// turns exactly that panic into a quiet exit (the workspace forbids the `unsafe` it would
@@ -115,7 +108,7 @@ fn exit_quietly_on_broken_pipe() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied())
             .unwrap_or_default();
         if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
-            std::process::exit(EXIT_BROKEN_PIPE);
+            std::process::exit(i32::from(exit::BROKEN_PIPE));
         }
         default(info);
     }));
@@ -130,7 +123,7 @@ fn main() -> ExitCode {
             let _ = e.print();
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => ExitCode::SUCCESS,
-                _ => ExitCode::from(EXIT_BAD_ARGUMENTS),
+                _ => exit::code(exit::USAGE),
             };
         }
     };

@@ -2,6 +2,7 @@
 //! same scenario with real processes, files, sockets and SIGKILL, then parity with the
 //! simulator.
 
+use crate::exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -86,8 +87,9 @@ pub fn run_one(
 ) -> ExitCode {
     if let Some(why) = faultline_sim::world::real::cannot_run_here(scenario) {
         eprintln!("faultline run --real: {} cannot run for real here: {why}", scenario.name);
-        return ExitCode::from(1);
+        return exit::code(exit::USAGE);
     }
+    let kept = keep.is_some();
     let (real, parity) = match options(keep, bugs).and_then(|options| real::run_and_compare(scenario, seed, &options)) {
         Ok(compared) => compared,
         Err(e) => {
@@ -121,12 +123,16 @@ pub fn run_one(
             println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
         }
         print_parity(&parity);
-        println!("  working directory: {}", real.dir.display());
+        if kept {
+            println!("  working directory (kept): {}", real.dir.display());
+        } else {
+            println!("  working directory: removed after the run (keep it with `--keep DIR`)");
+        }
     }
     if passed {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        exit::code(exit::FAILED)
     }
 }
 

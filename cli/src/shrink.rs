@@ -1,6 +1,7 @@
 //! `faultline shrink`: a failing run's fault plan and workload cut down to a small
 //! regression scenario file that replays deterministically.
 
+use crate::exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -35,7 +36,7 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("faultline shrink: {e}");
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     let progress = crate::progress::Progress::new("candidate runs", true);
@@ -45,7 +46,7 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
         Ok(shrunk) => shrunk,
         Err(e) => {
             eprintln!("faultline shrink: {e}");
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     let bug = args.bug.clone().unwrap_or_default();
@@ -54,11 +55,18 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
         format!("{}{tag}-seed{}", scenario.name, args.seed)
     });
     let regression = shrunk.regression(&name, &bug, args.seed, &scenario.name);
-    let path = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("scenarios/regressions/{name}.toml")));
+    let path = match args.out.clone().map_or_else(|| regressions_dir().map(|dir| dir.join(format!("{name}.toml"))), Ok)
+    {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("faultline shrink: {e}");
+            return exit::code(exit::USAGE);
+        }
+    };
     let text = format!("# {}\n{}", regression.description, regression.to_toml());
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("faultline shrink: writing {}: {e}", path.display());
-        return ExitCode::from(1);
+        return exit::code(exit::USAGE);
     }
     let with_bug = if bug.is_empty() { String::new() } else { format!(" --bug {bug}") };
     println!(
@@ -75,4 +83,14 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
     println!("wrote {}", path.display());
     println!("replay: faultline run {} --seed {}{with_bug}", path.display(), args.seed);
     ExitCode::SUCCESS
+}
+
+/// Where regressions go without `--out`: the `scenarios/regressions` of the checkout this
+/// binary was built from (so `shrink` works from any directory), else the one under the
+/// current directory.
+fn regressions_dir() -> Result<PathBuf, String> {
+    let built_from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/regressions");
+    [built_from, PathBuf::from("scenarios/regressions")].into_iter().find(|dir| dir.is_dir()).ok_or_else(|| {
+        "no scenarios/regressions directory here or in the checkout it was built from: pass --out PATH".into()
+    })
 }

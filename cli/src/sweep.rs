@@ -1,5 +1,6 @@
 //! `faultline scenarios`, `faultline run` and `faultline sweep`: the main job.
 
+use crate::exit;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use faultline_sim::{Scenario, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS};
 pub struct RunArgs {
     /// Scenario name (`faultline scenarios`).
     scenario: String,
-    /// The seed.
+    /// The seed (default 1).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print the whole trace.
@@ -88,7 +89,7 @@ pub fn hunt(args: &HuntArgs) -> ExitCode {
             }
             None => {
                 println!("NOT caught: {} survived {} runs ({} seeds per scenario)", catch.bug, catch.runs, catch.seeds);
-                ExitCode::from(1)
+                exit::code(exit::FAILED)
             }
         },
     }
@@ -100,7 +101,7 @@ pub struct SweepArgs {
     /// Only these scenarios (repeatable); default: all built-in scenarios.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
-    /// Seed range `A..B` (B exclusive); default `0..4000`.
+    /// Seed range `A..B` (B exclusive); default `0..4000`, or `0..10` with `--real`.
     #[arg(long)]
     seeds: Option<String>,
     /// Parallel runs (default: the number of CPUs).
@@ -215,7 +216,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
     if result.passed() && divergence.is_none() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        exit::code(exit::FAILED)
     }
 }
 
@@ -243,6 +244,8 @@ fn parse_shard(text: Option<&str>) -> Result<(u64, u64), String> {
 
 /// Seeds of a real sweep unless `--seeds` says: seeds 0..9, the parity bar.
 const REAL_DEFAULT_SEEDS: u64 = 10;
+// The `--seeds` help names both defaults.
+const _: () = assert!(DEFAULT_SEEDS == 4_000 && REAL_DEFAULT_SEEDS == 10, "update the --seeds help");
 
 /// Runs the sweep (or merges shard reports).
 pub fn run(args: &SweepArgs) -> ExitCode {
@@ -285,7 +288,7 @@ pub fn run(args: &SweepArgs) -> ExitCode {
     if summary.passed() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        exit::code(exit::FAILED)
     }
 }
 

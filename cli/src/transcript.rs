@@ -18,16 +18,8 @@ use faultline_runtime::{seams::Liveness, seams::Seams, Error};
 use serde_json::json;
 use std::sync::Arc;
 
-/// Exit status: nothing to repair / success.
-const EXIT_OK: u8 = 0;
-/// Exit status: any other error (missing file, I/O, bad arguments).
-const EXIT_ERROR: u8 = 1;
-/// Exit status: repair needed (torn tail and/or open turn).
-const EXIT_NEEDS_REPAIR: u8 = 3;
-/// Exit status: corrupt.
-const EXIT_CORRUPT: u8 = 4;
-/// Exit status: unsupported version.
-const EXIT_UNSUPPORTED: u8 = 5;
+use super::exit::{CORRUPT as EXIT_CORRUPT, NEEDS_ATTENTION as EXIT_NEEDS_REPAIR, OK as EXIT_OK};
+use super::exit::{UNSUPPORTED as EXIT_UNSUPPORTED, USAGE as EXIT_ERROR};
 
 /// `faultline transcript ...`
 #[derive(Debug, Args)]
@@ -321,12 +313,43 @@ fn inspect(target: &Target, as_json: bool, seams: &Seams) -> ExitCode {
         });
         writeln!(out, "{value}")
     } else {
-        print_summary(&mut out, &inspection)
+        print_summary(&mut out, &inspection).and_then(|()| writeln!(out, "verdict:    {}", verdict(&inspection)))
     };
     if let Err(e) = printed {
         return fail(e);
     }
     ExitCode::from(status_exit(&inspection))
+}
+
+/// The exit status in words, with what to do next: a status line alone ("clean") does not
+/// say why an open turn still exits 3.
+fn verdict(inspection: &Inspection) -> String {
+    match status_exit(inspection) {
+        EXIT_CORRUPT => "corrupt (exit 4): a record before the end is damaged, and repair never guesses past it. \
+                         Keep the file for diagnosis; restore the session from a backup or start a new one"
+            .to_owned(),
+        EXIT_UNSUPPORTED => "unsupported (exit 5): this build cannot read the format (a newer version, or a store \
+                             built without its cargo feature); use a faultline that can"
+            .to_owned(),
+        EXIT_NEEDS_REPAIR => {
+            let mut why = Vec::new();
+            if inspection.torn_bytes > 0 {
+                why.push(format!("a torn tail of {} bytes", inspection.torn_bytes));
+            }
+            if inspection.open_turn {
+                why.push("a turn that never ended (the process stopped mid-turn)".to_owned());
+            }
+            if why.is_empty() {
+                why.push("records to close".to_owned());
+            }
+            format!(
+                "needs repair (exit 3): {}. `faultline transcript repair` with the same arguments closes it \
+                 (`agent run --resume` repairs first too)",
+                why.join(" and ")
+            )
+        }
+        _ => "nothing to repair (exit 0)".to_owned(),
+    }
 }
 
 fn print_summary(out: &mut impl Write, inspection: &Inspection) -> io::Result<()> {

@@ -32,7 +32,7 @@ fn userspace_buffer_on_sync_passes_the_simulator_and_fails_the_real_run() {
     assert_eq!((code, invariants(&simulated)), (0, vec![]), "the simulator cannot see it");
 
     let (code, real) = run(&["--real", "--bug", BUG]);
-    assert_eq!(code, 1, "{real}");
+    assert_eq!(code, 2, "ran and failed: {real}");
     let broken = invariants(&real);
     assert!(broken.contains(&"durable-prefix".to_owned()), "acknowledged records were lost: {broken:?}");
     assert!(broken.contains(&"at-most-once".to_owned()), "the effect went out twice: {broken:?}");

@@ -171,6 +171,42 @@ fn exit_statuses_for_error_bad_config_and_bad_arguments() {
         agent_run(&config, &sessions, "jsonl", &["--session", "missing", "--resume", "--prompt", "hi"]);
     assert_eq!(code, 1);
     assert!(err.contains("not found"), "{err}");
+
+    // A session that exists is continued with --resume, and the error says so.
+    let (code, _, _) = agent_run(&config, &sessions, "jsonl", &["--session", "taken", "--prompt", "hi"]);
+    assert_eq!(code, 2, "the 401 again");
+    let (code, _, err) = agent_run(&config, &sessions, "jsonl", &["--session", "taken", "--prompt", "hi"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("session taken already exists") && err.contains("--session taken --resume"), "{err}");
+}
+
+/// A key the config names but the environment lacks is a config problem: exit 1 before any
+/// session, file or request exists (the server's request log and the directory are the
+/// evidence), not a failed turn in a session made for nothing.
+#[test]
+fn a_missing_key_is_refused_before_anything_is_created() {
+    const VAR: &str = "FAULTLINE_E2E_KEY_NOBODY_SETS";
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(dir.path(), &json!({"responses": [{"frames": [{"text": "hi"}]}]}));
+    let config = config(dir.path(), &server.base_url(), "");
+    let keyed = dir.path().join("keyed.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &keyed,
+        text.replace("model = \"test-model\"", &format!("model = \"test-model\"\napi_key_env = \"{VAR}\"")),
+    )
+    .unwrap();
+    let sessions = dir.path().join("sessions");
+    let output = Command::new(faultline_bin())
+        .args(agent_run_args(&keyed, &sessions, &["--prompt", "hi"]))
+        .env_remove(VAR)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("MISSING_CREDENTIAL") && err.contains(&format!("export {VAR}")), "{err}");
+    assert!(!sessions.exists(), "no session directory was made");
+    assert!(logged_requests(dir.path()).is_empty(), "no request was sent");
 }
 
 /// Starts a turn that stalls, waits until its request reached the server, sends `signal`.

@@ -188,7 +188,7 @@ fn shrink_writes_a_small_regression_file_that_replays_the_failure() {
     let regression = scenario.regression.unwrap();
     assert_eq!((regression.invariant.as_str(), regression.seed), ("expectation", 5));
     let replay = faultline(&["run", out.to_str().unwrap(), "--seed", "5"]);
-    assert_eq!(replay.status.code(), Some(1), "the regression still fails: {}", stdout(&replay));
+    assert_eq!(replay.status.code(), Some(2), "the regression still fails: {}", stdout(&replay));
     assert!(stdout(&replay).contains("violated expectation"), "{}", stdout(&replay));
 }
 

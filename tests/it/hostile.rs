@@ -317,6 +317,8 @@ fn a_damaged_line_followed_by_complete_records_is_corrupt_and_nothing_repairs_it
         assert_eq!(inspected.status.code(), Some(4), "{bad}: {}", stdout(&inspected));
         let value: Value = serde_json::from_str(stdout(&inspected).trim()).unwrap();
         assert_eq!(value["status"], "corrupt", "{bad}");
+        let told = stdout(&faultline(&["transcript", "inspect", path.to_str().unwrap()]));
+        assert!(told.contains("verdict:    corrupt (exit 4)") && told.contains("restore the session"), "{told}");
         for command in ["repair", "report", "cat"] {
             let output = faultline(&["transcript", command, path.to_str().unwrap()]);
             assert_ne!(output.status.code(), Some(0), "{command} {bad}: {}", stdout(&output));
@@ -337,6 +339,8 @@ fn a_hole_of_zero_bytes_in_the_last_unit_is_torn_and_the_repair_says_what_it_dro
     let value: Value = serde_json::from_str(stdout(&inspected).trim()).unwrap();
     assert_eq!((value["status"].as_str(), value["torn_from_seq"].as_u64()), (Some("torn"), Some(11)));
     assert_eq!(value["dropped_records"], 1);
+    let told = stdout(&faultline(&["transcript", "inspect", path.to_str().unwrap()]));
+    assert!(told.contains("verdict:    needs repair (exit 3): a torn tail of"), "exit 3 says why: {told}");
     let repaired = faultline(&["transcript", "repair", path.to_str().unwrap()]);
     assert_eq!(repaired.status.code(), Some(0), "{}", stderr(&repaired));
     assert!(stdout(&repaired).contains("from seq 11 (1 complete records among them)"), "{}", stdout(&repaired));

@@ -166,7 +166,7 @@ fn agent_run_routes_a_side_effect_through_the_queue_exactly_once() {
     std::fs::write(
         &config,
         format!(
-            "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{}\"\nmodel = \"m\"\n\n[[tools]]\nname = \"post\"\ndescription = \"post\"\ncommand = [\"sh\", \"-c\", \"cat >> {}; echo; echo id=$FAULTLINE_EXECUTION_ID\"]\nside_effects = true\nvia_outbox = true\n",
+            "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{}\"\nmodel = \"m\"\n\n[[tools]]\nname = \"post\"\ndescription = \"post\"\ncommand = [\"sh\", \"-c\", \"cat >> {}; echo; echo id=$FAULTLINE_EXECUTION_ID\"]\nside_effects = true\nvia_outbox = true\n\n[outbox]\ndb = \"queue.sqlite\"\n",
             server.base_url(),
             sent.display()
         ),
@@ -178,7 +178,8 @@ fn agent_run_routes_a_side_effect_through_the_queue_exactly_once() {
     let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(summary["assistant_text"], "Posted.");
     assert_eq!(std::fs::read_to_string(&sent).unwrap(), "{\"text\":\"hi\"}");
-    let listed = faultline(&["outbox", "list", "--db", sessions.join("outbox.sqlite").to_str().unwrap(), "--json"]);
+    // A relative `[outbox] db` is in the session directory, not wherever the command ran.
+    let listed = faultline(&["outbox", "list", "--db", sessions.join("queue.sqlite").to_str().unwrap(), "--json"]);
     let row: Value = serde_json::from_str(stdout(&listed).lines().next().unwrap()).unwrap();
     assert_eq!(row["execution_id"], "s1:1:1:call_1");
     assert_eq!(row["status"], "delivered");

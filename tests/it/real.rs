@@ -91,7 +91,7 @@ fn parity_reports_the_first_record_where_the_worlds_differ() {
     let path = dir.path().join("torn-for-real.toml");
     std::fs::write(&path, undeclared).unwrap();
     let output = faultline(&["run", path.to_str().unwrap(), "--seed", "0", "--real"]);
-    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert_eq!(output.status.code(), Some(2), "ran and failed (parity): {}", stdout(&output));
     let out = stdout(&output);
     assert!(out.contains("PASS torn-write-mid-append"), "the oracle holds in both worlds: {out}");
     assert!(out.contains("parity: DIFFERS at record"), "{out}");

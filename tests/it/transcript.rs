@@ -77,6 +77,13 @@ fn inspect_shows_closers_in_the_logs_own_shape_with_exit_3() {
     let output = faultline(&["transcript", "inspect", dir.path().to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(3));
     assert!(stdout(&output).contains("open turn:  yes"), "{}", stdout(&output));
+    // A clean file that still exits 3 says why, and what closes it.
+    assert!(
+        stdout(&output).contains("verdict:    needs repair (exit 3): a turn that never ended")
+            && stdout(&output).contains("`faultline transcript repair`"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[test]
