@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 
 use faultline_runtime::event::{Event, Record};
 
+use crate::markup::escape;
 use crate::sweep::SweepSummary;
 use crate::world::RunResult;
 
@@ -26,22 +27,6 @@ const LANE_LABEL_WIDTH: f64 = 110.0;
 const LANE_HEIGHT: f64 = 34.0;
 /// Most items drawn per lane (a runaway run stays a readable file; the rest are counted).
 const LANE_ITEMS_MAX: usize = 2_000;
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// What one timeline item is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub mod conformance;
 mod fault_fs;
 pub mod generate;
 pub mod html;
+mod markup;
 pub mod model_server;
 mod scenario;
 mod seams;

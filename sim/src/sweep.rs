@@ -495,7 +495,7 @@ fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String
 }
 
 /// XML needs the same escaping as HTML attributes and text.
-use crate::html::escape as xml_escape;
+use crate::markup::escape as xml_escape;
 
 /// A JUnit report: one test case per run when the summary kept them, otherwise one per
 /// scenario plus one per failing run.

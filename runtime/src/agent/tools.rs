@@ -12,6 +12,10 @@ use crate::seams::{BoxFuture, Clock};
 /// Longest tool output kept, in bytes: a result goes to the model and into the log.
 pub const TOOL_OUTPUT_BYTES_MAX: usize = 256 * 1024;
 
+// A truncated tool output, escaped at the worst rate (`\u00XX` per byte), still fits a record.
+const _: () =
+    assert!(TOOL_OUTPUT_BYTES_MAX * 6 + crate::store::RECORD_ENVELOPE_BYTES_MAX <= crate::store::RECORD_LINE_BYTES_MAX);
+
 /// One call of a tool, as the tool sees it.
 #[derive(Debug, Clone)]
 pub struct ToolInvocation {

@@ -4,6 +4,7 @@
 mod adapter;
 mod classify;
 mod config;
+mod endpoint;
 pub(crate) mod normalise;
 mod proxy;
 mod request;
@@ -13,10 +14,11 @@ mod tls;
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
 pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
 pub use config::{
-    from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, Endpoint, LiveProvider, Preset,
+    from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, LiveProvider, Preset,
     ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, DELAY_MS_MAX,
     IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, RETRYABLE_CODES_DEFAULT,
 };
+pub use endpoint::Endpoint;
 pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
 pub use request::chat_body;
 pub(crate) use request::chat_body_of;

@@ -9,7 +9,7 @@
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::config::Endpoint;
+use super::endpoint::Endpoint;
 use crate::event::ErrorCode;
 use crate::seams::ByteStream;
 

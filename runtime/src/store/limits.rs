@@ -25,8 +25,6 @@ pub const ANSWER_BYTES_MAX: usize = RECORD_LINE_BYTES_MAX - RECORD_ENVELOPE_BYTE
 
 const _: () = assert!(WRITE_UNIT_BYTES_MAX < RECORD_LINE_BYTES_MAX);
 const _: () = assert!(RECORD_ENVELOPE_BYTES_MAX < RECORD_LINE_BYTES_MAX / 8);
-// A truncated tool output, escaped at the worst rate (`\u00XX` per byte), still fits a record.
-const _: () = assert!(crate::agent::TOOL_OUTPUT_BYTES_MAX * 6 + RECORD_ENVELOPE_BYTES_MAX <= RECORD_LINE_BYTES_MAX);
 
 /// The most bytes, counted back from the end of a file, that one damaged write unit can span:
 /// a unit of several records is at most [`WRITE_UNIT_BYTES_MAX`] bytes of text; a unit of one

@@ -127,43 +127,11 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     let id = SessionId::new(SESSION).expect("valid id");
     let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
     let route = route?;
-    let mut tools = ToolSet::new();
-    for tool in &plan.tools {
-        let schema = ToolSchema {
-            name: tool.name.clone(),
-            description: tool.kind.as_str().to_owned(),
-            parameters: serde_json::json!({"type": "object"}),
-        };
-        tools = match tool.kind {
-            ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
-            _ => tools.with(Arc::new(LocalTool {
-                schema,
-                timeout_ms: tool.timeout_ms,
-                work_ms: tool.work_ms,
-                ignore_abort: tool.ignore_abort,
-                printed: tool.printed_output(),
-                // A careless tool prints a secret its process holds (the gateway token).
-                leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
-                clock: seams.clock.clone(),
-                report: report.clone(),
-            })),
-        };
-    }
+    let tools = tools_of(plan, &outbox, &deliverer, &seams, seed, &report);
     let open = if exists { Open::Resume } else { Open::Create };
     let live = Arc::new(LiveProvider::new(route));
-    if let (Some(update), 1) = (plan.faults.config_update.clone(), life) {
-        let (live, clock, report) = (live.clone(), seams.clock.clone(), report.clone());
-        tokio::spawn(async move {
-            clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(update.at_ms))).await;
-            let text = provider_file(&model_url, &update.provider);
-            let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
-            let (family, line) = match applied {
-                Ok(()) => ("config-applied", "config update applied".to_owned()),
-                Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
-            };
-            report.fault(family);
-            report.trace(line);
-        });
+    if life == 1 {
+        update_config_later(plan, &live, &seams, &model_url, &report);
     }
     let mut config = AgentConfig::default();
     config.tool_concurrency = plan.tool_concurrency;
@@ -189,35 +157,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
             repair.closers.len()
         ));
     }
-    {
-        let mut records = agent.subscribe();
-        let report_records = report.clone();
-        tokio::spawn(async move {
-            while let Ok(record) = records.recv().await {
-                report_records.accepted(&record);
-            }
-        });
-        // What the agent says failed to persist, as it says it: a record accepted and never
-        // durable must be covered by one of these (or by a crash).
-        let mut failures = agent.failures();
-        let report_failures = report.clone();
-        tokio::spawn(async move {
-            while failures.recv().await.is_ok() {
-                report_failures.persist_failure();
-            }
-        });
-        // Whatever the barrier acknowledged durable is reported outside the host at once: the
-        // oracle checks it survived every later crash byte for byte, and that each effect
-        // came after its intent.
-        let mut watermark = agent.durable_watermark();
-        let report_durable = report.clone();
-        tokio::spawn(async move {
-            while watermark.changed().await.is_ok() {
-                let through = *watermark.borrow_and_update();
-                report_durable.durable(through);
-            }
-        });
-    }
+    report_what_the_agent_says(&agent, &report);
     // The user resubmits what a crash lost: the plan's messages not yet in the durable log,
     // and the message sent during a cancel if it never became durable.
     let extra = faultline_runtime::event::Message::user_text(MESSAGE_DURING_ABORT);
@@ -238,28 +178,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         report_outcome(&agent, report.as_ref(), life);
     }
     if life == 1 {
-        let (agent, clock, report, then_submit) =
-            (agent.clone(), seams.clock.clone(), report.clone(), plan.faults.cancel_then_submit);
-        let (at_ms, after_first_text_ms) = (plan.faults.cancel_at_ms, plan.faults.cancel_after_first_text_ms);
-        let mut records = after_first_text_ms.map(|_| agent.subscribe());
-        if at_ms.is_some() || after_first_text_ms.is_some() {
-            tokio::spawn(async move {
-                if let Some(at) = at_ms {
-                    clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(at))).await;
-                }
-                if let (Some(after), Some(records)) = (after_first_text_ms, records.as_mut()) {
-                    while let Ok(record) = records.recv().await {
-                        if let Event::AssistantChunk(chunk) = &record.event {
-                            if matches!(chunk.chunk, faultline_runtime::event::Chunk::TextDelta { .. }) {
-                                break;
-                            }
-                        }
-                    }
-                    clock.sleep(Duration::from_millis(after)).await;
-                }
-                cancel(&agent, report.as_ref(), then_submit);
-            });
-        }
+        cancel_later(plan, &agent, &seams, &report);
     }
     for message in plan.messages.iter().skip(done) {
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
@@ -269,6 +188,123 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
     Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
+}
+
+/// The plan's tools: gateway tools deliver through the queue, the rest run here.
+fn tools_of(
+    plan: &Plan,
+    outbox: &Arc<dyn Outbox>,
+    deliverer: &Arc<gateway::GatewayDeliverer>,
+    seams: &Seams,
+    seed: u64,
+    report: &Arc<dyn LifeReport>,
+) -> ToolSet {
+    let mut tools = ToolSet::new();
+    for tool in &plan.tools {
+        let schema = ToolSchema {
+            name: tool.name.clone(),
+            description: tool.kind.as_str().to_owned(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        tools = match tool.kind {
+            ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
+            _ => tools.with(Arc::new(LocalTool {
+                schema,
+                timeout_ms: tool.timeout_ms,
+                work_ms: tool.work_ms,
+                ignore_abort: tool.ignore_abort,
+                printed: tool.printed_output(),
+                // A careless tool prints a secret its process holds (the gateway token).
+                leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
+                clock: seams.clock.clone(),
+                report: report.clone(),
+            })),
+        };
+    }
+    tools
+}
+
+/// The plan's live config update, applied (or refused, the last good kept) at its instant.
+fn update_config_later(
+    plan: &Plan,
+    live: &Arc<LiveProvider>,
+    seams: &Seams,
+    model_url: &str,
+    report: &Arc<dyn LifeReport>,
+) {
+    let Some(update) = plan.faults.config_update.clone() else { return };
+    let (live, clock, report, model_url) = (live.clone(), seams.clock.clone(), report.clone(), model_url.to_owned());
+    tokio::spawn(async move {
+        clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(update.at_ms))).await;
+        let text = provider_file(&model_url, &update.provider);
+        let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
+        let (family, line) = match applied {
+            Ok(()) => ("config-applied", "config update applied".to_owned()),
+            Err(e) => ("config-rejected", format!("config update rejected, last good kept: {e}")),
+        };
+        report.fault(family);
+        report.trace(line);
+    });
+}
+
+/// Reports, outside the host, every record the agent accepted, every persistence failure it
+/// announced and every durable watermark its barrier acknowledged: the agent's word, which
+/// the oracle holds against the disk's own record.
+fn report_what_the_agent_says(agent: &Agent, report: &Arc<dyn LifeReport>) {
+    let mut records = agent.subscribe();
+    let report_records = report.clone();
+    tokio::spawn(async move {
+        while let Ok(record) = records.recv().await {
+            report_records.accepted(&record);
+        }
+    });
+    // What the agent says failed to persist, as it says it: a record accepted and never
+    // durable must be covered by one of these (or by a crash).
+    let mut failures = agent.failures();
+    let report_failures = report.clone();
+    tokio::spawn(async move {
+        while failures.recv().await.is_ok() {
+            report_failures.persist_failure();
+        }
+    });
+    // Whatever the barrier acknowledged durable is reported outside the host at once: the
+    // oracle checks it survived every later crash byte for byte, and that each effect
+    // came after its intent.
+    let mut watermark = agent.durable_watermark();
+    let report_durable = report.clone();
+    tokio::spawn(async move {
+        while watermark.changed().await.is_ok() {
+            let through = *watermark.borrow_and_update();
+            report_durable.durable(through);
+        }
+    });
+}
+
+/// The plan's cancel of the first incarnation's turn: at an instant, or a while after the
+/// first text arrives.
+fn cancel_later(plan: &Plan, agent: &Agent, seams: &Seams, report: &Arc<dyn LifeReport>) {
+    let (agent, clock, report, then_submit) =
+        (agent.clone(), seams.clock.clone(), report.clone(), plan.faults.cancel_then_submit);
+    let (at_ms, after_first_text_ms) = (plan.faults.cancel_at_ms, plan.faults.cancel_after_first_text_ms);
+    let mut records = after_first_text_ms.map(|_| agent.subscribe());
+    if at_ms.is_some() || after_first_text_ms.is_some() {
+        tokio::spawn(async move {
+            if let Some(at) = at_ms {
+                clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(at))).await;
+            }
+            if let (Some(after), Some(records)) = (after_first_text_ms, records.as_mut()) {
+                while let Ok(record) = records.recv().await {
+                    if let Event::AssistantChunk(chunk) = &record.event {
+                        if matches!(chunk.chunk, faultline_runtime::event::Chunk::TextDelta { .. }) {
+                            break;
+                        }
+                    }
+                }
+                clock.sleep(Duration::from_millis(after)).await;
+            }
+            cancel(&agent, report.as_ref(), then_submit);
+        });
+    }
 }
 
 /// The simulated user's cancel: with `then_submit`, keep the inbox and send one more message

@@ -6,6 +6,10 @@
 //! host incarnation, and the faults drawn for the `mixed` scenario (one named stream per fault
 //! family, so adding a knob does not reshuffle the others).
 
+// No function here grows past clippy's `too-many-lines-threshold` (clippy.toml): the
+// simulator's world and the store are read most when something went wrong.
+#![warn(clippy::too_many_lines)]
+
 mod driver;
 pub mod gateway;
 pub mod io_trace;
@@ -223,18 +227,7 @@ pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, io_trace::IoT
 
 fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> RunResult {
     let plan = seeded::resolve(scenario, seed);
-    let mut builder = turmoil::Builder::new();
-    builder
-        .epoch(sim_epoch())
-        .rng_seed(crate::Seed::new(seed).turmoil())
-        .tick_duration(Duration::from_millis(plan.tick_ms))
-        .simulation_duration(Duration::from_millis(plan.budget_ms + 60_000))
-        .min_message_latency(Duration::from_millis(LATENCY_MS))
-        .max_message_latency(Duration::from_millis(LATENCY_MS));
-    if let Some(block) = plan.faults.fs.as_ref().and_then(|f| f.block_size) {
-        builder.fs().block_size(block);
-    }
-    let mut sim = builder.build();
+    let mut sim = build_sim(&plan, seed);
     let world: Shared = Arc::default();
     if let Some(swarm) = &plan.swarm {
         lock(&world).trace.push(format!("{:>7} {swarm}", 0));
@@ -247,77 +240,26 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect();
     // The disk: shared by every incarnation (a restart frees no space).
     let space = crate::DiskSpace::default();
-    let first_life_fs = FsFaults::new();
-    if let Some(fs) = &plan.faults.fs {
-        if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
-            first_life_fs.fail(op, kind.io_kind());
+    let first_life_fs = first_life_faults(&plan, seed);
+    let model_slot = host_model(&mut sim, &plan, &world, &recorder);
+    let receipts = host_gateway(&mut sim, &plan, &world, &recorder);
+    let life = AgentLife {
+        route: resolve_route(SIM_MODEL_URL, &plan.provider),
+        world: world.clone(),
+        control: control.clone(),
+        first_life_fs: first_life_fs.clone(),
+        space: space.clone(),
+        plan: plan.clone(),
+        seed,
+        recorder,
+    };
+    sim.host("agent", move || {
+        let life = life.clone();
+        async move {
+            life.run().await;
+            Ok(())
         }
-        if let Some(op) = fs.crash_before_op {
-            first_life_fs.crash_before(op);
-        }
-        if fs.power_loss_hole {
-            first_life_fs.hole_on_crash(crate::Seed::new(seed).fault("hole").next_u64());
-            if plan.store == crate::StoreKind::Zstd {
-                // Compressed bytes have no lines: a power loss loses whole sectors.
-                first_life_fs.holes_in_sectors(POWER_LOSS_SECTOR_BYTES);
-            }
-        }
-        if let (true, Some(block)) = (fs.torn_mid_line, fs.block_size) {
-            first_life_fs.tear_on_crash(block);
-        }
-    }
-
-    let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
-    {
-        let (script, slot, ledger) = (plan.script.clone(), model_slot.clone(), lock(&world).ledger.clone());
-        let recorder = recorder.clone();
-        sim.host("model", move || {
-            let (script, slot, ledger) = (script.clone(), slot.clone(), ledger.clone());
-            let net = recorder.server_net(Arc::new(crate::SimNet), "model");
-            async move {
-                let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(ModelServer::start(net, clock, "0.0.0.0:80", script, Some(ledger.observer())).await?);
-                std::future::pending::<()>().await;
-                Ok(())
-            }
-        });
-    }
-    let receipts: Receipts = Arc::default();
-    {
-        let (receipts, echo, recorder) = (receipts.clone(), plan.faults.gateway_echo, recorder.clone());
-        let order = lock(&world).order.clone();
-        let stamp: Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
-        sim.host("gateway", move || {
-            let (receipts, stamp) = (receipts.clone(), stamp.clone());
-            let net = recorder.server_net(Arc::new(crate::SimNet), "gateway");
-            async move {
-                gateway::serve(net, Arc::new(crate::SimClock), stamp, "0.0.0.0:80", receipts, echo).await?;
-                Ok(())
-            }
-        });
-    }
-    {
-        let route = resolve_route(SIM_MODEL_URL, &plan.provider);
-        let (world, control, first_life_fs, plan, space) =
-            (world.clone(), control.clone(), first_life_fs.clone(), plan.clone(), space.clone());
-        sim.host("agent", move || {
-            let life = AgentLife {
-                route: route.clone(),
-                world: world.clone(),
-                control: control.clone(),
-                first_life_fs: first_life_fs.clone(),
-                space: space.clone(),
-                plan: plan.clone(),
-                seed,
-                recorder: recorder.clone(),
-            };
-            async move {
-                life.run().await;
-                Ok(())
-            }
-        });
-    }
+    });
 
     let driver = driver::Driver {
         sim,
@@ -336,6 +278,114 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     };
     let (sim_ms, disk_op_crashes) = driver.drive();
     let mut world = std::mem::take(&mut *lock(&world));
+    note_disk_faults(&mut world, &plan, &first_life_fs, &space);
+    let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
+    let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let model = model_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let control = control.lock().unwrap_or_else(|p| p.into_inner());
+    let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+    world.crashes_fired = control.fired + disk_op_crashes;
+    conclude(Concluded {
+        scenario,
+        plan: &plan,
+        seed,
+        world,
+        receipts,
+        model,
+        crash_point_hits,
+        fs_ops,
+        end_ms: sim_ms,
+    })
+}
+
+/// The turmoil simulation of `plan`: its epoch, seed, tick, budget and fixed latency.
+fn build_sim(plan: &seeded::Plan, seed: u64) -> turmoil::Sim<'static> {
+    let mut builder = turmoil::Builder::new();
+    builder
+        .epoch(sim_epoch())
+        .rng_seed(crate::Seed::new(seed).turmoil())
+        .tick_duration(Duration::from_millis(plan.tick_ms))
+        .simulation_duration(Duration::from_millis(plan.budget_ms + 60_000))
+        .min_message_latency(Duration::from_millis(LATENCY_MS))
+        .max_message_latency(Duration::from_millis(LATENCY_MS));
+    if let Some(block) = plan.faults.fs.as_ref().and_then(|f| f.block_size) {
+        builder.fs().block_size(block);
+    }
+    builder.build()
+}
+
+/// The disk faults the first incarnation meets (later ones get a healthy disk).
+fn first_life_faults(plan: &seeded::Plan, seed: u64) -> FsFaults {
+    let faults = FsFaults::new();
+    let Some(fs) = &plan.faults.fs else { return faults };
+    if let (Some(op), Some(kind)) = (fs.fail_op, fs.fail_kind) {
+        faults.fail(op, kind.io_kind());
+    }
+    if let Some(op) = fs.crash_before_op {
+        faults.crash_before(op);
+    }
+    if fs.power_loss_hole {
+        faults.hole_on_crash(crate::Seed::new(seed).fault("hole").next_u64());
+        if plan.store == crate::StoreKind::Zstd {
+            // Compressed bytes have no lines: a power loss loses whole sectors.
+            faults.holes_in_sectors(POWER_LOSS_SECTOR_BYTES);
+        }
+    }
+    if let (true, Some(block)) = (fs.torn_mid_line, fs.block_size) {
+        faults.tear_on_crash(block);
+    }
+    faults
+}
+
+/// The scripted model server's host; the slot holds the server (its request log) once up.
+fn host_model(
+    sim: &mut turmoil::Sim<'static>,
+    plan: &seeded::Plan,
+    world: &Shared,
+    recorder: &io_trace::IoRecorder,
+) -> Arc<Mutex<Option<ModelServer>>> {
+    let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
+    let (script, slot, ledger) = (plan.script.clone(), model_slot.clone(), lock(world).ledger.clone());
+    let recorder = recorder.clone();
+    sim.host("model", move || {
+        let (script, slot, ledger) = (script.clone(), slot.clone(), ledger.clone());
+        let net = recorder.server_net(Arc::new(crate::SimNet), "model");
+        async move {
+            let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(ModelServer::start(net, clock, "0.0.0.0:80", script, Some(ledger.observer())).await?);
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    });
+    model_slot
+}
+
+/// The delivery gateway's host; its receipts are what it received, stamped in world order.
+fn host_gateway(
+    sim: &mut turmoil::Sim<'static>,
+    plan: &seeded::Plan,
+    world: &Shared,
+    recorder: &io_trace::IoRecorder,
+) -> Receipts {
+    let receipts: Receipts = Arc::default();
+    let (kept, echo, recorder) = (receipts.clone(), plan.faults.gateway_echo, recorder.clone());
+    let order = lock(world).order.clone();
+    let stamp: Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
+    sim.host("gateway", move || {
+        let (receipts, stamp) = (kept.clone(), stamp.clone());
+        let net = recorder.server_net(Arc::new(crate::SimNet), "gateway");
+        async move {
+            gateway::serve(net, Arc::new(crate::SimClock), stamp, "0.0.0.0:80", receipts, echo).await?;
+            Ok(())
+        }
+    });
+    receipts
+}
+
+/// The disk fault families that fired, from the fault filesystem's own record (what it
+/// refused, tore or holed), never from what the agent said.
+fn note_disk_faults(world: &mut World, plan: &seeded::Plan, first_life_fs: &FsFaults, space: &crate::DiskSpace) {
     if let Some(kind) = plan.faults.fs.as_ref().and_then(|f| f.fail_kind) {
         if !first_life_fs.failures_fired().is_empty() {
             world.faults_fired.insert(kind.family().to_owned());
@@ -354,23 +404,6 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     if first_life_fs.hole_left().is_some() {
         world.faults_fired.insert("power-loss-hole".into());
     }
-    let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
-    let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let model = model_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let control = control.lock().unwrap_or_else(|p| p.into_inner());
-    let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
-    world.crashes_fired = control.fired + disk_op_crashes;
-    conclude(Concluded {
-        scenario,
-        plan: &plan,
-        seed,
-        world,
-        receipts,
-        model,
-        crash_point_hits,
-        fs_ops,
-        end_ms: sim_ms,
-    })
 }
 
 /// What a run left behind, in either world: the evidence the oracle judges.
@@ -513,6 +546,7 @@ fn resolve_route(base_url: &str, provider: &str) -> Result<faultline_runtime::ll
 const RESOLVED_ROUTES_MAX: usize = 256;
 
 /// One incarnation of the agent host.
+#[derive(Clone)]
 struct AgentLife {
     route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     world: Shared,

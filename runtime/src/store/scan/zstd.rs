@@ -92,6 +92,83 @@ const ZSTD_BATCH_BYTES: u64 = SCAN_CHUNK_BYTES as u64 / 8;
 /// batches (~5 MiB of text) fit; a single frame forms a batch of its own, whatever its size.
 const ZSTD_BATCH_CONTENT_BYTES_MAX: u64 = 2 * SCAN_CHUNK_BYTES as u64;
 
+/// Walks one batch of frames from `*walked` (structure only, nothing decoded): up to
+/// [`ZSTD_BATCH_BYTES`] compressed and [`ZSTD_BATCH_CONTENT_BYTES_MAX`] of declared content,
+/// ending early at a torn frame (`torn_at`) or a corrupt one (`corrupt`, with its reason).
+fn walk_batch(
+    source: &mut dyn Source,
+    walked: &mut u64,
+    header_seen: bool,
+    torn_at: &mut Option<u64>,
+    corrupt: &mut Option<(u64, String)>,
+) -> io::Result<Vec<FrameSpan>> {
+    let mut frames: Vec<FrameSpan> = Vec::new();
+    let batch_start = *walked;
+    let file_len = source.len();
+    let mut batch_content = 0u64;
+    while torn_at.is_none()
+        && corrupt.is_none()
+        && *walked < file_len
+        && (frames.is_empty() || *walked - batch_start < ZSTD_BATCH_BYTES)
+    {
+        match walk_one(source, *walked)? {
+            // Over the batch's content budget: the next batch starts with it.
+            FrameEnd::Complete(span)
+                if !frames.is_empty() && batch_content + frame_content_budget(&span) > ZSTD_BATCH_CONTENT_BYTES_MAX =>
+            {
+                break
+            }
+            // Larger than any unit the writer makes, compressed: refused before it is
+            // read, so a hostile frame cannot make the scan hold it whole.
+            FrameEnd::Complete(span) if (span.end - span.start) as u64 > zstd_unit_bytes_max() => {
+                let reason = format!(
+                    "zstd frame of {} bytes is larger than any unit the writer makes ({} bytes)",
+                    span.end - span.start,
+                    zstd_unit_bytes_max()
+                );
+                *corrupt = Some((*walked, reason));
+            }
+            FrameEnd::Complete(span) => {
+                *walked = span.end as u64;
+                batch_content += frame_content_budget(&span);
+                frames.push(span);
+            }
+            FrameEnd::Torn => *torn_at = Some(*walked),
+            FrameEnd::Corrupt(at, reason) => {
+                // Zero bytes after the last complete frame, within one write unit of the
+                // end: the signature of a power loss inside the last unit, so a torn tail.
+                if (header_seen || !frames.is_empty()) && zstd_tail_is_hole(source, *walked)? {
+                    *torn_at = Some(*walked);
+                } else {
+                    *corrupt = Some((at as u64, reason));
+                }
+            }
+        }
+    }
+    Ok(frames)
+}
+
+/// Reads the header frame into `scan`: exactly one line, a valid header; else the refusal.
+fn header_frame(
+    scan: &mut Scan,
+    header: FrameContent,
+    bytes: &[u8],
+    span: &FrameSpan,
+    file_len: u64,
+) -> Result<(), Box<Scan>> {
+    match header {
+        FrameContent::Lines(lines) if lines.len() == 1 => {
+            let text = complete_frame_text(bytes, span, &mut Inflater::new()).expect("decoded above");
+            scan.header = Some(header_of(&text[..text.len() - 1], file_len)?);
+            Ok(())
+        }
+        FrameContent::Lines(_) => {
+            Err(Box::new(Scan::refused(ScanStatus::Corrupt, 0, "header frame must hold exactly one line", file_len)))
+        }
+        FrameContent::Unusable(reason) => Err(Box::new(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len))),
+    }
+}
+
 /// Scans a `session.jsonl.zst` streamed from `source`: frame 1 holds exactly the header line,
 /// every later frame one durable write unit of complete lines, each with a content checksum.
 pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, compute: &dyn Compute) -> io::Result<Scan> {
@@ -110,49 +187,8 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
     loop {
         // Walk a batch of frames ahead (structure only), then read and decode them together
         // while the batch before is committed.
-        let mut frames: Vec<FrameSpan> = Vec::new();
         let batch_start = walked;
-        let mut batch_content = 0u64;
-        while torn_at.is_none()
-            && corrupt.is_none()
-            && walked < file_len
-            && (frames.is_empty() || walked - batch_start < ZSTD_BATCH_BYTES)
-        {
-            match walk_one(source, walked)? {
-                // Over the batch's content budget: the next batch starts with it.
-                FrameEnd::Complete(span)
-                    if !frames.is_empty()
-                        && batch_content + frame_content_budget(&span) > ZSTD_BATCH_CONTENT_BYTES_MAX =>
-                {
-                    break
-                }
-                // Larger than any unit the writer makes, compressed: refused before it is
-                // read, so a hostile frame cannot make the scan hold it whole.
-                FrameEnd::Complete(span) if (span.end - span.start) as u64 > zstd_unit_bytes_max() => {
-                    let reason = format!(
-                        "zstd frame of {} bytes is larger than any unit the writer makes ({} bytes)",
-                        span.end - span.start,
-                        zstd_unit_bytes_max()
-                    );
-                    corrupt = Some((walked, reason));
-                }
-                FrameEnd::Complete(span) => {
-                    walked = span.end as u64;
-                    batch_content += frame_content_budget(&span);
-                    frames.push(span);
-                }
-                FrameEnd::Torn => torn_at = Some(walked),
-                FrameEnd::Corrupt(at, reason) => {
-                    // Zero bytes after the last complete frame, within one write unit of the
-                    // end: the signature of a power loss inside the last unit, so a torn tail.
-                    if (header_seen || !frames.is_empty()) && zstd_tail_is_hole(source, walked)? {
-                        torn_at = Some(walked);
-                    } else {
-                        corrupt = Some((at as u64, reason));
-                    }
-                }
-            }
-        }
+        let mut frames = walk_batch(source, &mut walked, header_seen, &mut torn_at, &mut corrupt)?;
         let bytes = if frames.is_empty() { Vec::new() } else { read_range(source, batch_start, walked)? };
         let local: Vec<FrameSpan> = frames
             .iter()
@@ -184,27 +220,11 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
         }
         if !header_seen && !frames.is_empty() {
             header_seen = true;
-            let header = contents.remove(0);
-            let frame = frames.remove(0);
-            match header {
-                FrameContent::Lines(lines) if lines.len() == 1 => {
-                    let text = complete_frame_text(&bytes, &local[0], &mut Inflater::new()).expect("decoded above");
-                    match header_of(&text[..text.len() - 1], file_len) {
-                        Ok(header) => scan.header = Some(header),
-                        Err(refused) => return Ok(*refused),
-                    }
-                }
-                FrameContent::Lines(_) => {
-                    return Ok(Scan::refused(
-                        ScanStatus::Corrupt,
-                        0,
-                        "header frame must hold exactly one line",
-                        file_len,
-                    ))
-                }
-                FrameContent::Unusable(reason) => return Ok(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len)),
+            let (header, frame) = (contents.remove(0), frames.remove(0));
+            match header_frame(&mut scan, header, &bytes, &local[0], file_len) {
+                Ok(()) => offset = frame.end as u64,
+                Err(refused) => return Ok(*refused),
             }
-            offset = frame.end as u64;
         }
         if frames.is_empty() {
             break;

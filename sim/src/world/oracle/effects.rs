@@ -73,9 +73,15 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
             found.fail(Invariant::AtMostOnce, format!("execution {id} reached the gateway {count} times"), end_ms);
         }
     }
+    results_against_receipts(evidence, &seen, found);
+}
+
+/// What the transcript says of each side effect agrees with the gateway: an ok result was
+/// received; a call that never started, was never dispatched or was refused was not.
+fn results_against_receipts(evidence: &Evidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut Found) {
     let Some(records) = evidence.transcript() else { return };
-    // What the transcript says of each side effect agrees with the gateway: an ok result was
-    // received; a call that never started, was never dispatched or was refused was not.
+    let end_ms = evidence.end_ms;
+    let id = |turn, step, call_id: &str| faultline_runtime::store::execution_id("sim", turn, step, call_id);
     let gateway_tools: BTreeSet<&str> = evidence
         .plan
         .tools

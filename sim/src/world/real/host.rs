@@ -207,6 +207,48 @@ impl Probe for KillProbe {
     }
 }
 
+/// The disk faults the harness armed this incarnation with.
+fn armed_faults(arms: &[FsFaultArm]) -> FsFaults {
+    let faults = FsFaults::new();
+    for fault in arms {
+        match *fault {
+            FsFaultArm::CrashBeforeOp(op) => {
+                faults.crash_before(op);
+            }
+            FsFaultArm::FailOp(op, kind) => {
+                faults.fail(op, kind.io_kind());
+            }
+        }
+    }
+    faults
+}
+
+/// The harness's words on stdin: `go ORIGIN` starts the workload on the run's clock,
+/// `heal` ends the fault window (nothing armed fires after it). A plain thread, detached:
+/// a blocking read of stdin cannot be cancelled and must not hold the process up once the
+/// workload is done. Returns where `go`'s origin arrives.
+fn listen_to_harness(armed: Arc<Mutex<Option<(CrashPoint, u32)>>>, faults: FsFaults) -> std::sync::mpsc::Receiver<u64> {
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<u64>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { return };
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
+                (Some(GO_COMMAND), Some(origin)) => {
+                    let _ = go_tx.send(origin);
+                }
+                (Some(HEAL_COMMAND), _) => {
+                    *armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    faults.heal();
+                }
+                _ => {}
+            }
+        }
+    });
+    go_rx
+}
+
 /// Runs one incarnation; returns the process's exit status (0 done, 3 refused, 4 could not
 /// start, 1 bad orders). It sets itself up, says it is ready, and starts its workload only
 /// when the harness says `go` with the run's clock origin: the cost of starting a process
@@ -230,41 +272,9 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             return 1;
         }
     };
-    let faults = FsFaults::new();
-    for fault in &args.fs_faults {
-        match *fault {
-            FsFaultArm::CrashBeforeOp(op) => {
-                faults.crash_before(op);
-            }
-            FsFaultArm::FailOp(op, kind) => {
-                faults.fail(op, kind.io_kind());
-            }
-        }
-    }
+    let faults = armed_faults(&args.fs_faults);
     let armed = Arc::new(Mutex::new(args.crash_at));
-    // The harness's words on stdin: `go ORIGIN` starts the workload on the run's clock,
-    // `heal` ends the fault window (nothing armed fires after it). A plain thread, detached:
-    // a blocking read of stdin cannot be cancelled and must not hold the process up once the
-    // workload is done.
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<u64>();
-    let (heal_armed, heal_faults) = (armed.clone(), faults.clone());
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { return };
-            let mut words = line.split_whitespace();
-            match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
-                (Some(GO_COMMAND), Some(origin)) => {
-                    let _ = go_tx.send(origin);
-                }
-                (Some(HEAL_COMMAND), _) => {
-                    *heal_armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    heal_faults.heal();
-                }
-                _ => {}
-            }
-        }
-    });
+    let go_rx = listen_to_harness(armed.clone(), faults.clone());
     PipeReport::send_line(&HostReport::Ready);
     let Ok(origin_ns) = go_rx.recv() else {
         // The harness went away before the start: there is nothing to run.

@@ -318,50 +318,7 @@ impl<'a> Harness<'a> {
             }
             let (end, ops) = self.follow(life, child).await?;
             fs_ops += ops;
-            let delay = match end {
-                LifeEnd::Ended(EndOutcome::Done, _) => {
-                    self.world.transcript = Some(self.read_back()?);
-                    break;
-                }
-                LifeEnd::Ended(EndOutcome::Refused, error) => {
-                    let error = error.unwrap_or_default();
-                    self.trace(format!("agent#{life} refused: {error}"));
-                    self.world.refused = Some(error);
-                    break;
-                }
-                LifeEnd::Ended(EndOutcome::Stopped, error) => {
-                    let at_ms = self.now_ms();
-                    self.world.note_failure(life, at_ms);
-                    self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
-                    self.trace("restart after a failed start (SIGKILL)".into());
-                    self.world.faults_fired.insert("supervisor-restart".into());
-                    SUPERVISOR_RESTART_MS
-                }
-                LifeEnd::Crashed(point, fs_op) => {
-                    let what = match (point, fs_op) {
-                        (Some(point), _) => format!("crash at {point}"),
-                        (None, op) => format!("crash before filesystem op {}", op.unwrap_or_default()),
-                    };
-                    self.trace(format!("{what} (SIGKILL)"));
-                    self.world.note_crash();
-                    self.world.faults_fired.insert("crash-point".into());
-                    self.world.crashes_fired += 1;
-                    if point.is_some() {
-                        self.crashes.pop_front();
-                        self.restart_delays.pop_front().unwrap_or(SUPERVISOR_RESTART_MS)
-                    } else {
-                        SUPERVISOR_RESTART_MS
-                    }
-                }
-                LifeEnd::OutOfTime => {
-                    self.trace(format!("agent#{life} still running at the budget: killed"));
-                    break;
-                }
-                LifeEnd::Died(how) => {
-                    self.trace(format!("agent#{life} died unplanned: {how}"));
-                    break;
-                }
-            };
+            let Some(delay) = self.after_life(life, end)? else { break };
             start_at = self.now_ms() + delay;
         }
         self.world.disk = [self.session_file(), self.journal_file()]
@@ -391,6 +348,55 @@ impl<'a> Harness<'a> {
             gateway_addr: gateway_addr.to_string(),
             dir: self.dir.clone(),
             wall_ms: 0,
+        })
+    }
+
+    /// What follows incarnation `life`'s end: `Some(delay)` restarts after it (a planned
+    /// crash's delay, or the supervisor's), `None` ends the run.
+    fn after_life(&mut self, life: u64, end: LifeEnd) -> Result<Option<u64>, String> {
+        Ok(match end {
+            LifeEnd::Ended(EndOutcome::Done, _) => {
+                self.world.transcript = Some(self.read_back()?);
+                None
+            }
+            LifeEnd::Ended(EndOutcome::Refused, error) => {
+                let error = error.unwrap_or_default();
+                self.trace(format!("agent#{life} refused: {error}"));
+                self.world.refused = Some(error);
+                None
+            }
+            LifeEnd::Ended(EndOutcome::Stopped, error) => {
+                let at_ms = self.now_ms();
+                self.world.note_failure(life, at_ms);
+                self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
+                self.trace("restart after a failed start (SIGKILL)".into());
+                self.world.faults_fired.insert("supervisor-restart".into());
+                Some(SUPERVISOR_RESTART_MS)
+            }
+            LifeEnd::Crashed(point, fs_op) => {
+                let what = match (point, fs_op) {
+                    (Some(point), _) => format!("crash at {point}"),
+                    (None, op) => format!("crash before filesystem op {}", op.unwrap_or_default()),
+                };
+                self.trace(format!("{what} (SIGKILL)"));
+                self.world.note_crash();
+                self.world.faults_fired.insert("crash-point".into());
+                self.world.crashes_fired += 1;
+                if point.is_some() {
+                    self.crashes.pop_front();
+                    Some(self.restart_delays.pop_front().unwrap_or(SUPERVISOR_RESTART_MS))
+                } else {
+                    Some(SUPERVISOR_RESTART_MS)
+                }
+            }
+            LifeEnd::OutOfTime => {
+                self.trace(format!("agent#{life} still running at the budget: killed"));
+                None
+            }
+            LifeEnd::Died(how) => {
+                self.trace(format!("agent#{life} died unplanned: {how}"));
+                None
+            }
         })
     }
 
