@@ -26,7 +26,8 @@ pub struct LlmArgs {
 enum LlmCommand {
     /// Stream one chat completion and print the normalised chunks as JSON lines. No retries:
     /// one attempt, exactly as the runtime sees it. Exit 0 for stop, tool-calls or
-    /// max-tokens; 2 for error or aborted (Ctrl-C); 1 for bad arguments.
+    /// max-tokens; 2 for an error; 130 after Ctrl-C (the stream ends aborted); 1 for bad
+    /// arguments.
     Stream(StreamArgs),
     /// Replay every recorded `.sse` body of a directory through faultline's adapter and
     /// through the official `openai` SDK (the referee), and print where they agree. Exit 0
@@ -76,7 +77,7 @@ struct StreamArgs {
 
 fn bad_arguments(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("faultline llm stream: {message}");
-    ExitCode::from(1)
+    exit::code(exit::USAGE)
 }
 
 /// Runs `faultline llm ...`.
@@ -90,7 +91,7 @@ pub fn run(args: &LlmArgs) -> ExitCode {
 fn conform(args: &ConformArgs) -> ExitCode {
     let fail = |message: String| {
         eprintln!("faultline llm conform: {message}");
-        ExitCode::from(1)
+        exit::code(exit::USAGE)
     };
     let has_sdk = std::process::Command::new(&args.python)
         .args(["-c", "import openai"])
@@ -192,7 +193,7 @@ fn stream(args: &StreamArgs) -> ExitCode {
             .with_proxy_env(production::proxy_env())
             .with_platform_roots(production::platform_roots());
         let cancel = CancellationToken::new();
-        let on_ctrl_c = cancel.clone();
+        let (on_ctrl_c, interrupted) = (cancel.clone(), cancel.clone());
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 on_ctrl_c.cancel();
@@ -214,7 +215,8 @@ fn stream(args: &StreamArgs) -> ExitCode {
                 return exit::code(exit::BROKEN_PIPE);
             }
         }
-        ExitCode::from(code)
+        // Ctrl-C ends the stream `aborted`: the table's 130, not a failed request.
+        exit::code(if interrupted.is_cancelled() { exit::CTRL_C } else { code })
     })
 }
 
@@ -224,7 +226,7 @@ pub struct ModelServerArgs {
     /// Address to listen on (port 0 picks a free port; the first stdout line names it).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: String,
-    /// JSON script of responses (see README "Fake model server").
+    /// JSON script of responses (docs/cli.md, "Fake model server scripts").
     #[arg(long)]
     script: PathBuf,
     /// Append every request received as a JSON line to this file.
@@ -241,7 +243,7 @@ pub fn model_server(args: &ModelServerArgs) -> ExitCode {
         Ok(script) => script,
         Err(e) => {
             eprintln!("faultline model-server: --script {}: {e}", args.script.display());
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     let log = match &args.request_log {
@@ -250,7 +252,7 @@ pub fn model_server(args: &ModelServerArgs) -> ExitCode {
             Ok(file) => Some(Mutex::new(file)),
             Err(e) => {
                 eprintln!("faultline model-server: --request-log {}: {e}", path.display());
-                return ExitCode::from(1);
+                return exit::code(exit::USAGE);
             }
         },
     };
@@ -265,7 +267,7 @@ pub fn model_server(args: &ModelServerArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("faultline model-server: {e}");
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     runtime.block_on(async move {
@@ -275,7 +277,7 @@ pub fn model_server(args: &ModelServerArgs) -> ExitCode {
                 Ok(server) => server,
                 Err(e) => {
                     eprintln!("faultline model-server: listen on {}: {e}", args.listen);
-                    return ExitCode::from(1);
+                    return exit::code(exit::USAGE);
                 }
             };
         println!("listening on {}", server.addr());

@@ -1,5 +1,6 @@
 //! `faultline outbox`: look at and resolve a delivery queue.
 
+use crate::exit;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -87,7 +88,7 @@ fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
         .map(|outbox| outbox.with_scrubber(seams.secrets.clone()))
         .map_err(|e| {
             eprintln!("faultline outbox: {}: {e}", db.display());
-            ExitCode::from(1)
+            exit::code(exit::USAGE)
         })
 }
 
@@ -97,13 +98,13 @@ fn open_read_only(db: &Path) -> Result<SqliteOutbox, ExitCode> {
     let seams = production::seams();
     SqliteOutbox::open_read_only(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).map_err(|e| {
         eprintln!("faultline outbox: {e}");
-        ExitCode::from(1)
+        exit::code(exit::USAGE)
     })
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("faultline outbox: {e}");
-    ExitCode::from(1)
+    exit::code(exit::USAGE)
 }
 
 /// Runs `faultline outbox ...`.

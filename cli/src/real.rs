@@ -67,7 +67,7 @@ pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
 
 fn bad(e: &str) -> ExitCode {
     eprintln!("faultline real-agent-host: {e}");
-    ExitCode::from(1)
+    exit::code(exit::USAGE)
 }
 
 /// The `faultline` binary itself: the harness starts its agents from it, planting `bugs`.
@@ -94,7 +94,7 @@ pub fn run_one(
         Ok(compared) => compared,
         Err(e) => {
             eprintln!("faultline run --real: {e}");
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     let result = &real.result;

@@ -75,7 +75,7 @@ pub fn hunt(args: &HuntArgs) -> ExitCode {
     match caught {
         Err(e) => {
             eprintln!("faultline hunt: {e}");
-            ExitCode::from(1)
+            exit::code(exit::USAGE)
         }
         Ok(catch) => match &catch.replay {
             Some(replay) => {
@@ -154,7 +154,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("faultline run: {e}");
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     };
     if args.real {
@@ -164,7 +164,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
     if let Some(path) = &args.html {
         if let Err(e) = std::fs::write(path, faultline_sim::html::run_page(&result)) {
             eprintln!("faultline run: --html {}: {e}", path.display());
-            return ExitCode::from(1);
+            return exit::code(exit::USAGE);
         }
     }
     let mut divergence = None;
@@ -251,7 +251,7 @@ const _: () = assert!(DEFAULT_SEEDS == 4_000 && REAL_DEFAULT_SEEDS == 10, "updat
 pub fn run(args: &SweepArgs) -> ExitCode {
     let bad = |e: String| {
         eprintln!("faultline sweep: {e}");
-        ExitCode::from(1)
+        exit::code(exit::USAGE)
     };
     let (summary, jobs) = if args.merge.is_empty() {
         match sweep_now(args) {

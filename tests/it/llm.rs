@@ -423,3 +423,30 @@ fn every_provider_stream_reads_as_the_official_sdk_reads_it() {
         "The basic idea: call f(key=value) with a bearer token, then use Basic auth and password=hunter2."
     );
 }
+
+/// Ctrl-C mid-stream ends the stream `aborted` and exits 130, as every command does after
+/// Ctrl-C (not 2: nothing failed).
+#[test]
+fn ctrl_c_mid_stream_ends_it_aborted_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "a"}], "stall_after_frames": 1}]}),
+    );
+    let mut child = Command::new(faultline_e2e::faultline_bin())
+        .args(["llm", "stream", "--base-url", &server.base_url(), "--model", "m", "--prompt", "hi"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The first chunk is out: the stream is live, and stalls.
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["type"], "block-start");
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let rest: Vec<Value> = lines.map(|l| serde_json::from_str(&l.unwrap()).unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(rest.last().unwrap()["reason"]["kind"], "aborted", "{rest:?}");
+}

@@ -7,6 +7,7 @@ mod disk_full;
 mod hostile;
 mod llm;
 mod outbox;
+mod quickstart;
 mod real;
 mod sigkill;
 mod transcript;
