@@ -1,12 +1,13 @@
 //! The fake OpenAI-compatible model server used by tests, the simulator and the demo.
 
 mod recorded;
+mod render;
+mod request;
 mod script;
 mod server;
 
 pub use recorded::Recorded;
+pub use render::{echo_credential, echoes_credential, sse_body};
+pub use request::header_text;
 pub use script::{Dialect, Frame, Response, Script, FILLER_BYTES_MAX};
-pub use server::{
-    echo_credential, echoes_credential, header_text, sse_body, Exchange, ModelServer, RecordedRequest, RequestObserver,
-    REQUEST_BODY_BYTES_MAX,
-};
+pub use server::{Exchange, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};
