@@ -144,37 +144,19 @@ fn the_model_server_lists_models_and_404s_unknown_paths_without_using_a_script_s
 /// (certificate generated now) in front of `faultline model-server`.
 #[test]
 fn llm_stream_reaches_a_loopback_tls_server_trusting_a_private_ca() {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let dir = tempfile::tempdir().unwrap();
     let server = ModelServerProcess::start(
         dir.path(),
         &json!({"responses": [{"frames": [{"text": "secure hello"}], "finish": "stop"}], "repeat_last": true}),
     );
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "faultline e2e CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf =
-        CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap().signed_by(&leaf_key, &ca_cert, &ca_key).unwrap();
+    let pki = faultline_runtime::testing::TestPki::new(&["127.0.0.1"]);
     let ca_file = dir.path().join("test-ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    std::fs::write(&ca_file, &pki.ca_pem).unwrap();
 
     let upstream = server.base_url().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let port = runtime.block_on(async {
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let acceptor = pki.acceptor();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {

@@ -5,6 +5,8 @@
 //! without notice.
 
 pub mod bugs;
+#[cfg(feature = "testing")]
+mod tls;
 
 pub use crate::agent::assembler::Assembler;
 pub use crate::agent::history::History;
@@ -14,3 +16,5 @@ pub use crate::llm::normalise::Normaliser;
 pub use crate::llm::sse::{SseDecoder, SseItem};
 pub use crate::store::scan::{scan_jsonl, scan_zstd, Scan};
 pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
+#[cfg(feature = "testing")]
+pub use tls::TestPki;

@@ -9,35 +9,16 @@ use std::time::Duration;
 use faultline_runtime::event::{Chunk, ErrorCode, FinishReason, RequestPrefix};
 use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider, RetryPolicy, StaticCredentials};
 use faultline_runtime::production;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use faultline_runtime::testing::TestPki;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-/// A test CA and a server certificate it signed.
-pub(crate) struct Pki {
-    ca_pem: String,
-    leaf: CertificateDer<'static>,
-    leaf_key: PrivatePkcs8KeyDer<'static>,
-}
-
-pub(crate) fn pki(names: &[&str], expired: bool) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "faultline test CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+/// A test CA and a server certificate it signed for `names`, valid now or expired.
+pub(crate) fn pki(names: &[&str], expired: bool) -> TestPki {
     if expired {
-        leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        leaf.not_after = rcgen::date_time_ymd(2021, 1, 1);
-    }
-    let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).unwrap();
-    Pki {
-        ca_pem: ca_cert.pem(),
-        leaf: leaf_cert.der().clone(),
-        leaf_key: PrivatePkcs8KeyDer::from(leaf_key.serialize_der()),
+        TestPki::expired(names)
+    } else {
+        TestPki::new(names)
     }
 }
 
@@ -51,15 +32,8 @@ pub(crate) enum Serve {
 }
 
 /// A TLS server on 127.0.0.1 answering one connection; returns its port.
-pub(crate) async fn server(pki: &Pki, serve: Serve) -> u16 {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![pki.leaf.clone()], PrivateKeyDer::Pkcs8(pki.leaf_key.clone_key()))
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+pub(crate) async fn server(pki: &TestPki, serve: Serve) -> u16 {
+    let acceptor = pki.acceptor();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -157,7 +131,7 @@ pub(crate) fn code(reason: &FinishReason) -> Option<ErrorCode> {
     }
 }
 
-pub(crate) fn ca_file(dir: &tempfile::TempDir, pki: &Pki) -> String {
+pub(crate) fn ca_file(dir: &tempfile::TempDir, pki: &TestPki) -> String {
     let path = dir.path().join("test-ca.pem");
     std::fs::write(&path, &pki.ca_pem).unwrap();
     path.to_str().unwrap().to_owned()

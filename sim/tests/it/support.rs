@@ -53,28 +53,8 @@ pub mod tls {
     impl LoopbackTls {
         /// A fresh CA and a certificate for `127.0.0.1`.
         pub fn new() -> Self {
-            use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-            let ca_key = KeyPair::generate().unwrap();
-            let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-            ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            ca.distinguished_name.push(DnType::CommonName, "faultline sim test CA");
-            let ca_cert = ca.self_signed(&ca_key).unwrap();
-            let leaf_key = KeyPair::generate().unwrap();
-            let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-                .unwrap()
-                .signed_by(&leaf_key, &ca_cert, &ca_key)
-                .unwrap();
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(
-                    vec![leaf.der().clone()],
-                    rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-                )
-                .unwrap();
-            Self { ca_pem: ca_cert.pem(), acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)) }
+            let pki = faultline_runtime::testing::TestPki::new(&["127.0.0.1"]);
+            Self { acceptor: pki.acceptor(), ca_pem: pki.ca_pem }
         }
 
         /// Real TCP whose listeners speak TLS.
