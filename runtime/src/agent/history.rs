@@ -214,4 +214,25 @@ mod tests {
         let trees: Vec<String> = expected.iter().map(|v| serde_json::to_string(v).expect("encode")).collect();
         assert_eq!(written, trees);
     }
+
+    /// A refusal the model gave is sent back as it came, in the message's `refusal` field
+    /// (OpenAI's shape), not dropped and not turned into content: the next request must show
+    /// the model what it declined.
+    #[test]
+    fn a_refusal_goes_back_in_the_refusal_field() {
+        let mut history = History::default();
+        history.absorb(&Event::AssistantMessage(crate::event::AssistantMessage {
+            turn: 1,
+            step: 1,
+            message: Message {
+                role: crate::event::Role::Assistant,
+                content: vec![ContentBlock::Refusal { text: "I can't help with that.".into() }],
+            },
+            usage: None,
+        }));
+        assert_eq!(
+            history.messages(),
+            vec![json!({"role": "assistant", "content": null, "refusal": "I can't help with that."})]
+        );
+    }
 }
