@@ -202,6 +202,47 @@ fn summary(record: &Record) -> String {
 
 /// The timeline and transcript of one run, as an HTML fragment (no page chrome).
 pub fn timeline_fragment(result: &RunResult) -> String {
+    let (items, windows, swarm) = gather(result);
+    let (svg, left_out) = draw(result, &items, &windows);
+    let mut out = String::new();
+    let verdict = if result.passed() { "PASS" } else { "FAIL" };
+    let _ = write!(
+        out,
+        r#"<section class="run" data-verdict="{verdict}"><h2>{verdict} {} seed {}</h2><p class="meta">{} ms simulated · trace {} · replay: <code>faultline run {} --seed {}</code></p>"#,
+        escape(&result.scenario),
+        result.seed,
+        result.sim_ms,
+        escape(&result.trace_hash),
+        escape(&result.scenario),
+        result.seed,
+    );
+    if let Some(swarm) = swarm {
+        let _ = write!(out, r#"<p class="meta">swarm: {}</p>"#, escape(&swarm));
+    }
+    for violation in &result.violations {
+        let _ = write!(
+            out,
+            r#"<p class="violated" data-invariant="{inv}">violated <b>{inv}</b> at {} ms: {}</p>"#,
+            violation.at_ms,
+            escape(&violation.detail),
+            inv = escape(violation.invariant.name()),
+        );
+    }
+    if let Some(refused) = &result.refused {
+        let _ = write!(out, r#"<p class="violated">recovery refused the files: {}</p>"#, escape(refused));
+    }
+    if left_out > 0 {
+        let _ = write!(out, r#"<p class="meta">{left_out} items not drawn (lane limit {LANE_ITEMS_MAX})</p>"#);
+    }
+    let _ = write!(out, r#"<div class="panes"><div class="pane-timeline">{svg}</div><div class="pane-transcript">"#);
+    out.push_str(&transcript_table(result));
+    out.push_str("</table></div></div></section>");
+    out
+}
+
+/// What the timeline shows, from the trace, the model server's exchanges, repairs, durable
+/// batches and violations: the items, the partition windows, and the swarm's description.
+fn gather(result: &RunResult) -> (Vec<Item>, Vec<Window>, Option<String>) {
     let mut items: Vec<Item> = Vec::new();
     let mut windows: Vec<Window> = Vec::new();
     let mut swarm = None;
@@ -261,6 +302,12 @@ pub fn timeline_fragment(result: &RunResult) -> String {
         });
     }
 
+    (items, windows, swarm)
+}
+
+/// The SVG timeline: one lane per incarnation and per host, items capped per lane (how many
+/// were left out is returned with it).
+fn draw(result: &RunResult, items: &[Item], windows: &[Window]) -> (String, usize) {
     let lives: BTreeSet<u64> =
         items.iter().filter_map(|i| i.lane.strip_prefix("agent#").and_then(|n| n.parse().ok())).collect();
     let mut lanes: Vec<String> = vec!["user".into()];
@@ -283,7 +330,7 @@ pub fn timeline_fragment(result: &RunResult) -> String {
         );
     }
     let faults_row = lanes.iter().position(|l| l == "faults").expect("faults lane");
-    for window in &windows {
+    for window in windows {
         let to = window.to_ms.unwrap_or(end_ms);
         let y = LANE_HEIGHT * faults_row as f64 + 3.0;
         let _ = write!(
@@ -298,7 +345,7 @@ pub fn timeline_fragment(result: &RunResult) -> String {
     let mut per_lane: BTreeMap<&str, usize> = BTreeMap::new();
     let mut stack: BTreeMap<(String, u64), usize> = BTreeMap::new();
     let mut left_out = 0usize;
-    for item in &items {
+    for item in items {
         let drawn = per_lane.entry(item.lane.as_str()).or_default();
         if *drawn >= LANE_ITEMS_MAX {
             left_out += 1;
@@ -340,42 +387,18 @@ pub fn timeline_fragment(result: &RunResult) -> String {
     }
     svg.push_str("</svg>");
 
+    (svg, left_out)
+}
+
+/// The recovered transcript as a table: records repair wrote and records a violation names
+/// marked.
+fn transcript_table(result: &RunResult) -> String {
     let repaired: BTreeSet<u64> = {
         let traced = traced_seqs(&result.trace);
         result.transcript.iter().map(|r| r.seq).filter(|s| !traced.contains(s)).collect()
     };
     let named: BTreeSet<u64> = result.violations.iter().flat_map(|v| named_seqs(&v.detail)).collect();
     let mut out = String::new();
-    let verdict = if result.passed() { "PASS" } else { "FAIL" };
-    let _ = write!(
-        out,
-        r#"<section class="run" data-verdict="{verdict}"><h2>{verdict} {} seed {}</h2><p class="meta">{} ms simulated · trace {} · replay: <code>faultline run {} --seed {}</code></p>"#,
-        escape(&result.scenario),
-        result.seed,
-        result.sim_ms,
-        escape(&result.trace_hash),
-        escape(&result.scenario),
-        result.seed,
-    );
-    if let Some(swarm) = swarm {
-        let _ = write!(out, r#"<p class="meta">swarm: {}</p>"#, escape(&swarm));
-    }
-    for violation in &result.violations {
-        let _ = write!(
-            out,
-            r#"<p class="violated" data-invariant="{inv}">violated <b>{inv}</b> at {} ms: {}</p>"#,
-            violation.at_ms,
-            escape(&violation.detail),
-            inv = escape(violation.invariant.name()),
-        );
-    }
-    if let Some(refused) = &result.refused {
-        let _ = write!(out, r#"<p class="violated">recovery refused the files: {}</p>"#, escape(refused));
-    }
-    if left_out > 0 {
-        let _ = write!(out, r#"<p class="meta">{left_out} items not drawn (lane limit {LANE_ITEMS_MAX})</p>"#);
-    }
-    let _ = write!(out, r#"<div class="panes"><div class="pane-timeline">{svg}</div><div class="pane-transcript">"#);
     let _ = write!(
         out,
         r#"<table class="transcript"><caption>recovered transcript ({} records; <span class="repair">written by repair</span>, <span class="named">named by a violation</span>)</caption><tr><th>seq</th><th>type</th><th>what</th></tr>"#,
@@ -400,7 +423,6 @@ pub fn timeline_fragment(result: &RunResult) -> String {
             escape(&summary(record)),
         );
     }
-    out.push_str("</table></div></div></section>");
     out
 }
 
