@@ -6,6 +6,8 @@
 
 pub mod bugs;
 #[cfg(feature = "testing")]
+mod http;
+#[cfg(feature = "testing")]
 mod tls;
 
 pub use crate::agent::assembler::Assembler;
@@ -16,5 +18,7 @@ pub use crate::llm::normalise::Normaliser;
 pub use crate::llm::sse::{SseDecoder, SseItem};
 pub use crate::store::scan::{scan_jsonl, scan_zstd, Scan};
 pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
+#[cfg(feature = "testing")]
+pub use http::read_http_request;
 #[cfg(feature = "testing")]
 pub use tls::TestPki;

@@ -44,26 +44,8 @@ pub(crate) async fn server(pki: &TestPki, serve: Serve) -> u16 {
             return; // dropped: the client sees the connection end inside the handshake
         }
         let Ok(mut tls) = acceptor.accept(tcp).await else { return };
-        let mut request = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let Ok(n) = tls.read(&mut buf).await else { return };
-            if n == 0 {
-                return;
-            }
-            request.extend_from_slice(&buf[..n]);
-            let text = String::from_utf8_lossy(&request);
-            if let Some(end) = text.find("\r\n\r\n") {
-                let length: usize = text[..end]
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap())
-                    })
-                    .unwrap_or(0);
-                if request.len() >= end + 4 + length {
-                    break;
-                }
-            }
+        if faultline_runtime::testing::read_http_request(&mut tls).await.is_none() {
+            return;
         }
         let chunk = serde_json::json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "over TLS"}, "finish_reason": null}]});

@@ -99,7 +99,7 @@ pub(super) async fn adapter(dir: &Path, chunks: usize) -> Vec<Figure> {
 /// A loopback HTTP server that answers every request with `sse` as one write (the request is
 /// read up to its body's declared length first).
 pub(super) async fn serve_fixed_sse(sse: String) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let response =
@@ -110,27 +110,8 @@ pub(super) async fn serve_fixed_sse(sse: String) -> std::net::SocketAddr {
             let response = response.clone();
             tokio::spawn(async move {
                 stream.set_nodelay(true).ok();
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    request.extend_from_slice(&buf[..n]);
-                    let text = String::from_utf8_lossy(&request);
-                    if let Some(head_end) = text.find("\r\n\r\n") {
-                        let length = text[..head_end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned())
-                            })
-                            .and_then(|v| v.parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if request.len() >= head_end + 4 + length {
-                            break;
-                        }
-                    }
+                if faultline_runtime::testing::read_http_request(&mut stream).await.is_none() {
+                    return;
                 }
                 let _ = stream.write_all(&response).await;
                 let _ = stream.shutdown().await;
