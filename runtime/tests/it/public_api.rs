@@ -126,20 +126,10 @@ impl Surface {
     /// seen from module `from`.
     fn resolve_path(&self, from: &[String], target: &[String], depth: usize) -> Resolved {
         let (last, prefix) = target.split_last().expect("a path has a segment");
-        let mut module: Vec<String> = from.to_vec();
-        let mut rest = prefix;
+        let (mut module, rest) = strip_keywords(from, prefix);
+        let keyword_led = rest.len() != prefix.len();
         match rest.first().map(String::as_str) {
-            Some("crate") => {
-                module.clear();
-                rest = &rest[1..];
-            }
-            Some("self") => rest = &rest[1..],
-            Some("super") => {
-                while rest.first().map(String::as_str) == Some("super") {
-                    module.pop();
-                    rest = &rest[1..];
-                }
-            }
+            _ if keyword_led => {}
             Some(first) if self.module(&[from, &[first.to_owned()]].concat()).is_none() => {
                 // Not a child module: a crate name, unless the name is imported here.
                 let tail = rest[1..].iter().chain([last]).cloned().collect::<Vec<_>>().join("::");
@@ -318,9 +308,16 @@ enum Resolved {
 
 /// The module a written path's prefix names, seen from `from`.
 fn target_module(from: &[String], target: &[String]) -> Vec<String> {
-    let prefix = &target[..target.len() - 1];
+    let (mut module, rest) = strip_keywords(from, &target[..target.len() - 1]);
+    module.extend(rest.iter().cloned());
+    module
+}
+
+/// Applies a path's leading `crate` or `self` and its `super`s to module `from`: the module
+/// they name, and the rest of the path.
+fn strip_keywords<'a>(from: &[String], path: &'a [String]) -> (Vec<String>, &'a [String]) {
     let mut module = from.to_vec();
-    let mut rest = prefix;
+    let mut rest = path;
     match rest.first().map(String::as_str) {
         Some("crate") => {
             module.clear();
@@ -333,8 +330,7 @@ fn target_module(from: &[String], target: &[String]) -> Vec<String> {
         module.pop();
         rest = &rest[1..];
     }
-    module.extend(rest.iter().cloned());
-    module
+    (module, rest)
 }
 
 /// The item-making macro calls of a module (`events! { … }`), each as one line of its
