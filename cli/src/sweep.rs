@@ -330,6 +330,7 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
         // sim-only scenarios.
         full: args.scenarios.is_empty() && real.is_none(),
         real,
+        agent: None,
     };
     let progress = Progress::new("runs", !args.json);
     let report = sweep(&plan, |done, total, failed| progress.update(done, total, failed));

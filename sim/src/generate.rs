@@ -150,29 +150,102 @@ impl Workload {
             },
         ];
         scenario.tool_concurrency = Some(self.tool_concurrency);
-        let mut responses = Vec::new();
-        for (t, steps) in self.turns.iter().enumerate() {
-            for (s, calls) in steps.iter().enumerate() {
-                let frames = calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, name)| Frame::ToolCall {
-                        index: i as u32,
-                        id: Some(format!("call_{t}_{s}_{i}")),
-                        name: Some((*name).to_owned()),
-                        arguments: format!("{{\"text\":\"turn {t} step {s} call {i}\"}}"),
-                    })
-                    .collect();
-                responses.push(Response {
-                    frames,
-                    finish: Some("tool_calls".into()),
-                    done: true,
-                    ..Response::default()
-                });
-            }
-            responses.push(Response::text(&["Turn ", "done."]));
-        }
+        let turns: Vec<Vec<Vec<(String, String)>>> = self
+            .turns
+            .iter()
+            .enumerate()
+            .map(|(t, steps)| {
+                let calls = |(s, calls): (usize, &Vec<&str>)| {
+                    let text = |i| format!("{{\"text\":\"turn {t} step {s} call {i}\"}}");
+                    calls.iter().enumerate().map(|(i, name)| ((*name).to_owned(), text(i))).collect()
+                };
+                steps.iter().enumerate().map(calls).collect()
+            })
+            .collect();
+        let responses = script_of_calls(&turns);
         scenario.model.responses = responses;
+        scenario.model.repeat_last = true;
+        scenario.model.from_seed = false;
+        if let Some((at_ms, then_submit)) = self.cancel {
+            scenario.faults.cancel_at_ms = Some(at_ms);
+            scenario.faults.cancel_then_submit = then_submit;
+        }
+        scenario
+    }
+}
+
+/// The model's script for `turns`: per turn, one response per step calling its tools in
+/// parallel (`(name, arguments JSON)`), then a text answer.
+fn script_of_calls(turns: &[Vec<Vec<(String, String)>>]) -> Vec<Response> {
+    let mut responses = Vec::new();
+    for (t, steps) in turns.iter().enumerate() {
+        for (s, calls) in steps.iter().enumerate() {
+            let frames = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, arguments))| Frame::ToolCall {
+                    index: i as u32,
+                    id: Some(format!("call_{t}_{s}_{i}")),
+                    name: Some(name.clone()),
+                    arguments: arguments.clone(),
+                })
+                .collect();
+            responses.push(Response { frames, finish: Some("tool_calls".into()), done: true, ..Response::default() });
+        }
+        responses.push(Response::text(&["Turn ", "done."]));
+    }
+    responses
+}
+
+/// Most turns of a conversation over an embedder's tools.
+pub const USER_TURNS_MAX: u64 = 3;
+
+/// A conversation over an embedder's own tools, drawn from the seed: turns of one or two
+/// steps of one or two parallel calls, arguments drawn from each tool's JSON schema, and
+/// sometimes a cancel (FAILURE-USER-HARNESS).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserWorkload {
+    /// Per turn, per step, the calls made in parallel: tool name and arguments (JSON).
+    pub turns: Vec<Vec<Vec<(String, String)>>>,
+    /// A cancel at this simulated time, and whether queued input is kept with a new message.
+    pub cancel: Option<(u64, bool)>,
+}
+
+/// The conversation seed `seed` stands for over `schemas` (not empty).
+pub fn user_workload(seed: u64, schemas: &[faultline_runtime::event::ToolSchema]) -> UserWorkload {
+    use faultline_runtime::seams::{Entropy, EntropyExt};
+    assert!(!schemas.is_empty(), "an agent under test has tools");
+    let draw = crate::Seed::new(seed).fault("workload/user");
+    let below = |n: u64| draw.next_u64() % n;
+    let turns = (0..=below(USER_TURNS_MAX))
+        .map(|_| {
+            (0..=below(2))
+                .map(|_| {
+                    (0..=below(2))
+                        .map(|_| {
+                            let schema = &schemas[below(schemas.len() as u64) as usize];
+                            let arguments = crate::arguments::draw(&schema.parameters, &draw);
+                            (schema.name.clone(), arguments.to_string())
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let cancel = (draw.unit_f64() < 0.15).then(|| (below(CANCEL_AT_MS_MAX + 1), draw.next_u64() % 2 == 0));
+    UserWorkload { turns, cancel }
+}
+
+impl UserWorkload {
+    /// Puts this conversation into `base` (which keeps its name, timing and fault plan): the
+    /// tools are the agent's own, so the scenario names none.
+    pub fn apply(&self, base: &Scenario) -> Scenario {
+        let mut scenario = base.clone();
+        scenario.generated = false;
+        scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
+        scenario.tools = Vec::new();
+        scenario.tool_concurrency = None;
+        scenario.model.responses = script_of_calls(&self.turns);
         scenario.model.repeat_last = true;
         scenario.model.from_seed = false;
         if let Some((at_ms, then_submit)) = self.cancel {

@@ -3,10 +3,12 @@
 //! The same runtime code that runs in production runs here inside turmoil: simulated time,
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
 
+mod arguments;
 pub mod bench;
 pub mod conformance;
 mod fault_fs;
 pub mod generate;
+mod harness;
 pub mod html;
 mod markup;
 pub mod model_server;
@@ -18,9 +20,11 @@ pub mod sweep;
 pub mod world;
 
 pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
+pub use harness::{Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, StoreKind,
     ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
 pub use seed::Seed;
+pub use world::{AgentUnderTest, Fate, Service, ServiceFaults, ServiceReceipt};

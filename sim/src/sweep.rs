@@ -132,6 +132,9 @@ pub struct SweepPlan {
     /// Run each (scenario, seed) for real and hold it to parity with the simulator
     /// (`sweep --real`); `None` simulates.
     pub real: Option<crate::world::real::RealOptions>,
+    /// Run an embedder's agent (its tools, config, provider and services) instead of the
+    /// scenarios' own tools (`--agent FILE`, `faultline_sim::Harness`).
+    pub agent: Option<std::sync::Arc<crate::world::AgentUnderTest>>,
 }
 
 /// Longest sweep worker pool.
@@ -242,9 +245,10 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&(scenario, seed)) = work.get(i) else { return };
-                let result = match &plan.real {
-                    Some(options) => world::real::judged(&plan.scenarios[scenario], seed, options),
-                    None => world::run(&plan.scenarios[scenario], seed),
+                let result = match (&plan.real, &plan.agent) {
+                    (Some(options), _) => world::real::judged(&plan.scenarios[scenario], seed, options),
+                    (None, Some(agent)) => world::run_agent(&plan.scenarios[scenario], seed, agent),
+                    (None, None) => world::run(&plan.scenarios[scenario], seed),
                 };
                 failed.fetch_add(usize::from(!result.passed()), Ordering::SeqCst);
                 report.lock().unwrap_or_else(|p| p.into_inner()).add(result, plan.want_junit);

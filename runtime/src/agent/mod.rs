@@ -15,6 +15,7 @@ pub(crate) mod assembler;
 mod builder;
 mod config;
 pub(crate) mod history;
+mod http;
 pub(crate) mod retry;
 pub(crate) mod tools;
 mod turn;
@@ -32,6 +33,10 @@ pub use config::{
     PROVIDER_KEY_VARS, TOOL_TIMEOUT_MS_MAX,
 };
 pub(crate) use history::History;
+pub use http::{
+    current_execution_id, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER, TOOL_HTTP_REPLY_BYTES_MAX,
+    TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,
+};
 pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};
 
 use crate::event::{AbortCause, ErrorCode, Message, Record, TurnEndReason};

@@ -168,7 +168,11 @@ pub async fn run_with_deadline(
 ) -> CallOutcome {
     let merged = cancel.child_token();
     let deadline = tool.timeout();
-    let mut body = tokio::spawn(tool.call(invocation, merged.clone()));
+    // The execution id rides on the task, so the runtime's `ToolHttp` stamps every request the
+    // call makes with it, whatever the tool itself remembers to send.
+    let execution_id = invocation.execution_id.clone();
+    let call = super::http::with_execution(&execution_id, tool.call(invocation, merged.clone()));
+    let mut body = tokio::spawn(call);
     let mut deadline_won = false;
     let joined = match deadline {
         None => (&mut body).await,

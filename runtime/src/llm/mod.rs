@@ -9,7 +9,7 @@ pub(crate) mod normalise;
 mod proxy;
 mod request;
 pub(crate) mod sse;
-mod tls;
+pub(crate) mod tls;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
 pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};

@@ -75,6 +75,8 @@ pub(crate) struct LifeSetup<'a> {
     /// `host:port` of the gateway.
     pub gateway: String,
     pub earlier: Earlier,
+    /// The embedder's agent, when the harness runs one (its tools, config and provider).
+    pub user: Option<Arc<super::user::AgentUnderTest>>,
 }
 
 /// The session file of `sessions_dir` in `format`.
@@ -101,7 +103,8 @@ pub(crate) fn watch_disk(
 /// resumes the session, submits what the user still owes and disposes the agent. Returns the
 /// recovered transcript, or why the incarnation stopped (a refusal names "corrupt").
 pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> Result<Vec<Record>, String> {
-    let LifeSetup { plan, route, seed, life, seams, sessions_dir, outbox_path, model_url, gateway, earlier } = setup;
+    let LifeSetup { plan, route, seed, life, seams, sessions_dir, outbox_path, model_url, gateway, earlier, user } =
+        setup;
     let outbox: Arc<dyn Outbox> =
         Arc::new(JournalOutbox::open(seams.clone(), &outbox_path).map_err(|e| e.to_string())?);
     // The receiver's token is a secret the agent holds, like the provider key.
@@ -127,15 +130,25 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     let id = SessionId::new(SESSION).expect("valid id");
     let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
     let route = route?;
-    let tools = tools_of(plan, &outbox, &deliverer, &seams, seed, &report);
+    // An embedder's tools are built on this incarnation's seams, as production builds them.
+    let base = user.as_ref().map_or_else(ToolSet::new, |user| (user.tools)(&seams));
+    let tools = tools_of(base, plan, &outbox, &deliverer, &seams, seed, &report);
     let open = if exists { Open::Resume } else { Open::Create };
     let live = Arc::new(LiveProvider::new(route));
     if life == 1 {
         update_config_later(plan, &live, &seams, &model_url, &report);
     }
-    let mut config = AgentConfig::default();
-    config.tool_concurrency = plan.tool_concurrency;
-    config.answer_bytes_max = plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
+    let mut config = match &user {
+        Some(user) => user.config.clone(),
+        None => {
+            let mut config = AgentConfig::default();
+            config.tool_concurrency = plan.tool_concurrency;
+            config
+        }
+    };
+    if let Some(answer_bytes_max) = plan.faults.answer_bytes_max {
+        config.answer_bytes_max = answer_bytes_max;
+    }
     let credentials = Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(seed))].into_iter().collect()));
     // The agent's connections go through a witness that reports a refused connect: the
     // evidence that a refusal window was met, not merely planned.
@@ -190,8 +203,9 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
 }
 
-/// The plan's tools: gateway tools deliver through the queue, the rest run here.
+/// `tools` and the plan's: gateway tools deliver through the queue, the rest run here.
 fn tools_of(
+    mut tools: ToolSet,
     plan: &Plan,
     outbox: &Arc<dyn Outbox>,
     deliverer: &Arc<gateway::GatewayDeliverer>,
@@ -199,7 +213,6 @@ fn tools_of(
     seed: u64,
     report: &Arc<dyn LifeReport>,
 ) -> ToolSet {
-    let mut tools = ToolSet::new();
     for tool in &plan.tools {
         let schema = ToolSchema {
             name: tool.name.clone(),

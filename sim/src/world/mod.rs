@@ -20,6 +20,8 @@ mod probe;
 pub mod real;
 mod rot;
 pub mod seeded;
+pub mod service;
+pub mod user;
 mod witness;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,6 +37,8 @@ use serde::Serialize;
 pub use gateway::{Receipt, Receipts};
 pub use oracle::{Invariant, Kind as InvariantKind, Violation, SOMETIMES};
 use probe::{CrashControl, SimProbe};
+pub use service::{Fate, Service, ServiceFaults, ServiceReceipt, ServiceReceipts};
+pub use user::AgentUnderTest;
 
 use crate::model_server::{ModelServer, Script};
 use crate::scenario::{RotKind, RotTarget, Scenario};
@@ -76,6 +80,9 @@ pub struct RunResult {
     /// Effects the gateway received.
     #[serde(skip)]
     pub receipts: Vec<Receipt>,
+    /// Requests the services of an agent under test received (empty otherwise).
+    #[serde(skip)]
+    pub service_receipts: Vec<ServiceReceipt>,
     /// Model requests served.
     pub model_requests: usize,
     /// Crash points reached (hits), across incarnations.
@@ -214,19 +221,32 @@ pub fn fnv1a(lines: &[String]) -> String {
 
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
-    run_with(scenario, seed, io_trace::IoRecorder::new(false))
+    run_with(scenario, seed, io_trace::IoRecorder::new(false), None)
+}
+
+/// Runs `scenario` with `seed` on an embedder's agent: its tools, config and provider
+/// settings (which replace the scenario's), and its services on their own hosts.
+pub fn run_agent(scenario: &Scenario, seed: u64, agent: &Arc<AgentUnderTest>) -> RunResult {
+    let mut scenario = scenario.clone();
+    scenario.provider = agent.provider.clone();
+    run_with(&scenario, seed, io_trace::IoRecorder::new(false), Some(agent.clone()))
 }
 
 /// Runs `scenario` with `seed`, recording the simulated I/O the run made (for the bench's
 /// bare turmoil twin, which replays it).
 pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, io_trace::IoTrace) {
     let recorder = io_trace::IoRecorder::new(true);
-    let result = run_with(scenario, seed, recorder.clone());
+    let result = run_with(scenario, seed, recorder.clone(), None);
     (result, recorder.trace().expect("the recorder was on"))
 }
 
-fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> RunResult {
-    let plan = seeded::resolve(scenario, seed);
+fn run_with(
+    scenario: &Scenario,
+    seed: u64,
+    recorder: io_trace::IoRecorder,
+    user: Option<Arc<AgentUnderTest>>,
+) -> RunResult {
+    let plan = seeded::resolve_for(scenario, seed, user.as_deref());
     let mut sim = build_sim(&plan, seed);
     let world: Shared = Arc::default();
     if let Some(swarm) = &plan.swarm {
@@ -243,7 +263,9 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     let first_life_fs = first_life_faults(&plan, seed);
     let model_slot = host_model(&mut sim, &plan, &world, &recorder);
     let receipts = host_gateway(&mut sim, &plan, &world, &recorder);
+    let service_receipts = host_services(&mut sim, &plan, &world, seed, user.as_deref());
     let life = AgentLife {
+        user,
         route: resolve_route(SIM_MODEL_URL, &plan.provider),
         world: world.clone(),
         control: control.clone(),
@@ -281,6 +303,7 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
     note_disk_faults(&mut world, &plan, &first_life_fs, &space);
     let fs_ops = world.fs_ops + world.live_fs.take().map_or(0, |f| f.ops());
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let service_receipts = std::mem::take(&mut *service_receipts.lock().unwrap_or_else(|p| p.into_inner()));
     let model = model_slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
@@ -291,6 +314,7 @@ fn run_with(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> R
         seed,
         world,
         receipts,
+        service_receipts,
         model,
         crash_point_hits,
         fs_ops,
@@ -383,6 +407,41 @@ fn host_gateway(
     receipts
 }
 
+/// One host per service of the agent under test, serving on port 80.
+fn host_services(
+    sim: &mut turmoil::Sim<'static>,
+    plan: &seeded::Plan,
+    world: &Shared,
+    seed: u64,
+    user: Option<&AgentUnderTest>,
+) -> ServiceReceipts {
+    let receipts: ServiceReceipts = Arc::default();
+    let order = lock(world).order.clone();
+    let stamp: Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
+    for declared in user.map_or(&[][..], |u| &u.services[..]) {
+        let faults = ServiceFaults::of(declared, seed);
+        let (declared, receipts, stamp, heal_at_ms) =
+            (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
+        sim.host(declared.name.clone(), move || {
+            let running = service::Running {
+                service: declared.clone(),
+                faults,
+                seed,
+                clock: Arc::new(crate::SimClock),
+                stamp: stamp.clone(),
+                receipts: receipts.clone(),
+                heal_at_ms,
+            };
+            async move {
+                let listener = faultline_runtime::seams::Net::bind(&crate::SimNet, "0.0.0.0:80").await?;
+                service::serve(listener, running).await?;
+                Ok(())
+            }
+        });
+    }
+    receipts
+}
+
 /// The disk fault families that fired, from the fault filesystem's own record (what it
 /// refused, tore or holed), never from what the agent said.
 fn note_disk_faults(world: &mut World, plan: &seeded::Plan, first_life_fs: &FsFaults, space: &crate::DiskSpace) {
@@ -414,6 +473,8 @@ struct Concluded<'a> {
     pub world: World,
     /// What the gateway received.
     pub receipts: Vec<Receipt>,
+    /// What the services of an agent under test received.
+    pub service_receipts: Vec<ServiceReceipt>,
     /// The model server (its request log), if it started.
     pub model: Option<ModelServer>,
     /// Crash points reached, across incarnations.
@@ -425,10 +486,24 @@ struct Concluded<'a> {
 
 /// Judges a finished run: the oracle over the evidence, and the result to report.
 fn conclude(run: Concluded<'_>) -> RunResult {
-    let Concluded { scenario, plan, seed, mut world, receipts, model, crash_point_hits, fs_ops, end_ms } = run;
+    let Concluded {
+        scenario,
+        plan,
+        seed,
+        mut world,
+        receipts,
+        service_receipts,
+        model,
+        crash_point_hits,
+        fs_ops,
+        end_ms,
+    } = run;
     world.end_life();
     for receipt in &receipts {
         world.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
+    }
+    for r in &service_receipts {
+        world.trace.push(format!("{:>7} {} received {} ({:?})", r.at_ms, r.service, r.execution_id, r.fate));
     }
     let request_bodies: Vec<Arc<str>> =
         model.as_ref().map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
@@ -448,6 +523,13 @@ fn conclude(run: Concluded<'_>) -> RunResult {
     for slot in model_exchanges.iter().filter_map(|e| e.slot) {
         faults_fired.extend(seeded::response_families(&plan.script.responses[slot]).into_iter().map(str::to_owned));
     }
+    for receipt in &service_receipts {
+        match receipt.fate {
+            Fate::Refused => faults_fired.insert("service-error".to_owned()),
+            Fate::EffectReplyLost => faults_fired.insert("service-lost-reply".to_owned()),
+            Fate::Effect | Fate::Deduplicated => false,
+        };
+    }
     if plan.faults.gateway_echo && !receipts.is_empty() {
         faults_fired.insert("echoed-secret".to_owned());
     }
@@ -456,6 +538,7 @@ fn conclude(run: Concluded<'_>) -> RunResult {
         seed,
         world: &world,
         receipts: &receipts,
+        service_receipts: &service_receipts,
         exchanges: &model_exchanges,
         request_bodies: &request_bodies,
         faults_fired: &faults_fired,
@@ -473,6 +556,7 @@ fn conclude(run: Concluded<'_>) -> RunResult {
         refused: world.refused.clone(),
         gateway_requests: receipts.len(),
         receipts,
+        service_receipts,
         model_requests,
         crash_point_hits,
         faults_fired,
@@ -548,6 +632,8 @@ const RESOLVED_ROUTES_MAX: usize = 256;
 /// One incarnation of the agent host.
 #[derive(Clone)]
 struct AgentLife {
+    /// The embedder's agent, when the harness runs one.
+    user: Option<Arc<AgentUnderTest>>,
     route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     world: Shared,
     control: Arc<Mutex<CrashControl>>,
@@ -648,6 +734,7 @@ impl AgentLife {
             model_url: SIM_MODEL_URL.into(),
             gateway: "gateway:80".into(),
             earlier,
+            user: self.user.clone(),
         };
         let transcript = life::live(setup, report).await?;
         // Every byte the agent left on its disk, for the oracle's secret scan.

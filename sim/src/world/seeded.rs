@@ -194,6 +194,17 @@ fn echoing(mut response: Response) -> Response {
 }
 
 impl Swarm {
+    /// The partition between the agent and `other` the swarm of `seed` draws, if it draws one.
+    pub fn partition(seed: u64, other: &str) -> Option<Partition> {
+        let family = format!("partition-{other}");
+        (stream(seed, &format!("swarm/{family}")).unit_f64() < 0.5).then(|| {
+            let window = stream(seed, &family);
+            let from_ms = window.next_u64() % PARTITION_FROM_MS_MAX;
+            let to_ms = from_ms + 100 + window.next_u64() % PARTITION_MS_MAX;
+            Partition { a: "agent".into(), b: other.into(), from_ms, to_ms }
+        })
+    }
+
     /// The swarm of `seed`.
     pub fn draw(seed: u64) -> Swarm {
         let on = |family: &str| stream(seed, &format!("swarm/{family}")).unit_f64() < 0.5;
@@ -226,15 +237,7 @@ impl Swarm {
         });
         let fs_crash_before_op = on("fs-crash")
             .then(|| FS_CRASH_OP_MIN + stream(seed, "fs-crash").next_u64() % (FS_OP_MAX - FS_CRASH_OP_MIN));
-        let mut partitions = Vec::new();
-        for other in ["model", "gateway"] {
-            if on(&format!("partition-{other}")) {
-                let window = stream(seed, &format!("partition-{other}"));
-                let from_ms = window.next_u64() % PARTITION_FROM_MS_MAX;
-                let to_ms = from_ms + 100 + window.next_u64() % PARTITION_MS_MAX;
-                partitions.push(Partition { a: "agent".into(), b: other.into(), from_ms, to_ms });
-            }
-        }
+        let partitions = ["model", "gateway"].into_iter().filter_map(|other| Swarm::partition(seed, other)).collect();
         let power_loss_hole = fs_crash_before_op.is_some() && on("hole");
         let torn_mid_line =
             fs_crash_before_op.is_some() && torn_block.is_some() && !power_loss_hole && on("tear-mid-line");
@@ -388,12 +391,23 @@ fn standard_responses(messages: usize) -> Vec<Response> {
 
 /// Resolves `scenario` for `seed`.
 pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
+    resolve_for(scenario, seed, None)
+}
+
+/// Resolves `scenario` for `seed` on `user`'s agent when one is given: a generated
+/// conversation calls the agent's own tools, and the swarm's partitions reach its services.
+pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::AgentUnderTest>) -> Plan {
     let generated;
-    let scenario = if scenario.generated {
-        generated = crate::generate::workload(seed).apply(scenario);
-        &generated
-    } else {
-        scenario
+    let scenario = match (scenario.generated, user) {
+        (true, Some(user)) => {
+            generated = crate::generate::user_workload(seed, &user.schemas()).apply(scenario);
+            &generated
+        }
+        (true, None) => {
+            generated = crate::generate::workload(seed).apply(scenario);
+            &generated
+        }
+        (false, _) => scenario,
     };
     let mut script = super::script_of(scenario);
     let mut faults = scenario.faults.clone();
@@ -418,6 +432,9 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
         }
         faults.crashes.extend(swarm.crash.clone());
         faults.partitions.extend(swarm.partitions.clone());
+        for service in user.map_or(&[][..], |u| u.services()) {
+            faults.partitions.extend(Swarm::partition(seed, &service.name));
+        }
         if swarm.torn_block.is_some() || swarm.fs_error.is_some() || swarm.fs_crash_before_op.is_some() {
             faults.fs = Some(FsFault {
                 block_size: swarm.torn_block,

@@ -14,17 +14,8 @@ use super::{Evidence, Found, Invariant};
 /// log was refused: no liveness and no refusal excuse an effect without its intent. What
 /// the transcript says of each effect is held to the receipts when there is a transcript.
 pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
-    let (world, receipts, end_ms) = (evidence.world, evidence.receipts, evidence.end_ms);
-    let id = |turn, step, call_id: &str| faultline_runtime::store::execution_id("sim", turn, step, call_id);
-    let mut calls: BTreeMap<String, (&super::super::Synced, &faultline_runtime::event::ToolCall)> = BTreeMap::new();
-    for synced in world.synced_records() {
-        if let Event::ToolCall(call) = &synced.record.event {
-            let entry = calls.entry(id(call.turn, call.step, &call.call_id)).or_insert((synced, call));
-            if synced.stamp < entry.0.stamp {
-                *entry = (synced, call);
-            }
-        }
-    }
+    let (receipts, end_ms) = (evidence.receipts, evidence.end_ms);
+    let calls = synced_calls(evidence);
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for receipt in receipts {
         match calls.get(&receipt.execution_id) {
@@ -76,12 +67,34 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     results_against_receipts(evidence, &seen, found);
 }
 
+/// A synced `tool/call` and the record it was synced in.
+pub(super) type SyncedCall<'a> = (&'a super::super::Synced, &'a faultline_runtime::event::ToolCall);
+
+/// Every `tool/call` the disk witness saw synced, by execution id, at its earliest instant.
+pub(super) fn synced_calls<'a>(evidence: &Evidence<'a>) -> BTreeMap<String, SyncedCall<'a>> {
+    let mut calls: BTreeMap<String, SyncedCall<'a>> = BTreeMap::new();
+    for synced in evidence.world.synced_records() {
+        if let Event::ToolCall(call) = &synced.record.event {
+            let entry = calls.entry(execution_id(call.turn, call.step, &call.call_id)).or_insert((synced, call));
+            if synced.stamp < entry.0.stamp {
+                *entry = (synced, call);
+            }
+        }
+    }
+    calls
+}
+
+/// The execution id of a call of the simulated session.
+pub(super) fn execution_id(turn: u32, step: u32, call_id: &str) -> String {
+    faultline_runtime::store::execution_id(super::super::SESSION, turn, step, call_id)
+}
+
 /// What the transcript says of each side effect agrees with the gateway: an ok result was
 /// received; a call that never started, was never dispatched or was refused was not.
 fn results_against_receipts(evidence: &Evidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut Found) {
     let Some(records) = evidence.transcript() else { return };
     let end_ms = evidence.end_ms;
-    let id = |turn, step, call_id: &str| faultline_runtime::store::execution_id("sim", turn, step, call_id);
+    let id = execution_id;
     let gateway_tools: BTreeSet<&str> = evidence
         .plan
         .tools

@@ -16,6 +16,7 @@ mod refusal;
 mod retries;
 mod secrets;
 mod served;
+mod services;
 mod sometimes;
 
 use std::collections::BTreeSet;
@@ -49,6 +50,8 @@ pub(super) struct Evidence<'a> {
     pub world: &'a World,
     /// What the gateway received.
     pub receipts: &'a [Receipt],
+    /// What the services of an agent under test received.
+    pub service_receipts: &'a [super::ServiceReceipt],
     /// Every model request and what it was served.
     pub exchanges: &'a [crate::model_server::Exchange],
     /// Every request body the model server received.
@@ -94,6 +97,7 @@ pub(super) fn judge(evidence: &Evidence<'_>) -> Vec<Violation> {
     durability::check(evidence, &mut found);
     limits::check(evidence, &mut found);
     effects::check(evidence, &mut found);
+    services::check(evidence, &mut found);
     retries::check(evidence, &mut found);
     expectations::check_table(evidence, &mut found);
     expectations::check_faults_fired(evidence, &mut found);

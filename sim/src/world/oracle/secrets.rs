@@ -47,5 +47,8 @@ fn leaks_of(what: &str, secret: &str, evidence: &Evidence<'_>, found: &mut Found
     if let Some(receipt) = evidence.receipts.iter().find(|r| finder.find(r.body.as_bytes()).is_some()) {
         leak(format!("the payload the gateway received for {}", receipt.execution_id));
     }
+    if let Some(receipt) = evidence.service_receipts.iter().find(|r| finder.find(r.body.as_bytes()).is_some()) {
+        leak(format!("the request {} received for {}", receipt.service, receipt.execution_id));
+    }
     found.0.len() > before
 }

@@ -325,6 +325,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             model_url: args.model_url.clone(),
             gateway: args.gateway.clone(),
             earlier: Earlier { cancel_fired: args.cancel_fired, extra_refused: args.extra_refused },
+            user: None,
         };
         life::live(setup, report.clone()).await
     });

@@ -1,0 +1,162 @@
+//! An embedder's own agent inside the simulated world (FAILURE-USER-HARNESS): its provider
+//! settings, its agent config, its tools (built on the world's seams, so their HTTP calls
+//! cross the simulated network) and the services those tools call.
+
+use std::sync::Arc;
+
+use faultline_runtime::agent::{AgentConfig, ToolSet};
+use faultline_runtime::event::ToolSchema;
+use faultline_runtime::seams::Seams;
+
+use super::service::Service;
+
+/// Builds the agent's tools on the seams of one host incarnation (called once per
+/// incarnation, inside the simulation, exactly as production builds them on its own seams).
+pub type ToolsFn = Arc<dyn Fn(&Seams) -> ToolSet + Send + Sync>;
+
+/// Most services one agent under test may declare.
+pub const SERVICES_MAX: usize = 16;
+
+/// An embedder's agent, as the harness runs it.
+#[derive(Clone)]
+pub struct AgentUnderTest {
+    pub(crate) name: String,
+    /// Extra `[provider]` lines (retry policy, timeouts): the route's address, model and key
+    /// are the simulated model's.
+    pub(crate) provider: String,
+    pub(crate) config: AgentConfig,
+    pub(crate) tools: ToolsFn,
+    pub(crate) services: Vec<Service>,
+    /// What stands in for each tool, when the tools are stand-ins (`--agent FILE`), for
+    /// reports; one line per tool.
+    pub(crate) stand_ins: Vec<String>,
+}
+
+impl std::fmt::Debug for AgentUnderTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentUnderTest")
+            .field("name", &self.name)
+            .field("services", &self.services)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentUnderTest {
+    /// An agent called `name` (for reports) whose tools `tools` builds.
+    pub fn new(name: impl Into<String>, tools: impl Fn(&Seams) -> ToolSet + Send + Sync + 'static) -> Self {
+        Self {
+            name: name.into(),
+            provider: String::new(),
+            config: AgentConfig::default(),
+            tools: Arc::new(tools),
+            services: Vec::new(),
+            stand_ins: Vec::new(),
+        }
+    }
+
+    /// The `[provider]` table as production reads it (a whole agent or provider file, or the
+    /// table's own lines): its retry policy and timeouts are kept; its `base_url`, `model`,
+    /// `preset`, key variable, proxy and CA file are the simulated model's.
+    pub fn provider_toml(mut self, text: &str) -> Result<Self, String> {
+        self.provider = provider_lines(text)?;
+        Ok(self)
+    }
+
+    /// The agent's knobs (step budget, tool concurrency, system prompt, ...).
+    pub fn config(mut self, config: AgentConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// A service the tools call at `http://NAME/...`.
+    pub fn service(mut self, service: Service) -> Self {
+        self.services.push(service);
+        self
+    }
+
+    /// Notes what stands in for a tool (shown in reports).
+    pub fn stand_in(mut self, line: String) -> Self {
+        self.stand_ins.push(line);
+        self
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The services it declared.
+    pub fn services(&self) -> &[Service] {
+        &self.services
+    }
+
+    /// What stands in for each tool (empty for an embedder's own tools).
+    pub fn stand_ins(&self) -> &[String] {
+        &self.stand_ins
+    }
+
+    /// The extra `[provider]` lines the world resolves the route from.
+    pub fn provider_lines(&self) -> &str {
+        &self.provider
+    }
+
+    /// The tools' schemas, as the model sees them.
+    pub fn schemas(&self) -> Vec<ToolSchema> {
+        (self.tools)(&crate::sim_seams(0, "agent", 0)).schemas()
+    }
+
+    /// Checks the declaration: valid, distinct services, and a route that resolves.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.services.len() > SERVICES_MAX {
+            return Err(format!("{} services, at most {SERVICES_MAX}", self.services.len()));
+        }
+        for (i, service) in self.services.iter().enumerate() {
+            service.validate()?;
+            if self.services[..i].iter().any(|s| s.name == service.name) {
+                return Err(format!("service {} is declared twice", service.name));
+            }
+        }
+        if self.schemas().is_empty() {
+            return Err(format!("agent {}: no tools", self.name));
+        }
+        super::resolve_route(super::SIM_MODEL_URL, &self.provider).map(|_| ())
+    }
+}
+
+/// Keys of `[provider]` the simulated model replaces.
+const REPLACED_KEYS: [&str; 7] = ["preset", "base_url", "model", "api_key_env", "proxy", "ca_file", "headers"];
+
+/// The `[provider]` lines of `text` the world keeps (see [`AgentUnderTest::provider_toml`]).
+fn provider_lines(text: &str) -> Result<String, String> {
+    let parsed: toml::Table = text.parse().map_err(|e| format!("provider settings: {e}"))?;
+    let mut table = match parsed.get("provider") {
+        Some(toml::Value::Table(provider)) => provider.clone(),
+        Some(_) => return Err("provider settings: [provider] is not a table".into()),
+        None => parsed,
+    };
+    for key in REPLACED_KEYS {
+        table.remove(key);
+    }
+    let mut wrapped = toml::Table::new();
+    wrapped.insert("provider".into(), toml::Value::Table(table));
+    let text = toml::to_string(&wrapped).map_err(|e| format!("provider settings: {e}"))?;
+    // The world writes its own `[provider]` header with the model's address first.
+    Ok(text.strip_prefix("[provider]\n").unwrap_or(&text).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_lines_keep_the_policy_and_drop_the_route() {
+        let lines = provider_lines(
+            "[provider]\npreset = \"deepseek\"\nmodel = \"x\"\nidle_timeout_ms = 900\n\
+             [provider.retry_policy]\nmax_retries = 3\n[agent]\nmax_steps = 4\n",
+        )
+        .unwrap();
+        assert!(!lines.contains("preset") && !lines.contains("model"), "{lines}");
+        assert!(lines.contains("idle_timeout_ms = 900"), "{lines}");
+        assert!(lines.contains("[provider.retry_policy]\nmax_retries = 3"), "{lines}");
+    }
+}
