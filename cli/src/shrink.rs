@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::shrink::shrink_with;
+use faultline_sim::shrink::shrink_agent_with;
 use faultline_sim::sweep::{load, plant};
 
 /// Arguments of `faultline shrink`.
@@ -27,6 +27,9 @@ pub struct ShrinkArgs {
     /// Where to write it (default `scenarios/regressions/<name>.toml`).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Shrink a failing run of your agent file (`sweep --agent FILE` found it).
+    #[arg(long, value_name = "FILE", conflicts_with = "bug")]
+    agent: Option<PathBuf>,
 }
 
 /// `faultline shrink`.
@@ -39,8 +42,15 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
             return exit::code(exit::USAGE);
         }
     };
+    let agent = match args.agent.as_deref().map(crate::sweep::load_agent).transpose() {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("faultline shrink: {e}");
+            return exit::code(exit::USAGE);
+        }
+    };
     let progress = crate::progress::Progress::new("candidate runs", true);
-    let shrunk = shrink_with(&scenario, args.seed, |runs, most| progress.update(runs, most, 0));
+    let shrunk = shrink_agent_with(&scenario, args.seed, agent.as_ref(), |runs, most| progress.update(runs, most, 0));
     progress.finish();
     let shrunk = match shrunk {
         Ok(shrunk) => shrunk,
@@ -81,7 +91,8 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
         shrunk.runs
     );
     println!("wrote {}", path.display());
-    println!("replay: faultline run {} --seed {}{with_bug}", path.display(), args.seed);
+    let with_agent = args.agent.as_ref().map(|a| format!(" --agent {}", a.display())).unwrap_or_default();
+    println!("replay: faultline run {} --seed {}{with_bug}{with_agent}", path.display(), args.seed);
     ExitCode::SUCCESS
 }
 

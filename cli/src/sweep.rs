@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::sweep::{hunt_bug_with, junit, load, merge, plant, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
+use faultline_sim::sweep::{hunt_with, junit, load, merge, plant, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
 
 use crate::progress::Progress;
 use faultline_sim::world;
@@ -44,14 +44,30 @@ pub struct RunArgs {
     /// With `--real`: keep the working directory here (session, journal, each agent's stderr).
     #[arg(long, requires = "real")]
     keep: Option<PathBuf>,
+    /// Run your agent file (`agent run`'s format) instead of the scenario's tools: its
+    /// provider settings and `[agent]` knobs, a stand-in per tool from its `[tools.sim]`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["real", "bug"])]
+    agent: Option<PathBuf>,
+}
+
+/// The agent file at `path`, its tools replaced by their stand-ins.
+pub(crate) fn load_agent(path: &std::path::Path) -> Result<std::sync::Arc<faultline_sim::AgentUnderTest>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--agent {}: {e}", path.display()))?;
+    faultline_sim::agent_from_file(&path.display().to_string(), &text)
+        .map(std::sync::Arc::new)
+        .map_err(|e| format!("--agent {}: {e}", path.display()))
 }
 
 /// Arguments of `faultline hunt`.
 #[derive(Debug, Args)]
 pub struct HuntArgs {
     /// The planted bug to hunt (see `faultline hunt --list`).
-    #[arg(long, required_unless_present = "list")]
+    #[arg(long, required_unless_present_any = ["list", "agent"])]
     bug: Option<String>,
+    /// Hunt the first failing seed of your agent file (its generated conversation under
+    /// every fault family), with `--bug` planted or without.
+    #[arg(long, value_name = "FILE")]
+    agent: Option<PathBuf>,
     /// Seeds per scenario to try before giving up.
     #[arg(long, default_value_t = 16)]
     budget_seeds: u64,
@@ -68,15 +84,36 @@ pub fn hunt(args: &HuntArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let bug = args.bug.clone().expect("clap requires --bug without --list");
+    let agent = match args.agent.as_deref().map(load_agent).transpose() {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("faultline hunt: {e}");
+            return exit::code(exit::USAGE);
+        }
+    };
+    let bugs: Vec<String> = args.bug.iter().cloned().collect();
     let progress = Progress::new("runs", true);
-    let caught = hunt_bug_with(&[bug], args.budget_seeds, |runs, most| progress.update(runs, most, 0));
+    let caught = hunt_with(&bugs, args.budget_seeds, agent.as_ref(), |runs, most| progress.update(runs, most, 0));
     progress.finish();
     match caught {
         Err(e) => {
             eprintln!("faultline hunt: {e}");
             exit::code(exit::USAGE)
         }
+        // Without a planted bug (your agent as it is), a failure is a finding and a clean
+        // budget a pass; with one, catching it is the hunt's success.
+        Ok(catch) if catch.bug.is_empty() => match &catch.replay {
+            Some(replay) => {
+                println!("failed after {} runs ({} seed(s)) in {} ms", catch.runs, catch.seeds, catch.wall_ms);
+                println!("  violated {}", catch.invariant.clone().unwrap_or_default());
+                println!("  replay: {replay}");
+                exit::code(exit::FAILED)
+            }
+            None => {
+                println!("no failure in {} runs ({} seeds)", catch.runs, catch.seeds);
+                ExitCode::SUCCESS
+            }
+        },
         Ok(catch) => match &catch.replay {
             Some(replay) => {
                 println!(
@@ -129,6 +166,11 @@ pub struct SweepArgs {
     /// Do not sweep: merge these `--json` outputs of shards into one report.
     #[arg(long, num_args = 1.., value_name = "SHARD_JSON", conflicts_with_all = ["scenarios", "seeds", "shard", "jobs", "real"])]
     merge: Vec<PathBuf>,
+    /// Sweep your agent file (`agent run`'s format): a conversation over its tools drawn per
+    /// seed under every fault family (the `generated` scenario), plus any `--scenario FILE`
+    /// of yours; each tool's stand-in comes from its `[tools.sim]`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["real", "merge"])]
+    agent: Option<PathBuf>,
 }
 
 /// Lists the scenarios.
@@ -160,7 +202,18 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
     if args.real {
         return crate::real::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone(), &args.bug);
     }
-    let result = world::run(&scenario, args.seed);
+    let agent = match args.agent.as_deref().map(load_agent).transpose() {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("faultline run: {e}");
+            return exit::code(exit::USAGE);
+        }
+    };
+    let run = |scenario: &Scenario, seed| match &agent {
+        Some(agent) => world::run_agent(scenario, seed, agent),
+        None => world::run(scenario, seed),
+    };
+    let result = run(&scenario, args.seed);
     if let Some(path) = &args.html {
         if let Err(e) = std::fs::write(path, faultline_sim::html::run_page(&result)) {
             eprintln!("faultline run: --html {}: {e}", path.display());
@@ -169,7 +222,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
     }
     let mut divergence = None;
     if args.check_determinism {
-        let again = world::run(&scenario, args.seed);
+        let again = run(&scenario, args.seed);
         if again.trace != result.trace {
             let line = result
                 .trace
@@ -205,6 +258,16 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         );
         for v in &result.violations {
             println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
+        }
+        if let Some(agent) = &agent {
+            for line in agent.stand_ins() {
+                println!("  stand-in {line}");
+            }
+            for finding in faultline_sim::findings(&result, agent) {
+                if let Some(hint) = finding.hint {
+                    println!("  would have prevented it: {hint}");
+                }
+            }
         }
         if args.check_determinism {
             match &divergence {
@@ -294,10 +357,13 @@ pub fn run(args: &SweepArgs) -> ExitCode {
 
 /// Runs the sweep the arguments describe, with progress on stderr.
 fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
-    let names: Vec<String> = if args.scenarios.is_empty() {
-        BUILT_IN_SCENARIOS.iter().map(|s| s.name.to_owned()).collect()
-    } else {
-        args.scenarios.clone()
+    let agent = args.agent.as_deref().map(load_agent).transpose()?;
+    let names: Vec<String> = match (&agent, args.scenarios.is_empty()) {
+        // Your agent's tools are not the built-in scenarios' tools: the generated conversation
+        // calls them, under every fault family.
+        (Some(_), true) => vec![faultline_sim::GENERATED.to_owned()],
+        (None, true) => BUILT_IN_SCENARIOS.iter().map(|s| s.name.to_owned()).collect(),
+        (_, false) => args.scenarios.clone(),
     };
     let mut scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
     let real = if args.real {
@@ -328,9 +394,9 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
         want_junit: args.junit.is_some(),
         // Coverage of every declared site is the simulator's job: a real sweep leaves out the
         // sim-only scenarios.
-        full: args.scenarios.is_empty() && real.is_none(),
+        full: args.scenarios.is_empty() && real.is_none() && agent.is_none(),
         real,
-        agent: None,
+        agent,
     };
     let progress = Progress::new("runs", !args.json);
     let report = sweep(&plan, |done, total, failed| progress.update(done, total, failed));
@@ -410,10 +476,20 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
         wall_s,
         summary.shard
     );
+    if let Some(agent) = &summary.agent {
+        let _ = writeln!(out, "agent {agent}:");
+        for line in &summary.stand_ins {
+            let _ = writeln!(out, "  stand-in {line}");
+        }
+    }
     for f in &summary.failures {
-        let _ = writeln!(out, "FAIL {} seed {}: replay with `{}`", f.scenario, f.seed, f.replay);
+        let tools = if f.tools.is_empty() { String::new() } else { format!(" (tool {})", f.tools.join(", ")) };
+        let _ = writeln!(out, "FAIL {} seed {}{tools}: replay with `{}`", f.scenario, f.seed, f.replay);
         for v in &f.violations {
             let _ = writeln!(out, "  violated {}: {}", v.invariant, v.detail);
+        }
+        for hint in &f.hints {
+            let _ = writeln!(out, "  would have prevented it: {hint}");
         }
     }
 }

@@ -238,12 +238,14 @@ pub fn user_workload(seed: u64, schemas: &[faultline_runtime::event::ToolSchema]
 
 impl UserWorkload {
     /// Puts this conversation into `base` (which keeps its name, timing and fault plan): the
-    /// tools are the agent's own, so the scenario names none.
-    pub fn apply(&self, base: &Scenario) -> Scenario {
+    /// tools are the agent's own, so the scenario names only those the delivery queue
+    /// delivers (`outbox`) to the gateway.
+    pub fn apply(&self, base: &Scenario, outbox: &[faultline_runtime::event::ToolSchema]) -> Scenario {
         let mut scenario = base.clone();
         scenario.generated = false;
         scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
-        scenario.tools = Vec::new();
+        scenario.tools =
+            outbox.iter().map(|s| ScenarioTool { name: s.name.clone(), kind: ToolKind::Gateway, ..tool() }).collect();
         scenario.tool_concurrency = None;
         scenario.model.responses = script_of_calls(&self.turns);
         scenario.model.repeat_last = true;

@@ -107,7 +107,7 @@ impl Harness {
             agent: Some(self.agent.clone()),
         };
         let report = sweep(&plan, |_, _, _| {});
-        let findings = report.failures.iter().flat_map(|run| Finding::of(run, &self.agent)).collect();
+        let findings = report.failures.iter().flat_map(|run| findings(run, &self.agent)).collect();
         HarnessReport {
             agent: self.agent.name().to_owned(),
             runs: report.runs,
@@ -145,29 +145,31 @@ pub struct Finding {
     pub tools: Vec<String>,
     /// The test call that replays it.
     pub replay: String,
+    /// What in the agent's file would have prevented it, when the harness knows.
+    pub hint: Option<String>,
 }
 
-impl Finding {
-    fn of(run: &RunResult, agent: &AgentUnderTest) -> Vec<Finding> {
-        let schemas = agent.schemas();
-        run.violations
-            .iter()
-            .map(|v| Finding {
+/// The findings of one run of `agent`: one per broken invariant.
+pub fn findings(run: &RunResult, agent: &AgentUnderTest) -> Vec<Finding> {
+    let schemas = agent.schemas();
+    run.violations
+        .iter()
+        .map(|v| {
+            let names =
+                |name: &str| v.detail.contains(&format!("tool {name}")) || mentions_call_of(run, &v.detail, name);
+            let tools: Vec<String> = schemas.iter().filter(|s| names(&s.name)).map(|s| s.name.clone()).collect();
+            let hint = tools.iter().find_map(|t| agent.hint_for(t, v.invariant.name())).map(str::to_owned);
+            Finding {
                 scenario: run.scenario.clone(),
                 seed: run.seed,
                 invariant: v.invariant.name().to_owned(),
                 detail: v.detail.clone(),
-                tools: schemas
-                    .iter()
-                    .filter(|s| {
-                        v.detail.contains(&format!("tool {}", s.name)) || mentions_call_of(run, &v.detail, &s.name)
-                    })
-                    .map(|s| s.name.clone())
-                    .collect(),
+                tools,
                 replay: format!("Harness::replay({:?}, {})", run.scenario, run.seed),
-            })
-            .collect()
-    }
+                hint,
+            }
+        })
+        .collect()
 }
 
 /// Whether `detail` names an execution id whose call (in the run's transcript) was of `tool`.
@@ -233,6 +235,9 @@ impl std::fmt::Display for HarnessReport {
                 "  {} seed {}: {}{tools}: {}\n    replay: {}",
                 finding.scenario, finding.seed, finding.invariant, finding.detail, finding.replay
             )?;
+            if let Some(hint) = &finding.hint {
+                writeln!(f, "    would have prevented it: {hint}")?;
+            }
         }
         if self.findings.len() > FINDINGS_SHOWN_MAX {
             writeln!(f, "  ... and {} more findings", self.findings.len() - FINDINGS_SHOWN_MAX)?;

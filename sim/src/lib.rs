@@ -16,15 +16,17 @@ mod scenario;
 mod seams;
 mod seed;
 pub mod shrink;
+mod stand_in;
 pub mod sweep;
 pub mod world;
 
 pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
-pub use harness::{Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
+pub use harness::{findings, Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, StoreKind,
     ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
 pub use seed::Seed;
+pub use stand_in::agent_from_file;
 pub use world::{AgentUnderTest, Fate, Service, ServiceFaults, ServiceReceipt};

@@ -31,7 +31,12 @@ pub struct Shrunk {
 
 /// `scenario` at `seed` with everything the seed draws written out.
 pub fn materialise(scenario: &Scenario, seed: u64) -> Scenario {
-    let plan = world::seeded::resolve(scenario, seed);
+    materialise_for(scenario, seed, None)
+}
+
+/// [`materialise`] on `agent` (its generated conversation calls the agent's tools).
+pub fn materialise_for(scenario: &Scenario, seed: u64, agent: Option<&world::AgentUnderTest>) -> Scenario {
+    let plan = world::seeded::resolve_for(scenario, seed, agent);
     Scenario {
         name: scenario.name.clone(),
         description: scenario.description.clone(),
@@ -166,20 +171,34 @@ pub fn shrink(scenario: &Scenario, seed: u64) -> Result<Shrunk, String> {
 
 /// [`shrink`], calling `progress(runs, SHRINK_RUNS_MAX)` after every candidate run.
 pub fn shrink_with(scenario: &Scenario, seed: u64, progress: impl Fn(usize, usize)) -> Result<Shrunk, String> {
-    let first = world::run(scenario, seed);
+    shrink_agent_with(scenario, seed, None, progress)
+}
+
+/// [`shrink_with`] on `agent`, an embedder's agent, when given.
+pub fn shrink_agent_with(
+    scenario: &Scenario,
+    seed: u64,
+    agent: Option<&std::sync::Arc<world::AgentUnderTest>>,
+    progress: impl Fn(usize, usize),
+) -> Result<Shrunk, String> {
+    let run = |scenario: &Scenario| match agent {
+        Some(agent) => world::run_agent(scenario, seed, agent),
+        None => world::run(scenario, seed),
+    };
+    let first = run(scenario);
     let Some(violation) = first.violations.first() else {
         return Err(format!("{} passes at seed {seed}: nothing to shrink", scenario.name));
     };
     let invariant = violation.invariant;
     let breaks = |result: &RunResult| result.violations.iter().any(|v| v.invariant == invariant);
-    let mut current = materialise(scenario, seed);
+    let mut current = materialise_for(scenario, seed, agent.map(|a| &**a));
     if invariant != "expectation" {
         // The oracle's own invariants are what the regression guards; scenario-specific
         // expectations would stop matching as soon as a fault is removed.
         current.expect = Default::default();
     }
     let mut runs = 1;
-    if !breaks(&world::run(&current, seed)) {
+    if !breaks(&run(&current)) {
         return Err(format!(
             "{} at seed {seed} no longer breaks {invariant} once materialised: the plan is not fully \
              described by the scenario (a harness bug)",
@@ -195,7 +214,7 @@ pub fn shrink_with(scenario: &Scenario, seed: u64, progress: impl Fn(usize, usiz
             }
             runs += 1;
             progress(runs, SHRINK_RUNS_MAX);
-            if breaks(&world::run(&candidate, seed)) {
+            if breaks(&run(&candidate)) {
                 current = candidate;
                 continue 'shrinking;
             }

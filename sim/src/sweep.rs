@@ -63,29 +63,49 @@ pub fn hunt_bug(bugs: &[String], budget: u64) -> Result<Catch, String> {
 
 /// [`hunt_bug`], calling `progress(runs, most)` after every run.
 pub fn hunt_bug_with(bugs: &[String], budget: u64, progress: impl Fn(usize, usize)) -> Result<Catch, String> {
+    hunt_with(bugs, budget, None, progress)
+}
+
+/// Hunts on every built-in scenario, or on `agent` (an embedder's agent under its generated
+/// conversation) when given, with `bugs` planted (none: the first failing seed of the build
+/// as it is), stopping at the first failure.
+pub fn hunt_with(
+    bugs: &[String],
+    budget: u64,
+    agent: Option<&std::sync::Arc<world::AgentUnderTest>>,
+    progress: impl Fn(usize, usize),
+) -> Result<Catch, String> {
     plant(bugs)?;
-    let scenarios: Vec<Scenario> =
-        BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("built-in scenarios parse")).collect();
+    let scenarios: Vec<Scenario> = match agent {
+        Some(_) => vec![Scenario::built_in(crate::GENERATED).expect("the generated scenario is built in")],
+        None => BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("built-in scenarios parse")).collect(),
+    };
     let started = Instant::now();
     let mut runs = 0;
     let name = bugs.join(",");
     for seed in 0..budget {
         for scenario in &scenarios {
             runs += 1;
-            let result = world::run(scenario, seed);
+            let result = match agent {
+                Some(agent) => world::run_agent(scenario, seed, agent),
+                None => world::run(scenario, seed),
+            };
             progress(runs, budget as usize * scenarios.len());
             if !result.passed() {
                 plant(&[])?;
+                let mut replay = format!("faultline run {} --seed {seed}", result.scenario);
+                for bug in bugs {
+                    replay.push_str(&format!(" --bug {bug}"));
+                }
+                if let Some(agent) = agent {
+                    replay.push_str(&format!(" --agent {}", agent.name()));
+                }
                 return Ok(Catch {
                     bug: name,
                     runs,
                     seeds: seed + 1,
                     wall_ms: started.elapsed().as_millis() as u64,
-                    replay: Some(format!(
-                        "faultline run {} --seed {seed} {}",
-                        result.scenario,
-                        bugs.iter().map(|b| format!("--bug {b}")).collect::<Vec<_>>().join(" ")
-                    )),
+                    replay: Some(replay),
                     invariant: result.violations.first().map(|v| format!("{}: {}", v.invariant, v.detail)),
                 });
             }
@@ -289,6 +309,44 @@ pub struct FailureSummary {
     pub violations: Vec<ViolationSummary>,
     /// The command that replays it.
     pub replay: String,
+    /// The agent's tools its violations name (`--agent FILE`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// What in the agent's file would have prevented it (`--agent FILE`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
+}
+
+impl FailureSummary {
+    /// A failing run of a sweep, on `agent` when it swept one.
+    fn of(run: &RunResult, agent: Option<&crate::world::AgentUnderTest>) -> Self {
+        let mut summary = FailureSummary {
+            scenario: run.scenario.clone(),
+            seed: run.seed,
+            violations: run
+                .violations
+                .iter()
+                .map(|v| ViolationSummary {
+                    invariant: v.invariant.name().to_owned(),
+                    detail: v.detail.clone(),
+                    at_ms: v.at_ms,
+                })
+                .collect(),
+            replay: replay(run),
+            tools: Vec::new(),
+            hints: Vec::new(),
+        };
+        if let Some(agent) = agent {
+            summary.replay = format!("{} --agent {}", summary.replay, agent.name());
+            for finding in crate::harness::findings(run, agent) {
+                summary
+                    .tools
+                    .extend(finding.tools.into_iter().filter(|t| !summary.tools.contains(t)).collect::<Vec<_>>());
+                summary.hints.extend(finding.hint.filter(|h| !summary.hints.contains(h)));
+            }
+        }
+        summary
+    }
 }
 
 /// One run's line of a JUnit report: scenario, seed, failure message.
@@ -339,6 +397,12 @@ pub struct SweepSummary {
     /// Run for real and held to parity with the simulator (`sweep --real`).
     #[serde(default)]
     pub real: bool,
+    /// The agent file swept (`--agent FILE`), and what stood in for each of its tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// One line per tool of `agent`: its stand-in, and where that came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stand_ins: Vec<String>,
 }
 
 impl SweepSummary {
@@ -348,24 +412,7 @@ impl SweepSummary {
         scenario_names.sort();
         SweepSummary {
             runs: report.runs,
-            failures: report
-                .failures
-                .iter()
-                .map(|r| FailureSummary {
-                    scenario: r.scenario.clone(),
-                    seed: r.seed,
-                    violations: r
-                        .violations
-                        .iter()
-                        .map(|v| ViolationSummary {
-                            invariant: v.invariant.name().to_owned(),
-                            detail: v.detail.clone(),
-                            at_ms: v.at_ms,
-                        })
-                        .collect(),
-                    replay: replay(r),
-                })
-                .collect(),
+            failures: report.failures.iter().map(|r| FailureSummary::of(r, plan.agent.as_deref())).collect(),
             scenarios: report.per_scenario.clone(),
             crash_point_hits: report.crash_points.clone(),
             fault_families_fired: report.families.clone(),
@@ -381,6 +428,8 @@ impl SweepSummary {
             shards_total: plan.shards,
             cases: plan.want_junit.then(|| report.junit.clone()),
             real: plan.real.is_some(),
+            agent: plan.agent.as_ref().map(|a| a.name().to_owned()),
+            stand_ins: plan.agent.as_ref().map_or_else(Vec::new, |a| a.stand_ins().to_vec()),
         }
     }
 

@@ -11,3 +11,4 @@ mod quickstart;
 mod real;
 mod sigkill;
 mod transcript;
+mod your_agent;

@@ -89,6 +89,88 @@ pub struct CommandToolConfig {
     /// from the file; filled in by [`AgentFile::parse`].
     #[serde(skip)]
     pub env_hidden: Vec<String>,
+    /// `[tools.sim]`: what stands in for the command under the fault harness (`faultline
+    /// sweep --agent FILE`). `agent run` checks it and never reads it.
+    #[serde(default)]
+    pub sim: Option<ToolSimConfig>,
+}
+
+/// `[tools.sim]`: the simulated stand-in of a command tool. The command itself never runs in
+/// the simulator.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSimConfig {
+    /// What the tool does to the world (default: `external` with `side_effects`, else `read`).
+    #[serde(default)]
+    pub effect: Option<SimEffect>,
+    /// How long the service (or the tool's own work) takes, in ms. Range
+    /// 0..=[`SIM_LATENCY_MS_MAX`]; default 5.
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+    /// Share of requests the service refuses (503) before any effect, while faults last.
+    /// Range 0..=1; default: drawn from the seed.
+    #[serde(default)]
+    pub failure_rate: Option<f64>,
+    /// Share of requests whose effect happens and whose reply is lost (the tool times out),
+    /// while faults last. Range 0..=1; default: drawn from the seed.
+    #[serde(default)]
+    pub timeout_rate: Option<f64>,
+    /// The tool's own retries of a failed or timed-out call. Range 0..=[`SIM_RETRIES_MAX`];
+    /// default 0.
+    #[serde(default)]
+    pub retries: Option<u32>,
+    /// For an `external` effect: whether the receiving service deduplicates by the execution
+    /// id the tool passes on (`FAULTLINE_EXECUTION_ID` as its idempotency key). Default `none`.
+    #[serde(default)]
+    pub dedup: Option<SimDedup>,
+}
+
+/// Longest `[tools.sim] latency_ms`.
+pub const SIM_LATENCY_MS_MAX: u64 = 60_000;
+/// Most `[tools.sim] retries`.
+pub const SIM_RETRIES_MAX: u32 = 10;
+
+/// What a simulated tool does to the world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimEffect {
+    /// Calls a service that does something (an HTTP POST to a simulated receiver).
+    External,
+    /// Reads a service (an HTTP GET; no effect).
+    Read,
+    /// Works locally (no network, no effect).
+    Local,
+}
+
+/// Whether a simulated receiver deduplicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimDedup {
+    /// By the execution id the tool sends as its idempotency key.
+    ExecutionId,
+    /// Every request is an effect.
+    None,
+}
+
+impl ToolSimConfig {
+    fn check(&self, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+        let bad = |field: &str, message: String| Err(ConfigError { path: at(&format!("sim.{field}")), message });
+        if self.latency_ms.is_some_and(|ms| ms > SIM_LATENCY_MS_MAX) {
+            return bad("latency_ms", format!("must be within 0..={SIM_LATENCY_MS_MAX}"));
+        }
+        if self.retries.is_some_and(|n| n > SIM_RETRIES_MAX) {
+            return bad("retries", format!("must be within 0..={SIM_RETRIES_MAX}"));
+        }
+        for (field, rate) in [("failure_rate", self.failure_rate), ("timeout_rate", self.timeout_rate)] {
+            if rate.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+                return bad(field, "must be within 0..=1".into());
+            }
+        }
+        if self.dedup.is_some() && self.effect.is_some_and(|e| e != SimEffect::External) {
+            return bad("dedup", "applies to effect = \"external\" only".into());
+        }
+        Ok(())
+    }
 }
 
 impl CommandToolConfig {
@@ -207,6 +289,9 @@ impl AgentFile {
                     });
                 }
             }
+            if let Some(sim) = &tool.sim {
+                sim.check(&at)?;
+            }
         }
         let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
         let hidden = provider_key_vars(&provider);
@@ -215,5 +300,33 @@ impl AgentFile {
             tool.env_hidden = hidden.clone();
         }
         Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools, outbox })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "[provider]\npreset = \"deepseek\"\n\n[[tools]]\nname = \"send\"\ndescription = \"d\"\n\
+                        command = [\"true\"]\nside_effects = true\n";
+
+    #[test]
+    fn a_sim_table_is_read_and_checked() {
+        let file = AgentFile::parse(&format!(
+            "{FILE}[tools.sim]\neffect = \"external\"\nretries = 2\ndedup = \"execution-id\"\n"
+        ))
+        .unwrap();
+        let sim = file.tools[0].sim.clone().unwrap();
+        assert_eq!(
+            (sim.effect, sim.retries, sim.dedup),
+            (Some(SimEffect::External), Some(2), Some(SimDedup::ExecutionId))
+        );
+        assert!(AgentFile::parse(FILE).unwrap().tools[0].sim.is_none());
+        let refused = |extra: &str| AgentFile::parse(&format!("{FILE}[tools.sim]\n{extra}\n")).unwrap_err().to_string();
+        assert!(refused("retries = 11").contains("tools[0].sim.retries"), "{}", refused("retries = 11"));
+        assert!(refused("failure_rate = -0.1").contains("tools[0].sim.failure_rate"));
+        assert!(refused("effect = \"read\"\ndedup = \"none\"").contains("tools[0].sim.dedup"));
+        assert!(refused("retry = 1").contains("retry"), "a misspelt key is refused");
+        assert!(refused("effect = \"remote\"").contains("remote"));
     }
 }

@@ -200,6 +200,7 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
         env_allow: None,
         env_deny: Vec::new(),
         env_hidden: Vec::new(),
+        sim: None,
     }));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let started = clock.now();
@@ -229,6 +230,7 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
             env_allow: None,
             env_deny: Vec::new(),
             env_hidden: Vec::new(),
+            sim: None,
         }))
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

@@ -400,7 +400,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::AgentUnd
     let generated;
     let scenario = match (scenario.generated, user) {
         (true, Some(user)) => {
-            generated = crate::generate::user_workload(seed, &user.schemas()).apply(scenario);
+            generated = crate::generate::user_workload(seed, &user.schemas()).apply(scenario, user.outbox_tools());
             &generated
         }
         (true, None) => {

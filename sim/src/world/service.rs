@@ -38,6 +38,8 @@ pub struct Service {
     pub latency_ms: u64,
     /// Faults; `None`: drawn from the seed.
     pub faults: Option<ServiceFaults>,
+    /// The service only answers (a read): its requests are not effects.
+    pub read_only: bool,
 }
 
 /// How often a service fails, per request, while the fault window is open.
@@ -79,7 +81,13 @@ impl ServiceFaults {
 impl Service {
     /// A service at host `name`, every request an effect, faults drawn from the seed.
     pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), dedup_header: None, latency_ms: 5, faults: None }
+        Self { name: name.into(), dedup_header: None, latency_ms: 5, faults: None, read_only: false }
+    }
+
+    /// A service that only answers: what it receives is not an effect.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// Deduplicates by `header` (case-insensitive).
@@ -137,6 +145,8 @@ pub struct ServiceReceipt {
     pub stamp: u64,
     /// What happened to it.
     pub fate: Fate,
+    /// It reached a read-only service (never an effect).
+    pub read: bool,
 }
 
 /// What a service did with a request.
@@ -231,6 +241,7 @@ async fn handle(
         at_ms: running.clock.now().as_millis() as u64,
         stamp: (running.stamp)(),
         fate,
+        read: running.service.read_only,
     });
     match fate {
         Fate::Refused => reply(StatusCode::SERVICE_UNAVAILABLE, &text),

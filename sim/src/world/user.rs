@@ -30,6 +30,11 @@ pub struct AgentUnderTest {
     /// What stands in for each tool, when the tools are stand-ins (`--agent FILE`), for
     /// reports; one line per tool.
     pub(crate) stand_ins: Vec<String>,
+    /// Tools whose effect the runtime's delivery queue delivers to the gateway host (a
+    /// command tool with `via_outbox = true`).
+    pub(crate) outbox_tools: Vec<ToolSchema>,
+    /// What in the agent's file would have prevented a finding: (tool, invariant, advice).
+    pub(crate) hints: Vec<(String, String, String)>,
 }
 
 impl std::fmt::Debug for AgentUnderTest {
@@ -51,7 +56,32 @@ impl AgentUnderTest {
             tools: Arc::new(tools),
             services: Vec::new(),
             stand_ins: Vec::new(),
+            outbox_tools: Vec::new(),
+            hints: Vec::new(),
         }
+    }
+
+    /// A tool whose effect goes through the runtime's delivery queue (keyed by the execution
+    /// id) to the world's gateway host.
+    pub fn outbox_tool(mut self, schema: ToolSchema) -> Self {
+        self.outbox_tools.push(schema);
+        self
+    }
+
+    /// Advice for a finding of `invariant` naming `tool`.
+    pub fn hint(mut self, tool: &str, invariant: &str, advice: String) -> Self {
+        self.hints.push((tool.to_owned(), invariant.to_owned(), advice));
+        self
+    }
+
+    /// The advice for a finding of `invariant` naming `tool`, if any.
+    pub fn hint_for(&self, tool: &str, invariant: &str) -> Option<&str> {
+        self.hints.iter().find(|(t, i, _)| t == tool && i == invariant).map(|(_, _, advice)| advice.as_str())
+    }
+
+    /// The tools delivered through the queue.
+    pub fn outbox_tools(&self) -> &[ToolSchema] {
+        &self.outbox_tools
     }
 
     /// The `[provider]` table as production reads it (a whole agent or provider file, or the
@@ -100,9 +130,11 @@ impl AgentUnderTest {
         &self.provider
     }
 
-    /// The tools' schemas, as the model sees them.
+    /// The tools' schemas, as the model sees them (the queue's tools included).
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        (self.tools)(&crate::sim_seams(0, "agent", 0)).schemas()
+        let mut schemas = (self.tools)(&crate::sim_seams(0, "agent", 0)).schemas();
+        schemas.extend(self.outbox_tools.iter().cloned());
+        schemas
     }
 
     /// Checks the declaration: valid, distinct services, and a route that resolves.

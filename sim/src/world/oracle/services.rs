@@ -18,7 +18,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     }
     let calls = synced_calls(evidence);
     let mut effects: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
-    for receipt in evidence.service_receipts.iter().filter(|r| r.fate.is_effect()) {
+    for receipt in evidence.service_receipts.iter().filter(|r| r.fate.is_effect() && !r.read) {
         let (service, execution) = (receipt.service.as_str(), receipt.execution_id.as_str());
         match calls.get(execution) {
             None if execution.is_empty() => found.fail(
