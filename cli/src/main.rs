@@ -9,6 +9,7 @@ mod agent;
 mod bench;
 mod demo;
 mod exit;
+mod incident;
 mod llm;
 mod outbox;
 mod progress;
@@ -77,6 +78,8 @@ enum Command {
     /// Cut a failing run down to a small regression scenario file that replays
     /// deterministically (fewer faults, fewer messages, an earlier crash).
     Shrink(shrink::ShrinkArgs),
+    /// Make scenarios: `from-transcript` turns a recorded session into one.
+    Scenario(incident::ScenarioArgs),
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
     /// Talk to a model endpoint directly (one attempt, no retries).
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
+        Command::Scenario(args) => incident::run(&args),
         Command::Run(args) => sweep::run_one(&args),
         Command::RealAgentHost(args) => real::agent_host(&args),
         Command::Hunt(args) => sweep::hunt(&args),

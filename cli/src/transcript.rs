@@ -120,7 +120,7 @@ type QueueAndEvidence = (Arc<dyn Outbox>, Arc<dyn OutcomeEvidence>);
 
 /// Whether a command may write to what it opens. Inspecting commands never do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(crate) enum Access {
     ReadOnly,
     Repair,
 }
@@ -137,7 +137,7 @@ fn queue_evidence(db: &Path, seams: &Seams, access: Access) -> Result<QueueAndEv
 }
 
 #[derive(Debug, Args)]
-struct Target {
+pub(crate) struct Target {
     /// A `session.jsonl` / `session.jsonl.zst` file, or a session directory.
     #[arg(required_unless_present = "sqlite", conflicts_with = "sqlite")]
     path: Option<PathBuf>,
@@ -149,12 +149,24 @@ struct Target {
     session: Option<String>,
 }
 
-enum Resolved {
+impl Target {
+    /// The session's name: its `--session`, or its file's directory.
+    pub(crate) fn session_name(&self) -> String {
+        if let Some(session) = &self.session {
+            return session.clone();
+        }
+        let path = self.path.as_deref().unwrap_or(Path::new("session"));
+        let dir = if path.is_dir() { Some(path) } else { path.parent() };
+        dir.and_then(|d| d.file_name()).map_or_else(|| "session".to_owned(), |n| n.to_string_lossy().into_owned())
+    }
+}
+
+pub(crate) enum Resolved {
     File(PathBuf),
     Sqlite(SqliteStore, SessionId),
 }
 
-fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, String> {
+pub(crate) fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, String> {
     if let (Some(db), Some(session)) = (&target.sqlite, &target.session) {
         if !db.exists() {
             return Err(format!("{}: no such SQLite store", db.display()));
@@ -193,7 +205,7 @@ fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, S
 
 /// Inspects without keeping a record: each committed record is shown to `visit` in order (a
 /// file is streamed through a bounded buffer; a SQLite session is read, then shown).
-fn inspect_visiting(
+pub(crate) fn inspect_visiting(
     resolved: &Resolved,
     seams: &Seams,
     evidence: Arc<dyn OutcomeEvidence>,

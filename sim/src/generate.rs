@@ -145,8 +145,7 @@ impl Workload {
                 timeout_ms: Some(self.slow_timeout_ms),
                 work_ms: self.slow_work_ms,
                 ignore_abort: self.slow_ignores_abort,
-                output_bytes: None,
-                output_char: None,
+                ..tool()
             },
         ];
         scenario.tool_concurrency = Some(self.tool_concurrency);
@@ -267,5 +266,8 @@ fn tool() -> ScenarioTool {
         ignore_abort: false,
         output_bytes: None,
         output_char: None,
+        description: None,
+        parameters: None,
+        results: Vec::new(),
     }
 }

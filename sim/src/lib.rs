@@ -10,6 +10,7 @@ mod fault_fs;
 pub mod generate;
 mod harness;
 pub mod html;
+pub mod incident;
 mod markup;
 pub mod model_server;
 mod scenario;
@@ -23,8 +24,8 @@ pub mod world;
 pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
 pub use harness::{findings, Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use scenario::{
-    DiskFull, DiskFullRefuses, FsErrorKind, Regression, RotTarget, Scenario, ScenarioInfo, ScenarioTool, StoreKind,
-    ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
+    DiskFull, DiskFullRefuses, FsErrorKind, RecordedResult, Regression, RotTarget, Scenario, ScenarioInfo,
+    ScenarioTool, StoreKind, ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
 pub use seed::Seed;

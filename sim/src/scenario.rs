@@ -213,6 +213,29 @@ pub struct ScenarioTool {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_char: Option<char>,
+    /// What the tool tells the model it does (default: its kind's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its arguments' JSON schema, as JSON text (default: any object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<String>,
+    /// For `recorded`: what each call returned in the recorded session, by call id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<RecordedResult>,
+}
+
+/// What one call of a `recorded` tool returned (`faultline scenario from-transcript`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedResult {
+    /// The model's call id.
+    pub call_id: String,
+    /// The text the model saw.
+    pub text: String,
+    /// The error code of an error result (`TOOL_FAILED`, `TOOL_OUTCOME_UNKNOWN`, `ABORTED`;
+    /// any other is replayed as `TOOL_FAILED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl ScenarioTool {
@@ -242,6 +265,8 @@ pub enum ToolKind {
     Sleep,
     /// Prints a secret its process holds (the gateway token), as a careless tool would.
     Leaky,
+    /// Answers each call with what it returned in a recorded session (`results`).
+    Recorded,
 }
 
 impl ToolKind {
@@ -252,6 +277,7 @@ impl ToolKind {
             ToolKind::Echo => "echo",
             ToolKind::Sleep => "sleep",
             ToolKind::Leaky => "leaky",
+            ToolKind::Recorded => "recorded",
         }
     }
 }
@@ -789,6 +815,16 @@ impl Scenario {
                 "scenario {name}: tools.{}.output_bytes must be at most {TOOL_OUTPUT_BYTES_SCENARIO_MAX}",
                 tool.name
             ));
+        }
+        if let Some(tool) = self.tools.iter().find(|t| {
+            t.parameters
+                .as_deref()
+                .is_some_and(|p| !serde_json::from_str::<serde_json::Value>(p).is_ok_and(|v| v.is_object()))
+        }) {
+            return Err(format!("scenario {name}: tools.{}.parameters must be a JSON object's text", tool.name));
+        }
+        if let Some(tool) = self.tools.iter().find(|t| !t.results.is_empty() && t.kind != ToolKind::Recorded) {
+            return Err(format!("scenario {name}: tools.{}.results needs kind = \"recorded\"", tool.name));
         }
         if let Some(tool) = self.tools.iter().find(|t| t.output_char.is_some() && t.output_bytes.is_none()) {
             return Err(format!("scenario {name}: tools.{}.output_char needs output_bytes", tool.name));

@@ -5,6 +5,7 @@ mod chat;
 mod cli;
 mod disk_full;
 mod hostile;
+mod incident;
 mod llm;
 mod outbox;
 mod quickstart;

@@ -214,13 +214,20 @@ fn tools_of(
     report: &Arc<dyn LifeReport>,
 ) -> ToolSet {
     for tool in &plan.tools {
+        // An embedder's own tool of the same name stands in for the scenario's (a recorded
+        // incident swept with `--agent`).
+        if tools.get(&tool.name).is_some() {
+            continue;
+        }
+        let parameters = tool.parameters.as_deref().and_then(|p| serde_json::from_str(p).ok());
         let schema = ToolSchema {
             name: tool.name.clone(),
-            description: tool.kind.as_str().to_owned(),
-            parameters: serde_json::json!({"type": "object"}),
+            description: tool.description.clone().unwrap_or_else(|| tool.kind.as_str().to_owned()),
+            parameters: parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
         };
         tools = match tool.kind {
             ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
+            ToolKind::Recorded => tools.with(Arc::new(RecordedTool { schema, results: tool.results.clone() })),
             _ => tools.with(Arc::new(LocalTool {
                 schema,
                 timeout_ms: tool.timeout_ms,
@@ -235,6 +242,33 @@ fn tools_of(
         };
     }
     tools
+}
+
+/// A tool of a recorded session: each call gets what the same call got in the recording.
+struct RecordedTool {
+    schema: ToolSchema,
+    results: Vec<crate::scenario::RecordedResult>,
+}
+
+impl Tool for RecordedTool {
+    fn schema(&self) -> ToolSchema {
+        self.schema.clone()
+    }
+
+    fn call(&self, invocation: ToolInvocation, _cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let recorded = self.results.iter().find(|r| r.call_id == invocation.call_id).cloned();
+        Box::pin(async move {
+            let Some(recorded) = recorded else {
+                return ToolOutput::Failed(format!("no recorded result for call {}", invocation.call_id));
+            };
+            match recorded.error.as_deref() {
+                None => ToolOutput::Ok(recorded.text),
+                Some("TOOL_OUTCOME_UNKNOWN") => ToolOutput::Unknown(recorded.text),
+                Some("ABORTED") => ToolOutput::Aborted(recorded.text),
+                Some(_) => ToolOutput::Failed(recorded.text),
+            }
+        })
+    }
 }
 
 /// The plan's live config update, applied (or refused, the last good kept) at its instant.

@@ -210,6 +210,9 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
         ignore_abort: true,
         output_bytes: None,
         output_char: None,
+        description: None,
+        parameters: None,
+        results: Vec::new(),
     }];
     scenario.model.responses.insert(0, faultline_sim::model_server::Response::tool_call("c1", "hang", "{}"));
     let result = run(&scenario, 1);
