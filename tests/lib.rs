@@ -158,3 +158,18 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg(self.dir.path()).status();
     }
 }
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The command lines of the first `sh` block under `heading` in the repository file `doc`
+/// (comments and blank lines left out): what a reader is told to type.
+pub fn doc_sh_lines(doc: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(repo_root().join(doc)).unwrap_or_else(|e| panic!("{doc}: {e}"));
+    let after = text.split_once(&format!("\n{heading}")).map(|(_, after)| after).expect("the heading");
+    let block = after.split_once("```sh\n").map(|(_, block)| block).expect("a sh block under it");
+    let block = block.split_once("```").map(|(block, _)| block).expect("a closed block");
+    block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
+}

@@ -68,13 +68,19 @@ pub struct HuntArgs {
     /// every fault family), with `--bug` planted or without.
     #[arg(long, value_name = "FILE")]
     agent: Option<PathBuf>,
-    /// Seeds per scenario to try before giving up.
-    #[arg(long, default_value_t = 16)]
-    budget_seeds: u64,
+    /// Seeds per scenario to try before giving up (default 16 over every built-in scenario,
+    /// 1000 with `--agent`, which hunts one generated scenario).
+    #[arg(long)]
+    budget_seeds: Option<u64>,
     /// List the catalog.
     #[arg(long)]
     list: bool,
 }
+
+/// Seeds per scenario `hunt` tries over the built-in scenarios unless told.
+const HUNT_SEEDS_DEFAULT: u64 = 16;
+/// Seeds `hunt --agent` tries (one scenario) unless told.
+const HUNT_AGENT_SEEDS_DEFAULT: u64 = 1_000;
 
 /// `faultline hunt`.
 pub fn hunt(args: &HuntArgs) -> ExitCode {
@@ -93,7 +99,9 @@ pub fn hunt(args: &HuntArgs) -> ExitCode {
     };
     let bugs: Vec<String> = args.bug.iter().cloned().collect();
     let progress = Progress::new("runs", true);
-    let caught = hunt_with(&bugs, args.budget_seeds, agent.as_ref(), |runs, most| progress.update(runs, most, 0));
+    let budget =
+        args.budget_seeds.unwrap_or(if agent.is_some() { HUNT_AGENT_SEEDS_DEFAULT } else { HUNT_SEEDS_DEFAULT });
+    let caught = hunt_with(&bugs, budget, agent.as_ref(), |runs, most| progress.update(runs, most, 0));
     progress.finish();
     match caught {
         Err(e) => {

@@ -13,3 +13,4 @@ mod real;
 mod sigkill;
 mod transcript;
 mod your_agent;
+mod your_agent_doc;

@@ -6,7 +6,6 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real processes and files
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use faultline_e2e::{faultline_bin, stderr, stdout};
@@ -17,17 +16,9 @@ const HEADING: &str = "## Quick start";
 /// The directory the quick start keeps its session in.
 const QUICKSTART_DIR: &str = "/tmp/faultline-quickstart";
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// The command lines of the quick start's `sh` block (comments and blank lines left out).
 fn quickstart_lines() -> Vec<String> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let after = readme.split_once(&format!("\n{HEADING}")).map(|(_, after)| after).expect("a quick start heading");
-    let block = after.split_once("```sh\n").map(|(_, block)| block).expect("a sh block under it");
-    let block = block.split_once("```").map(|(block, _)| block).expect("a closed block");
-    block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
+    faultline_e2e::doc_sh_lines("README.md", HEADING)
 }
 
 /// Splits a command line as `sh` would for the quoting the README uses ("…" and '…').
@@ -88,7 +79,7 @@ fn the_readme_quick_start_runs_as_written() {
             ["kill", "%1"] => drop(job.take().expect("a background job to kill")),
             ["./target/debug/faultline", args @ ..] => {
                 let mut command = Command::new(faultline_bin());
-                command.args(args).current_dir(repo_root());
+                command.args(args).current_dir(faultline_e2e::repo_root());
                 if background {
                     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
                     let mut first = String::new();
