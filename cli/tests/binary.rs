@@ -36,6 +36,7 @@ fn help_lists_every_public_command_and_hides_the_real_agent_host() {
         "run",
         "hunt",
         "shrink",
+        "scenario",
         "transcript",
         "llm",
         "model-server",

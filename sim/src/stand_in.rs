@@ -125,14 +125,7 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<Plan> {
     tools
         .iter()
         .map(|tool| {
-            let sim = tool.sim.clone().unwrap_or(faultline_runtime::agent::ToolSimConfig {
-                effect: None,
-                latency_ms: None,
-                failure_rate: None,
-                timeout_rate: None,
-                retries: None,
-                dedup: None,
-            });
+            let sim = tool.sim.clone().unwrap_or_default();
             let mut host = || {
                 let base: String =
                     tool.name.to_ascii_lowercase().chars().map(|c| if c == '_' { '-' } else { c }).collect();
@@ -153,6 +146,8 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<Plan> {
                 }
                 (false, SimEffect::Read) => Kind::Read { service: host() },
                 (false, SimEffect::Local) => Kind::Local,
+                // A kind this build does not know stands in as local work (no effect claimed).
+                (false, _) => Kind::Local,
             };
             let faults = (sim.failure_rate.is_some() || sim.timeout_rate.is_some()).then(|| ServiceFaults {
                 error_rate: sim.failure_rate.unwrap_or(0.0),

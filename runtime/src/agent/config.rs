@@ -97,8 +97,9 @@ pub struct CommandToolConfig {
 
 /// `[tools.sim]`: the simulated stand-in of a command tool. The command itself never runs in
 /// the simulator.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ToolSimConfig {
     /// What the tool does to the world (default: `external` with `side_effects`, else `read`).
     #[serde(default)]
@@ -133,6 +134,7 @@ pub const SIM_RETRIES_MAX: u32 = 10;
 /// What a simulated tool does to the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum SimEffect {
     /// Calls a service that does something (an HTTP POST to a simulated receiver).
     External,

@@ -110,17 +110,17 @@ catalog! {
         "A provider's error text kept in a failure is bounded.",
         "the recovered transcript";
     IntentBeforeEffect = "intent-before-effect", Safety,
-        "Every effect the gateway received has its tool/call synced strictly before it.",
-        "the gateway's receipts against the disk witness's synced records, in one order of events";
+        "Every effect the gateway (or a service of an agent under test) received has its tool/call synced strictly before it.",
+        "the gateway's receipts and the services' records against the disk witness's synced records, in one order of events";
     ReceiptMatchesCall = "receipt-matches-call", Safety,
         "The gateway received what the tool call asked for.",
         "the gateway's receipts and the durable tool/call arguments";
     AtMostOnce = "at-most-once", Safety,
-        "An effect reaches the gateway at most once per execution id, across restarts.",
-        "the gateway's receipts";
+        "An effect reaches the gateway (or a service, per service) at most once per execution id, across restarts.",
+        "the gateway's receipts and the services' records (attributed by the runtime-stamped execution id)";
     ResultMatchesReceipt = "result-matches-receipt", Safety,
-        "What the transcript says of an effect agrees with what the gateway received.",
-        "the gateway's receipts against the recovered tool results";
+        "What the transcript says of an effect agrees with what the gateway or a service received.",
+        "the gateway's receipts and the services' records against the recovered tool results";
     RetryBudget = "retry-budget", Safety,
         "A step is retried no more than its policy allows.",
         "the model server's request log";
