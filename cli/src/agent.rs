@@ -464,7 +464,7 @@ fn report(
     interrupted: bool,
     closed: Result<(), String>,
 ) -> ExitCode {
-    let Some(outcome) = outcome else {
+    let Some(mut outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
         return exit::code(exit::FAILED);
     };
@@ -486,11 +486,12 @@ fn report(
             "turn": outcome.turn,
             "end_reason": reason,
             "kept": kept,
-            "assistant_text": outcome.text,
             "assistant_refusal": outcome.refusal,
             "tool_calls": calls,
             "usage": {"turn": outcome.usage, "session": session_usage},
         });
+        // Moved in, not copied (`json!` would serialise a copy): a 15 MiB answer is held once.
+        summary["assistant_text"] = serde_json::Value::String(std::mem::take(&mut outcome.text));
         if let Some(reached) = &reached {
             summary["reached"] = json!(reached);
         }

@@ -16,6 +16,10 @@ use crate::event::{ContentBlock, Event, Message, Record, RequestPrefix};
 #[derive(Debug, Clone, Default)]
 pub struct History {
     messages: Vec<Box<RawValue>>,
+    /// The last assistant message, not encoded yet: encoded when the next message is pushed or
+    /// the next request is built, so an answer that ends its turn is never held twice while
+    /// its turn is still being written (the log's queue holds the record meanwhile).
+    deferred: Option<std::sync::Arc<Record>>,
     /// The last request prefix written to the log.
     pub last_header: Option<RequestPrefix>,
     /// The last turn number started.
@@ -90,7 +94,28 @@ impl History {
         }
     }
 
+    /// Absorbs a record the log accepted: an assistant message is kept shared and encoded
+    /// later (see `deferred`); anything else as [`History::absorb`] does.
+    pub(crate) fn absorb_shared(&mut self, record: &std::sync::Arc<Record>) {
+        if matches!(record.event, Event::AssistantMessage(_)) {
+            self.settle();
+            self.deferred = Some(record.clone());
+        } else {
+            self.absorb(&record.event);
+        }
+    }
+
+    /// Encodes the deferred assistant message, if there is one.
+    fn settle(&mut self) {
+        if let Some(record) = self.deferred.take() {
+            if let Event::AssistantMessage(message) = &record.event {
+                self.push_assistant(&message.message);
+            }
+        }
+    }
+
     fn push(&mut self, message: &WireMessage<'_>) {
+        self.settle();
         self.messages.push(serde_json::value::to_raw_value(message).expect("a message serialises"));
     }
 
@@ -136,14 +161,17 @@ impl History {
     }
 
     /// The messages, encoded, in order: what a request sends.
-    pub(crate) fn encoded(&self) -> &[Box<RawValue>] {
+    pub(crate) fn encoded(&mut self) -> &[Box<RawValue>] {
+        self.settle();
         &self.messages
     }
 
     /// The messages, decoded, in order (for a reader; a request sends them as encoded once).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub fn messages(&self) -> Vec<Value> {
-        self.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded by `push`")).collect()
+        let mut settled = self.clone();
+        settled.settle();
+        settled.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded by `push`")).collect()
     }
 }
 

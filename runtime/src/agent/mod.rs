@@ -300,7 +300,7 @@ impl Agent {
     }
 
     /// Every record as it is accepted into the session log.
-    pub fn subscribe(&self) -> broadcast::Receiver<Record> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Record>> {
         self.shared.session.subscribe()
     }
 

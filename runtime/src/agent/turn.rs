@@ -57,14 +57,17 @@ pub(super) async fn run_turn(
             turn,
             cancel,
             calls: Vec::new(),
-            text: String::new(),
-            refusal: None,
+            answer: None,
             usage: Usage::default(),
         };
         let ended = ctx.run(message).await;
-        let TurnCtx { text, refusal, calls: tool_calls, usage, .. } = ctx;
-        let outcome =
-            |reason, kept, reached| TurnOutcome { turn, reason, kept, reached, text, refusal, tool_calls, usage };
+        let TurnCtx { answer, calls: tool_calls, usage, .. } = ctx;
+        // The answer's text is copied out of its record only here, after the turn's records
+        // were flushed and freed: at the stream's peak it is held once, by the log's queue.
+        let outcome = |reason, kept, reached| {
+            let (text, refusal) = answer_of(answer.as_deref());
+            TurnOutcome { turn, reason, kept, reached, text, refusal, tool_calls, usage }
+        };
         let reached = match ended {
             Ok(reason) => reason,
             Err(error) => {
@@ -103,8 +106,8 @@ struct TurnCtx<'a> {
     turn: u32,
     cancel: CancellationToken,
     calls: Vec<(String, Option<ErrorCode>)>,
-    text: String,
-    refusal: Option<String>,
+    /// The last step's assistant message, as the log accepted it (shared with its queue).
+    answer: Option<Arc<Record>>,
     /// Tokens this turn's attempts reported.
     usage: Usage,
 }
@@ -119,11 +122,17 @@ impl TurnCtx<'_> {
     }
 
     async fn emit(&mut self, event: Event, sources: Option<Vec<u64>>) -> Result<u64> {
+        self.emit_shared(event, sources).await.map(|record| record.seq)
+    }
+
+    /// [`TurnCtx::emit`], returning the accepted record (shared, not copied).
+    async fn emit_shared(&mut self, event: Event, sources: Option<Vec<u64>>) -> Result<Arc<Record>> {
         // FAILURE-SECRETS: nothing the world sent (a tool's output, an echoed key) reaches the
         // log, or the next request built from it, with a secret in it.
         let event = self.shared.seams.secrets.scrub_event(event);
-        self.history.absorb(&event);
-        self.shared.session.append(event, sources).await
+        let record = self.shared.session.append_shared(event, sources).await?;
+        self.history.absorb_shared(&record);
+        Ok(record)
     }
 
     fn aborted(&self) -> TurnEndReason {
@@ -209,21 +218,9 @@ impl TurnCtx<'_> {
                     arguments: arguments.to_owned(),
                 })
                 .collect();
-            self.text = message
-                .content
-                .iter()
-                .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
-                .collect();
-            self.refusal = message.content.iter().find_map(|b| match b {
-                ContentBlock::Refusal { text } => Some(text.clone()),
-                _ => None,
-            });
             let (sources, finish_reason) = finish;
-            self.emit(
-                Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage }),
-                Some(sources),
-            )
-            .await?;
+            let message = Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage });
+            self.answer = Some(self.emit_shared(message, Some(sources)).await?);
             if finish_reason == FinishReason::MaxTokens {
                 self.end_step(step).await?;
                 return Ok(TurnEndReason::MaxTokens);
@@ -590,4 +587,16 @@ fn response_too_large(answer_bytes: usize, limit: usize) -> FinishReason {
             ),
         ),
     }
+}
+
+/// The text and the refusal of an assistant message record (empty and none without one).
+fn answer_of(record: Option<&Record>) -> (String, Option<String>) {
+    let Some(Event::AssistantMessage(message)) = record.map(|r| &r.event) else { return (String::new(), None) };
+    let content = &message.message.content;
+    let text = content.iter().filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None }).collect();
+    let refusal = content.iter().find_map(|b| match b {
+        ContentBlock::Refusal { text } => Some(text.clone()),
+        _ => None,
+    });
+    (text, refusal)
 }

@@ -293,9 +293,20 @@ impl Record {
     pub fn encode(&self) -> String {
         // Serialising plain data structs into a String cannot fail: no maps with non-string
         // keys, no I/O, no fallible Serialize impls.
-        serde_json::to_string(self).expect("records always serialise")
+        // Sized ahead from the strings the record holds (its JSON is a little longer unless
+        // escapes grow it): a 15 MiB answer is encoded without doubling its buffer.
+        // Only the records that can be large are measured first (the walk is not free).
+        if !matches!(self.event, Event::AssistantMessage(_) | Event::ToolResult(_)) {
+            return serde_json::to_string(self).expect("records always serialise");
+        }
+        let mut line = Vec::with_capacity(super::texts::text_bytes(self).saturating_add(RECORD_ENCODE_SLACK_BYTES));
+        serde_json::to_writer(&mut line, self).expect("records always serialise");
+        String::from_utf8(line).expect("serde_json writes UTF-8")
     }
 }
+
+/// Bytes a record's encoding is sized beyond the strings it holds (keys, numbers, quotes).
+const RECORD_ENCODE_SLACK_BYTES: usize = 512;
 
 impl Serialize for Record {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

@@ -294,3 +294,14 @@ mod tests {
         assert_eq!(seen, ["a", "b"]);
     }
 }
+
+/// The bytes of every string inside `value` (values and map keys): a lower bound of its JSON
+/// encoding's length, which sizes the encoding's buffer ahead.
+pub(crate) fn text_bytes<T: Serialize + ?Sized>(value: &T) -> usize {
+    let mut bytes = 0usize;
+    any_text(value, |text| {
+        bytes = bytes.saturating_add(text.len());
+        false
+    });
+    bytes
+}

@@ -333,7 +333,7 @@ pub trait SessionLog: Send + std::fmt::Debug {
     /// queue that holds them until they are durable): the same contract, without encoding or
     /// copying the records again on the writer's critical path.
     fn append_accepted(&mut self, batch: &[std::sync::Arc<EncodedRecord>]) -> Result<()> {
-        let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
+        let records: Vec<Record> = batch.iter().map(|e| (*e.record).clone()).collect();
         self.append(&records)
     }
 

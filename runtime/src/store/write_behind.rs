@@ -128,7 +128,7 @@ struct Shared {
     clock: Arc<dyn Clock>,
     config: WriteBehindConfig,
     reporter: Option<FailureReporter>,
-    accepted: broadcast::Sender<Record>,
+    accepted: broadcast::Sender<Arc<Record>>,
     probe: Arc<dyn Probe>,
     /// The log's sealer, when it writes bytes that can be encoded ahead.
     sealer: Option<Arc<Sealer>>,
@@ -251,7 +251,13 @@ impl WriteBehind {
     /// queue whose head batch failed is [`Error::Persist`] with that failure, not a wait:
     /// nothing is accepted, and [`WriteBehind::flush`] retries the batch.
     pub async fn append(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<u64> {
-        let (seq, claim, spent) = loop {
+        self.append_shared(event, source_seqs).await.map(|record| record.seq)
+    }
+
+    /// [`WriteBehind::append`], returning the accepted record itself (shared with the queue and
+    /// the subscribers, not copied): what a caller keeps of a 15 MiB answer costs nothing.
+    pub async fn append_shared(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<Arc<Record>> {
+        let (accepted, claim, spent) = loop {
             let space = self.shared.space.notified();
             {
                 let mut state = self.shared.lock();
@@ -262,12 +268,14 @@ impl WriteBehind {
                     let seq = state.next_seq;
                     let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
                     record.source_seqs = source_seqs;
+                    let encoded = Arc::new(EncodedRecord::new(record));
                     // Nobody listening is fine; a lagging listener misses records, not us.
-                    // With nobody listening the copy is not made at all.
+                    // Listeners share the queue's record: a 15 MiB answer is not copied.
                     if self.shared.accepted.receiver_count() > 0 {
-                        let _ = self.shared.accepted.send(record.clone());
+                        let _ = self.shared.accepted.send(encoded.record.clone());
                     }
-                    state.pending.push_back(Arc::new(EncodedRecord::new(record)));
+                    let accepted = encoded.record.clone();
+                    state.pending.push_back(encoded);
                     state.next_seq += 1;
                     if state.deadline.is_none() {
                         let window = Duration::from_millis(self.shared.config.batch_window_ms);
@@ -276,7 +284,8 @@ impl WriteBehind {
                     } else if state.pending.len() == self.shared.config.full_batch_events() {
                         self.shared.wake_writer.notify_one();
                     }
-                    break (seq, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent));
+                    debug_assert_eq!(accepted.seq, seq);
+                    break (accepted, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent));
                 }
                 // Full, and the batch at its head failed: only an explicit flush makes room, and
                 // the caller is the one who would flush. Waiting would wait forever (a turn
@@ -292,12 +301,12 @@ impl WriteBehind {
         if let Some((first, records)) = claim {
             self.shared.seal(first, records);
         }
-        Ok(seq)
+        Ok(accepted)
     }
 
     /// Every record accepted from now on, in seq order (a subscriber that falls more than
     /// 1024 records behind is told it lagged).
-    pub fn subscribe(&self) -> broadcast::Receiver<Record> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Record>> {
         self.shared.accepted.subscribe()
     }
 

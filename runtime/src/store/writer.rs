@@ -25,7 +25,7 @@ pub(crate) trait LogMedium: Send + std::fmt::Debug {
     /// [`LogMedium::write_fenced`] of records encoded when they were accepted. A medium that
     /// writes lines (a file) uses them as they are; the default writes the records.
     fn write_fenced_accepted(&mut self, id: &SessionId, token: u64, batch: &[Arc<EncodedRecord>]) -> Result<()> {
-        let records: Vec<Record> = batch.iter().map(|e| e.record.clone()).collect();
+        let records: Vec<Record> = batch.iter().map(|e| (*e.record).clone()).collect();
         self.write_fenced(id, token, &records)
     }
 
@@ -149,7 +149,7 @@ impl SessionLog for SessionWriter {
     }
 
     fn append_accepted(&mut self, batch: &[Arc<EncodedRecord>]) -> Result<()> {
-        self.guarded(batch.iter().map(|e| &e.record), |medium, id, token| {
+        self.guarded(batch.iter().map(|e| &*e.record), |medium, id, token| {
             medium.write_fenced_accepted(id, token, batch)
         })
     }
@@ -159,7 +159,7 @@ impl SessionLog for SessionWriter {
     }
 
     fn append_sealed(&mut self, batch: &SealedBatch) -> Result<()> {
-        self.guarded(batch.records.iter().map(|e| &e.record), |medium, id, token| {
+        self.guarded(batch.records.iter().map(|e| &*e.record), |medium, id, token| {
             medium.write_fenced_sealed(id, token, batch)
         })
     }

@@ -492,7 +492,7 @@ async fn write_behind_reads_back<S: Store>(store: S) {
     wb.close().await.unwrap();
     let mut appended = Vec::new();
     while let Ok(record) = accepted.try_recv() {
-        appended.push(record);
+        appended.push(Arc::unwrap_or_clone(record));
     }
     assert_eq!(appended.len(), 6);
     assert_eq!(store.inspect(&sid("wb")).unwrap().records, appended);
