@@ -51,15 +51,8 @@ pub(super) async fn run_turn(
     let turn = history.last_turn + 1;
     let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
     async {
-        let mut ctx = TurnCtx {
-            shared,
-            history,
-            turn,
-            cancel,
-            calls: Vec::new(),
-            answer: None,
-            usage: Usage::default(),
-        };
+        let mut ctx =
+            TurnCtx { shared, history, turn, cancel, calls: Vec::new(), answer: None, usage: Usage::default() };
         let ended = ctx.run(message).await;
         let TurnCtx { answer, calls: tool_calls, usage, .. } = ctx;
         // The answer's text is copied out of its record only here, after the turn's records
@@ -593,7 +586,10 @@ fn response_too_large(answer_bytes: usize, limit: usize) -> FinishReason {
 fn answer_of(record: Option<&Record>) -> (String, Option<String>) {
     let Some(Event::AssistantMessage(message)) = record.map(|r| &r.event) else { return (String::new(), None) };
     let content = &message.message.content;
-    let text = content.iter().filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None }).collect();
+    let text = content
+        .iter()
+        .filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None })
+        .collect();
     let refusal = content.iter().find_map(|b| match b {
         ContentBlock::Refusal { text } => Some(text.clone()),
         _ => None,

@@ -330,6 +330,22 @@ impl Serialize for Record {
 mod tests {
     use super::*;
 
+    /// A long answer's line is sized ahead, not grown by doubling: its buffer holds little
+    /// beyond the line (a doubled one would hold up to twice it).
+    #[test]
+    fn a_long_answer_is_encoded_into_a_buffer_of_its_size() {
+        let text = "x".repeat(3 << 20);
+        let message = super::super::Message {
+            role: super::super::Role::Assistant,
+            content: vec![super::super::ContentBlock::Text { text }],
+        };
+        let record =
+            Record::new(7, 5, Event::AssistantMessage(AssistantMessage { turn: 1, step: 1, message, usage: None }));
+        let line = record.encode();
+        assert!(line.capacity() <= line.len() + RECORD_ENCODE_SLACK_BYTES, "{} for {}", line.capacity(), line.len());
+        assert_eq!(Record::decode(&line).unwrap(), record);
+    }
+
     /// The one-pass decoder agrees with the reference on every shape of line, valid or not.
     #[test]
     fn one_pass_decoding_agrees_with_the_two_pass_reference() {

@@ -204,6 +204,17 @@ impl ser::SerializeMap for Texts<'_> {
     }
 }
 
+/// The bytes of every string inside `value` (values and map keys): a lower bound of its JSON
+/// encoding's length, which sizes the encoding's buffer ahead.
+pub(crate) fn text_bytes<T: Serialize + ?Sized>(value: &T) -> usize {
+    let mut bytes = 0usize;
+    any_text(value, |text| {
+        bytes = bytes.saturating_add(text.len());
+        false
+    });
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -293,15 +304,4 @@ mod tests {
         assert!(found);
         assert_eq!(seen, ["a", "b"]);
     }
-}
-
-/// The bytes of every string inside `value` (values and map keys): a lower bound of its JSON
-/// encoding's length, which sizes the encoding's buffer ahead.
-pub(crate) fn text_bytes<T: Serialize + ?Sized>(value: &T) -> usize {
-    let mut bytes = 0usize;
-    any_text(value, |text| {
-        bytes = bytes.saturating_add(text.len());
-        false
-    });
-    bytes
 }

@@ -298,3 +298,25 @@ fn release_if_oversized(buffer: &mut Vec<u8>) {
         *buffer = Vec::new();
     }
 }
+
+#[cfg(test)]
+mod capacity_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::{Event, Message, Record, UserMessage};
+
+    /// A batch's bytes are reserved at their exact size, not grown by doubling.
+    #[test]
+    fn a_batch_is_encoded_into_a_buffer_of_its_size() {
+        let record = |seq| {
+            let message = Message::user_text("y".repeat(1 << 20));
+            Arc::new(EncodedRecord::new(Record::new(seq, 5, Event::UserMessage(UserMessage { message }))))
+        };
+        let batch: Vec<_> = (0..3).map(record).collect();
+        let bytes: usize = batch.iter().map(|e| e.line.len() + 1).sum();
+        let mut encoder = BatchEncoder::new(Format::Jsonl);
+        assert_eq!(encoder.encode_accepted(&batch).unwrap().bytes.len(), bytes);
+        assert_eq!(encoder.text.capacity(), bytes, "reserved once, at the batch's size");
+    }
+}

@@ -271,9 +271,7 @@ impl WriteBehind {
                     let encoded = Arc::new(EncodedRecord::new(record));
                     // Nobody listening is fine; a lagging listener misses records, not us.
                     // Listeners share the queue's record: a 15 MiB answer is not copied.
-                    if self.shared.accepted.receiver_count() > 0 {
-                        let _ = self.shared.accepted.send(encoded.record.clone());
-                    }
+                    let _ = self.shared.accepted.send(encoded.record.clone());
                     let accepted = encoded.record.clone();
                     state.pending.push_back(encoded);
                     state.next_seq += 1;
