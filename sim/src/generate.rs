@@ -137,15 +137,15 @@ impl Workload {
         scenario.generated = false;
         scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
         scenario.tools = vec![
-            ScenarioTool { name: SEND.into(), kind: ToolKind::Gateway, ..tool() },
-            ScenarioTool { name: ECHO.into(), kind: ToolKind::Echo, ..tool() },
+            ScenarioTool { name: SEND.into(), kind: ToolKind::Gateway, ..ScenarioTool::default() },
+            ScenarioTool { name: ECHO.into(), kind: ToolKind::Echo, ..ScenarioTool::default() },
             ScenarioTool {
                 name: SLOW.into(),
                 kind: ToolKind::Sleep,
                 timeout_ms: Some(self.slow_timeout_ms),
                 work_ms: self.slow_work_ms,
                 ignore_abort: self.slow_ignores_abort,
-                ..tool()
+                ..ScenarioTool::default()
             },
         ];
         scenario.tool_concurrency = Some(self.tool_concurrency);
@@ -161,15 +161,7 @@ impl Workload {
                 steps.iter().enumerate().map(calls).collect()
             })
             .collect();
-        let responses = script_of_calls(&turns);
-        scenario.model.responses = responses;
-        scenario.model.repeat_last = true;
-        scenario.model.from_seed = false;
-        if let Some((at_ms, then_submit)) = self.cancel {
-            scenario.faults.cancel_at_ms = Some(at_ms);
-            scenario.faults.cancel_then_submit = then_submit;
-        }
-        scenario
+        script_and_cancel(scenario, &turns, self.cancel)
     }
 }
 
@@ -243,31 +235,27 @@ impl UserWorkload {
         let mut scenario = base.clone();
         scenario.generated = false;
         scenario.messages = (0..self.turns.len()).map(|t| format!("task {t}")).collect();
-        scenario.tools =
-            outbox.iter().map(|s| ScenarioTool { name: s.name.clone(), kind: ToolKind::Gateway, ..tool() }).collect();
+        scenario.tools = outbox
+            .iter()
+            .map(|s| ScenarioTool { name: s.name.clone(), kind: ToolKind::Gateway, ..ScenarioTool::default() })
+            .collect();
         scenario.tool_concurrency = None;
-        scenario.model.responses = script_of_calls(&self.turns);
-        scenario.model.repeat_last = true;
-        scenario.model.from_seed = false;
-        if let Some((at_ms, then_submit)) = self.cancel {
-            scenario.faults.cancel_at_ms = Some(at_ms);
-            scenario.faults.cancel_then_submit = then_submit;
-        }
-        scenario
+        script_and_cancel(scenario, &self.turns, self.cancel)
     }
 }
 
-fn tool() -> ScenarioTool {
-    ScenarioTool {
-        name: String::new(),
-        kind: ToolKind::Echo,
-        timeout_ms: None,
-        work_ms: 0,
-        ignore_abort: false,
-        output_bytes: None,
-        output_char: None,
-        description: None,
-        parameters: None,
-        results: Vec::new(),
+/// `scenario` with the model's script for `turns` (the last response repeated) and `cancel`.
+fn script_and_cancel(
+    mut scenario: Scenario,
+    turns: &[Vec<Vec<(String, String)>>],
+    cancel: Option<(u64, bool)>,
+) -> Scenario {
+    scenario.model.responses = script_of_calls(turns);
+    scenario.model.repeat_last = true;
+    scenario.model.from_seed = false;
+    if let Some((at_ms, then_submit)) = cancel {
+        scenario.faults.cancel_at_ms = Some(at_ms);
+        scenario.faults.cancel_then_submit = then_submit;
     }
+    scenario
 }

@@ -101,18 +101,7 @@ pub fn scenario_from_records(name: &str, records: &[Record]) -> Result<Scenario,
 }
 
 fn recorded_tool(name: &str) -> ScenarioTool {
-    ScenarioTool {
-        name: name.to_owned(),
-        kind: ToolKind::Recorded,
-        timeout_ms: None,
-        work_ms: 0,
-        ignore_abort: false,
-        output_bytes: None,
-        output_char: None,
-        description: None,
-        parameters: None,
-        results: Vec::new(),
-    }
+    ScenarioTool { name: name.to_owned(), kind: ToolKind::Recorded, ..ScenarioTool::default() }
 }
 
 /// The text blocks of a message or result (`content: [{type: text, text}]`), joined.

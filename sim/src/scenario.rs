@@ -182,8 +182,8 @@ fn default_budget_ms() -> u64 {
     60_000
 }
 
-/// A tool of the simulated agent.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A tool of the simulated agent (`Default`: an unnamed `echo` tool).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioTool {
     /// Tool name.
