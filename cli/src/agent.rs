@@ -17,6 +17,7 @@ use faultline_runtime::store::OutcomeEvidence;
 use faultline_runtime::store::SessionId;
 use serde_json::json;
 
+use super::database::DatabaseArgs;
 use super::exit;
 use super::transcript::{open_store, StoreKind};
 
@@ -54,6 +55,8 @@ struct SessionArgs {
     /// Transcript store.
     #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
     store: StoreKind,
+    #[command(flatten)]
+    database: DatabaseArgs,
 }
 
 #[derive(Debug, Args)]
@@ -135,11 +138,10 @@ struct Started {
 fn start_agent(
     seams: &faultline_runtime::seams::Seams,
     config: &ResolvedAgentFile,
-    session_dir: &Path,
-    store_kind: StoreKind,
-    session: Option<&str>,
+    at: &SessionArgs,
     resume: bool,
 ) -> Result<Started, String> {
+    let (session_dir, session) = (at.session_dir.as_path(), at.session.as_deref());
     let id = match session {
         Some(id) => SessionId::new(id),
         None => SessionId::new(format!("s-{}", seams.entropy.hex_id(12))),
@@ -168,7 +170,7 @@ fn start_agent(
         }
     };
     let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
-    let store = open_store(store_kind, session_dir, seams, evidence).map_err(|e| e.to_string())?;
+    let store = open_store(at.store, session_dir, &at.database, seams, evidence)?;
     let mut agent_config = AgentConfig::default();
     agent_config.max_steps = config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT);
     agent_config.tool_concurrency =
@@ -227,11 +229,10 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         };
         let seams = production::seams();
         let at = &args.session;
-        let Started { agent, id, .. } =
-            match start_agent(&seams, &config, &at.session_dir, at.store, at.session.as_deref(), args.resume) {
-                Ok(started) => started,
-                Err(e) => return bad(e),
-            };
+        let Started { agent, id, .. } = match start_agent(&seams, &config, at, args.resume) {
+            Ok(started) => started,
+            Err(e) => return bad(e),
+        };
         let printer = (!args.json).then(|| tokio::spawn(print_stream(agent.clone())));
         if let Err(e) = agent.submit(args.prompt.clone()) {
             return bad(e);
@@ -327,13 +328,12 @@ fn chat(args: &ChatArgs) -> ExitCode {
         };
         let seams = production::seams();
         let exists = args.session.as_deref().is_some_and(|s| {
-            open_store(args.store, &args.session_dir, &seams, None)
+            open_store(args.store, &args.session_dir, &args.database, &seams, None)
                 .ok()
                 .and_then(|store| SessionId::new(s).ok().map(|id| (store, id)))
                 .is_some_and(|(store, id)| store.list().is_ok_and(|ids| ids.contains(&id)))
         });
-        let started = match start_agent(&seams, &config, &args.session_dir, args.store, args.session.as_deref(), exists)
-        {
+        let started = match start_agent(&seams, &config, args, exists) {
             Ok(started) => Arc::new(started),
             Err(e) => return bad(e),
         };

@@ -7,6 +7,7 @@
 
 mod agent;
 mod bench;
+mod database;
 mod demo;
 mod exit;
 mod incident;
@@ -88,6 +89,8 @@ enum Command {
     ModelServer(llm::ModelServerArgs),
     /// Run the agent against an OpenAI-compatible endpoint.
     Agent(agent::AgentArgs),
+    /// Set up a PostgreSQL database for `--store postgres` (`db migrate`).
+    Db(database::DbArgs),
     /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
     Outbox(outbox::OutboxArgs),
     /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
@@ -144,6 +147,7 @@ fn main() -> ExitCode {
         Command::ModelServer(args) => llm::model_server(&args),
         Command::Agent(args) => agent::run(&args),
         Command::Outbox(args) => outbox::run(&args),
+        Command::Db(args) => database::run(&args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(&args),
     }

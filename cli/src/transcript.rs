@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use faultline_runtime::event::Record;
 use faultline_runtime::outbox::{Outbox, QueueEvidence};
 use faultline_runtime::production::SqliteOutbox;
-use faultline_runtime::production::{self, SqliteStore};
+use faultline_runtime::production::{self, PgStore, SqliteStore, LEASE_MS_DEFAULT};
 use faultline_runtime::report::RecoveryReport;
 use faultline_runtime::store::{
     inspect_file_keeping, repair_file, FileStore, Format, Inspection, Keep, NoEvidence, OutcomeEvidence, ScanStatus,
@@ -18,6 +18,7 @@ use faultline_runtime::{seams::Liveness, seams::Seams, Error};
 use serde_json::json;
 use std::sync::Arc;
 
+use super::database::DatabaseArgs;
 use super::exit::{CORRUPT as EXIT_CORRUPT, NEEDS_ATTENTION as EXIT_NEEDS_REPAIR, OK as EXIT_OK};
 use super::exit::{UNSUPPORTED as EXIT_UNSUPPORTED, USAGE as EXIT_ERROR};
 
@@ -77,6 +78,8 @@ enum TranscriptCommand {
         /// Store backend.
         #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
         store: StoreKind,
+        #[command(flatten)]
+        database: DatabaseArgs,
         /// Create the session.
         #[arg(long)]
         create: bool,
@@ -95,23 +98,34 @@ pub enum StoreKind {
     Zstd,
     /// `DIR/sessions.sqlite`
     Sqlite,
+    /// A PostgreSQL database (`--database-url` or `FAULTLINE_DATABASE_URL`), shared by workers.
+    Postgres,
 }
 
 /// Opens the store of `kind` under `dir` with the production seams; crash repair consults
 /// `evidence` (a delivery queue) when given.
-pub fn open_store(
+pub(crate) fn open_store(
     kind: StoreKind,
     dir: &Path,
+    database: &DatabaseArgs,
     seams: &Seams,
     evidence: Option<Arc<dyn OutcomeEvidence>>,
-) -> Result<Box<dyn Store>, Error> {
+) -> Result<Box<dyn Store>, String> {
     let evidence = evidence.unwrap_or_else(|| Arc::new(NoEvidence));
+    if kind == StoreKind::Postgres {
+        let url = database.url(seams)?;
+        let store = PgStore::connect(&url, seams.process.clone(), database.lease_ms).map_err(|e| e.to_string())?;
+        return Ok(Box::new(store.with_evidence(evidence)));
+    }
     Ok(match kind {
         StoreKind::Jsonl => Box::new(FileStore::new(seams.clone(), dir, Format::Jsonl).with_evidence(evidence)),
         StoreKind::Zstd => Box::new(FileStore::new(seams.clone(), dir, Format::Zstd).with_evidence(evidence)),
-        StoreKind::Sqlite => {
-            Box::new(SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())?.with_evidence(evidence))
-        }
+        StoreKind::Sqlite => Box::new(
+            SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())
+                .map_err(|e| e.to_string())?
+                .with_evidence(evidence),
+        ),
+        StoreKind::Postgres => unreachable!("opened above"),
     })
 }
 
@@ -139,13 +153,17 @@ fn queue_evidence(db: &Path, seams: &Seams, access: Access) -> Result<QueueAndEv
 #[derive(Debug, Args)]
 pub(crate) struct Target {
     /// A `session.jsonl` / `session.jsonl.zst` file, or a session directory.
-    #[arg(required_unless_present = "sqlite", conflicts_with = "sqlite")]
+    #[arg(required_unless_present = "session", conflicts_with_all = ["sqlite", "database_url"])]
     path: Option<PathBuf>,
     /// A SQLite store (with --session).
-    #[arg(long, requires = "session")]
+    #[arg(long, requires = "session", conflicts_with = "database_url")]
     sqlite: Option<PathBuf>,
-    /// The session id in the SQLite store.
-    #[arg(long, requires = "sqlite")]
+    /// A PostgreSQL store (with --session); without --sqlite or this, `--session` reads
+    /// the database at $FAULTLINE_DATABASE_URL.
+    #[arg(long, value_name = "URL", requires = "session")]
+    database_url: Option<String>,
+    /// The session id in the SQLite or PostgreSQL store.
+    #[arg(long)]
     session: Option<String>,
 }
 
@@ -161,12 +179,28 @@ impl Target {
     }
 }
 
+/// A database store given the evidence its crash repair consults.
+pub(crate) type WithEvidence = Box<dyn Fn(Arc<dyn OutcomeEvidence>) -> Box<dyn Store>>;
+
 pub(crate) enum Resolved {
     File(PathBuf),
-    Sqlite(SqliteStore, SessionId),
+    /// A session in a SQLite or PostgreSQL store.
+    Database(WithEvidence, SessionId),
 }
 
 pub(crate) fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, String> {
+    if let (None, Some(session)) = (&target.sqlite, &target.session) {
+        let id = SessionId::new(session.as_str()).map_err(|e| e.to_string())?;
+        let database = DatabaseArgs { database_url: target.database_url.clone(), lease_ms: LEASE_MS_DEFAULT };
+        let url = database.url(seams)?;
+        // Inspecting commands connect read-only: nothing is created or migrated.
+        let store = match access {
+            Access::ReadOnly => PgStore::connect_read_only(&url, seams.process.clone()),
+            Access::Repair => PgStore::connect(&url, seams.process.clone(), LEASE_MS_DEFAULT),
+        }
+        .map_err(|e| e.to_string())?;
+        return Ok(Resolved::Database(Box::new(move |evidence| Box::new(store.clone().with_evidence(evidence))), id));
+    }
     if let (Some(db), Some(session)) = (&target.sqlite, &target.session) {
         if !db.exists() {
             return Err(format!("{}: no such SQLite store", db.display()));
@@ -182,9 +216,9 @@ pub(crate) fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<
                 SqliteStore::open(db, seams.process.clone()).map_err(|e| e.to_string())?
             }
         };
-        return Ok(Resolved::Sqlite(store, id));
+        return Ok(Resolved::Database(Box::new(move |evidence| Box::new(store.clone().with_evidence(evidence))), id));
     }
-    let path = target.path.as_ref().expect("clap requires a path without --sqlite");
+    let path = target.path.as_ref().expect("clap requires a path without --session");
     // `session.jsonl` names a file in the current directory.
     let path =
         &if path.parent().is_some_and(|p| p.as_os_str().is_empty()) { Path::new(".").join(path) } else { path.clone() };
@@ -213,8 +247,8 @@ pub(crate) fn inspect_visiting(
 ) -> Result<Inspection, Error> {
     match resolved {
         Resolved::File(path) => inspect_file_keeping(seams, path, evidence.as_ref(), Keep::Visit(visit)),
-        Resolved::Sqlite(store, id) => {
-            let mut inspection = store.clone().with_evidence(evidence).inspect(id)?;
+        Resolved::Database(store, id) => {
+            let mut inspection = store(evidence).inspect(id)?;
             for record in std::mem::take(&mut inspection.records) {
                 visit(&record);
             }
@@ -284,8 +318,8 @@ pub fn run(args: &TranscriptArgs) -> ExitCode {
         TranscriptCommand::Repair { target, outbox } => repair(target, outbox.as_deref(), &seams),
         TranscriptCommand::Cat { target } => cat(target, &seams),
         TranscriptCommand::Report { target, outbox, json } => report(target, outbox.as_deref(), *json, &seams),
-        TranscriptCommand::Append { dir, session, store, create, takeover } => {
-            append(dir, session, *store, *create, *takeover, &seams)
+        TranscriptCommand::Append { dir, session, store, database, create, takeover } => {
+            append(dir, session, (*store, database), *create, *takeover, &seams)
         }
     }
 }
@@ -407,7 +441,7 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
         },
     };
     let result = match &resolved {
-        Resolved::Sqlite(store, id) => store.clone().with_evidence(evidence).load(id).map(|loaded| loaded.repair),
+        Resolved::Database(store, id) => store(evidence).load(id).map(|loaded| loaded.repair),
         Resolved::File(path) => inspect_file_keeping(seams, path, evidence.as_ref(), Keep::Visit(&mut |_| {}))
             .and_then(|inspection| {
                 if let Some(owner) = &inspection.owner {
@@ -490,12 +524,19 @@ fn status_exit_code(status: ScanStatus) -> u8 {
     }
 }
 
-fn append(dir: &Path, session: &str, kind: StoreKind, create: bool, takeover: bool, seams: &Seams) -> ExitCode {
+fn append(
+    dir: &Path,
+    session: &str,
+    (kind, database): (StoreKind, &DatabaseArgs),
+    create: bool,
+    takeover: bool,
+    seams: &Seams,
+) -> ExitCode {
     let id = match SessionId::new(session) {
         Ok(id) => id,
         Err(e) => return fail(e),
     };
-    let store = match open_store(kind, dir, seams, None) {
+    let store = match open_store(kind, dir, database, seams, None) {
         Ok(store) => store,
         Err(e) => return fail(e),
     };

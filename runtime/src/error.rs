@@ -139,6 +139,23 @@ pub enum Error {
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
     Sqlite(SqliteError),
+    /// PostgreSQL reported an error, or the connection to it failed.
+    #[error("postgres: {0}")]
+    Database(DatabaseError),
+}
+
+/// What PostgreSQL (or the connection to it) said: its message, its SQLSTATE when the server
+/// answered, and whether the connection was lost, which a caller may retry on a new one. The
+/// database's address and credentials are never part of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DatabaseError {
+    /// What went wrong.
+    pub message: String,
+    /// The server's SQLSTATE, when the server answered.
+    pub code: Option<String>,
+    /// The connection failed or was cut: the statement's outcome may be unknown.
+    pub connection_lost: bool,
 }
 
 /// What SQLite said, as text and its extended result code: the runtime's errors never carry a
@@ -178,6 +195,8 @@ impl Error {
             Error::AppendFailed { write, .. } => Some(io_cause(write)),
             Error::Persist(inner) => inner.storage_cause(),
             Error::Sqlite(SqliteError { code: Some(code), .. }) => Some(sqlite_cause(*code)),
+            Error::Database(DatabaseError { connection_lost: true, .. }) => Some("DATABASE_UNREACHABLE".into()),
+            Error::Database(DatabaseError { code: Some(code), .. }) => Some(format!("SQLSTATE {code}")),
             _ => None,
         }
     }

@@ -104,4 +104,4 @@ pub mod testing;
 #[allow(dead_code, unused_imports)]
 mod testing;
 
-pub use error::{Error, Result, SqliteError};
+pub use error::{DatabaseError, Error, Result, SqliteError};

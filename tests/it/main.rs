@@ -4,6 +4,7 @@ mod agent_run;
 mod chat;
 mod cli;
 mod disk_full;
+mod fleet;
 mod hostile;
 mod incident;
 mod llm;

@@ -14,6 +14,8 @@ mod credentials;
 mod entropy;
 mod fs;
 mod net;
+#[cfg(feature = "postgres")]
+mod pg;
 mod platform_roots;
 mod process;
 mod proxy_env;
@@ -32,6 +34,8 @@ pub use credentials::EnvCredentials;
 pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;
+#[cfg(feature = "postgres")]
+pub use pg::{database_password, PgStore, LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN, SCHEMA_VERSION};
 pub use platform_roots::platform_roots;
 pub use process::OsProcess;
 pub use proxy_env::proxy_env;

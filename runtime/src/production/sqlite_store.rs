@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::event::{HeaderError, Record, SessionHeader, Validator};
+use crate::event::{Record, SessionHeader};
 use crate::seams::{OwnerIdentity, Process};
 use crate::store as repair;
-use crate::store::{Inspection, Loaded, Opened, Repair, ScanError, ScanStatus, SessionId, SessionLog, Store, Takeover};
+use crate::store::{Inspection, Loaded, Opened, Repair, SessionId, SessionLog, Store, Takeover};
 use crate::store::{LogMedium, SessionWriter};
 use crate::{Error, Result};
 
@@ -248,90 +248,25 @@ fn read_row(conn: &Connection, id: &SessionId) -> Result<Row> {
     Ok(Row { header: row.0, revision: row.1 as u64, token: row.2 as u64, owner })
 }
 
-/// Reads and checks a session's records, returning the inspection.
+/// Reads and checks a session's records, returning the inspection (the rules every database
+/// backend shares, in `store::rows`).
 fn inspect_rows(
     conn: &Connection,
     id: &SessionId,
     row: &Row,
     evidence: &dyn repair::OutcomeEvidence,
 ) -> Result<Inspection> {
-    let refused = |status, offset, reason: String| Inspection {
-        status,
-        header: None,
-        records: Vec::new(),
-        record_count: 0,
-        last_seq: None,
-        torn_bytes: 0,
-        dropped_records: 0,
-        torn_from_seq: None,
-        recovered: Vec::new(),
-        open_turn: false,
-        closers: Vec::new(),
-        error: Some(ScanError { offset, reason }),
-        owner: row.owner.clone(),
-        validator: None,
-    };
-    let header = match SessionHeader::decode(&row.header) {
-        Ok(header) => header,
-        Err(e @ HeaderError::Unsupported { .. }) => return Ok(refused(ScanStatus::Unsupported, 0, e.to_string())),
-        Err(e) => return Ok(refused(ScanStatus::Corrupt, 0, e.to_string())),
-    };
     let mut statement = conn.prepare_cached("SELECT seq, record FROM events WHERE session_id = ?1 ORDER BY seq")?;
-    let mut rows = statement.query([id.as_str()])?;
-    let mut validator = Validator::new();
-    let mut records = Vec::new();
-    while let Some(r) = rows.next()? {
-        let seq: i64 = r.get(0)?;
-        let text: String = r.get(1)?;
-        // SQLite cannot tear: every problem in a committed row is corruption. The "offset"
-        // of a row is its seq.
-        if text.len() > crate::store::RECORD_LINE_BYTES_MAX {
-            let reason = format!("row seq {seq} is {} bytes, above the record limit", text.len());
-            return Ok(refused(ScanStatus::Corrupt, seq as u64, reason));
-        }
-        let record = match Record::decode(&text) {
-            Ok(record) if record.seq == seq as u64 => record,
-            Ok(record) => {
-                return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("row seq {seq} holds seq {}", record.seq)))
-            }
-            Err(e) => return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("row seq {seq}: {e}"))),
-        };
-        // The scan stops at a violation: no copy per record to keep the validator unchanged.
-        if let Err(v) = validator.push_in_place(&record) {
-            return Ok(refused(ScanStatus::Corrupt, seq as u64, format!("log invariant violated: {v}")));
-        }
-        records.push(record);
-    }
-    let closers = repair::closers_with(&records, id.as_str(), evidence);
-    for closer in &closers {
-        validator.push_in_place(closer).expect("closers continue the log");
-    }
-    Ok(Inspection {
-        status: ScanStatus::Clean,
-        header: Some(header),
-        record_count: records.len() as u64,
-        last_seq: records.last().map(|r| r.seq),
-        records,
-        torn_bytes: 0,
-        dropped_records: 0,
-        torn_from_seq: None,
-        recovered: Vec::new(),
-        open_turn: !closers.is_empty(),
-        closers,
-        error: None,
-        owner: row.owner.clone(),
-        validator: Some(validator),
-    })
+    let rows = statement.query_map([id.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    crate::store::inspect_rows(id.as_str(), &row.header, row.owner.clone(), rows, evidence)
 }
 
 fn insert_records(tx: &rusqlite::Transaction<'_>, id: &SessionId, records: &[Record]) -> Result<()> {
+    // Encoded and checked first: an oversized record writes nothing of the batch.
+    let rows = crate::store::encode_rows(records)?;
     let mut insert = tx.prepare_cached("INSERT INTO events (session_id, seq, record) VALUES (?1, ?2, ?3)")?;
-    for record in records {
-        let line = record.encode();
-        // The same limit every reader applies (FAILURE-LIMITS-AGREE); the transaction is
-        // dropped, so nothing of the batch is written.
-        crate::store::check_record_line(record.seq, line.len())?;
-        insert.execute(params![id.as_str(), record.seq as i64, line])?;
+    for (seq, line) in rows {
+        insert.execute(params![id.as_str(), seq, line])?;
     }
     Ok(())
 }

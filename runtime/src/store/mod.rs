@@ -16,6 +16,8 @@ mod limits;
 mod memory;
 mod owner;
 mod repair;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod rows;
 pub(crate) mod scan;
 mod write_behind;
 mod writer;
@@ -35,11 +37,15 @@ pub use limits::{
     WRITE_UNIT_BYTES_MAX,
 };
 pub use memory::MemoryStore;
+#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+pub(crate) use owner::check_lease_takeover;
 pub(crate) use owner::check_takeover;
 pub use repair::{
     closers_with, execution_id, never_claimed, Evidence, NoEvidence, OutcomeEvidence, DELIVERY_UNKNOWN_NAME,
     NEVER_CLAIMED_NAME, NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT,
 };
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use rows::{encode_rows, inspect_rows};
 pub(crate) use scan::Scan;
 pub use scan::{Keep, SCAN_CHUNK_BYTES};
 pub use scan::{ScanError, ScanStatus, FRAME_CONTENT_BYTES_MAX};

@@ -7,6 +7,8 @@
 pub mod bugs;
 #[cfg(feature = "testing")]
 mod http;
+#[cfg(all(feature = "testing", feature = "postgres"))]
+mod pg_server;
 #[cfg(feature = "testing")]
 mod tls;
 
@@ -20,5 +22,7 @@ pub use crate::store::scan::{scan_jsonl, scan_zstd, Scan};
 pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 #[cfg(feature = "testing")]
 pub use http::read_http_request;
+#[cfg(all(feature = "testing", feature = "postgres"))]
+pub use pg_server::{PgServer, REQUIRE_POSTGRES_ENV, ROLE as PG_TEST_ROLE};
 #[cfg(feature = "testing")]
 pub use tls::TestPki;

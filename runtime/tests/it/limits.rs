@@ -8,7 +8,7 @@ use faultline_runtime::store::{RECORD_LINE_BYTES_MAX, WRITE_UNIT_BYTES_MAX};
 use faultline_runtime::Error;
 use proptest::prelude::*;
 
-use crate::store_contract::{sid, Backend, Bench, ALL};
+use crate::store_contract::{all, sid, Backend, Bench};
 use crate::support::T0;
 
 /// The records before the big one: a turn and a step to hold it.
@@ -33,7 +33,7 @@ fn message_of_line(line_bytes: usize, fill: char) -> Record {
 
 fn check_round_trip(big: &Record) {
     let line = big.encode().len();
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let store = bench.store(&bench.process("w"));
         let mut log = store.create(&sid("s"), T0).unwrap();
@@ -81,6 +81,22 @@ fn stored_line(bench: &Bench, seq: usize) -> Option<Vec<u8>> {
                 .unwrap();
             Some(record.into_bytes())
         }
+        Backend::Postgres => {
+            let url = bench.database_url.clone().unwrap();
+            // The blocking client on a thread of its own (never inside a runtime).
+            let record: String = std::thread::spawn(move || {
+                let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                db.query_one(
+                    "SELECT record FROM faultline_events WHERE session_id = 's' AND seq = $1",
+                    &[&(seq as i64)],
+                )
+                .unwrap()
+                .get(0)
+            })
+            .join()
+            .unwrap();
+            Some(record.into_bytes())
+        }
     }
 }
 
@@ -114,7 +130,7 @@ fn a_record_larger_than_a_write_unit_is_a_unit_of_its_own_and_reads_back() {
     let mut batch = opening();
     batch.push(big);
     batch.push(Record::new(3, T0, Event::StepEnd(StepRef { turn: 1, step: 1 })));
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let store = bench.store(&bench.process("w"));
         let mut log = store.create(&sid("s"), T0).unwrap();
@@ -157,7 +173,7 @@ fn a_line_deep_into_a_batch_is_measured_on_its_own() {
     batch.push(Record::new(4, T0, Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Completed })));
     let before_last: usize = batch[..4].iter().map(|r| r.encode().len() + 1).sum();
     assert!(2 * before_last > RECORD_LINE_BYTES_MAX, "more than half the limit precedes the last line");
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let store = bench.store(&bench.process("w"));
         let mut log = store.create(&sid("s"), T0).unwrap();

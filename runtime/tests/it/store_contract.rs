@@ -1,12 +1,14 @@
 //! The shared store contract (FAILURE-CRASH-CONTRACT-*): every test runs against every
-//! backend — memory, JSONL, JSONL+zstd and SQLite — on real files.
+//! backend — memory, JSONL, JSONL+zstd and SQLite on real files, PostgreSQL on a real
+//! throw-away server (skipped, with a note, where PostgreSQL is not installed; required in CI).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use faultline_runtime::event::*;
-use faultline_runtime::production::SqliteStore;
+use faultline_runtime::production::{PgStore, SqliteStore, LEASE_MS_DEFAULT};
 use faultline_runtime::store::*;
+use faultline_runtime::testing::PgServer;
 use faultline_runtime::{seams::Process, Error};
 
 use crate::fixtures::{seams_with, FailOp, FaultyFs, TestProcess};
@@ -18,9 +20,17 @@ pub enum Backend {
     Jsonl,
     Zstd,
     Sqlite,
+    Postgres,
 }
 
-pub const ALL: [Backend; 4] = [Backend::Memory, Backend::Jsonl, Backend::Zstd, Backend::Sqlite];
+/// Every backend this machine can run: PostgreSQL only where its server can be started.
+pub fn all() -> Vec<Backend> {
+    let mut all = vec![Backend::Memory, Backend::Jsonl, Backend::Zstd, Backend::Sqlite];
+    if PgServer::shared().is_some() {
+        all.push(Backend::Postgres);
+    }
+    all
+}
 
 /// One backend's storage, shared by any number of simulated processes.
 pub struct Bench {
@@ -29,13 +39,17 @@ pub struct Bench {
     pub world: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
     pub fs: FaultyFs,
     memory: Option<MemoryStore>,
+    /// The fresh database of a PostgreSQL bench.
+    pub database_url: Option<String>,
 }
 
 impl Bench {
     pub fn new(backend: Backend) -> Self {
         let world = TestProcess::world();
         let memory = (backend == Backend::Memory).then(|| MemoryStore::new(TestProcess::new("seed", &world)));
-        Self { backend, dir: tempfile::tempdir().unwrap(), world, fs: FaultyFs::default(), memory }
+        let database_url =
+            (backend == Backend::Postgres).then(|| PgServer::shared().expect("PostgreSQL is running").fresh_database());
+        Self { backend, dir: tempfile::tempdir().unwrap(), world, fs: FaultyFs::default(), memory, database_url }
     }
 
     pub fn process(&self, name: &str) -> Arc<TestProcess> {
@@ -52,6 +66,9 @@ impl Bench {
                 Box::new(FileStore::new(seams_with(process, Arc::new(self.fs.clone())), self.dir.path(), format))
             }
             Backend::Sqlite => Box::new(SqliteStore::open(self.dir.path().join("sessions.sqlite"), process).unwrap()),
+            Backend::Postgres => {
+                Box::new(PgStore::connect(self.database_url.as_ref().unwrap(), process, LEASE_MS_DEFAULT).unwrap())
+            }
         }
     }
 
@@ -98,7 +115,7 @@ pub fn interrupted_turn(turn: u32) -> Log {
 
 #[test]
 fn appended_batches_survive_reopen_and_seqs_continue() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("a");
         let id = sid("s-1");
@@ -126,7 +143,7 @@ fn appended_batches_survive_reopen_and_seqs_continue() {
 
 #[test]
 fn creating_an_existing_session_is_refused() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("a");
         bench.store(&a).create(&sid("dup"), T0).unwrap().close().unwrap();
@@ -137,7 +154,7 @@ fn creating_an_existing_session_is_refused() {
 
 #[test]
 fn a_batch_that_breaks_the_log_writes_nothing_and_leaves_the_log_as_it_was() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("a");
         let mut writer = bench.store(&a).create(&sid("s"), T0).unwrap();
@@ -163,7 +180,7 @@ fn a_batch_that_breaks_the_log_writes_nothing_and_leaves_the_log_as_it_was() {
 
 #[test]
 fn a_second_live_writer_is_refused_naming_the_holder() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let (a, b) = (bench.process("writer-a"), bench.process("writer-b"));
         let _held = bench.store(&a).create(&sid("s"), T0).unwrap();
@@ -175,7 +192,7 @@ fn a_second_live_writer_is_refused_naming_the_holder() {
 
 #[test]
 fn a_dead_owner_is_taken_over_only_explicitly_and_its_late_writes_are_rejected() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let (a, b) = (bench.process("old-run"), bench.process("new-run"));
         let mut log = Log::default();
@@ -208,7 +225,7 @@ fn a_dead_owner_is_taken_over_only_explicitly_and_its_late_writes_are_rejected()
 
 #[test]
 fn closers_for_an_interrupted_turn_are_exact() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("crashed");
         let log = interrupted_turn(2);
@@ -285,7 +302,7 @@ fn closers_for_an_interrupted_turn_are_exact() {
 
 #[test]
 fn a_turn_open_without_a_step_closes_with_turn_end_only() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("a");
         let mut writer = bench.store(&a).create(&sid("s"), T0).unwrap();
@@ -300,7 +317,7 @@ fn a_turn_open_without_a_step_closes_with_turn_end_only() {
 
 #[test]
 fn a_live_load_of_an_open_turn_is_refused() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("live-writer");
         let mut writer = bench.store(&a).create(&sid("s"), T0).unwrap();
@@ -317,7 +334,7 @@ fn a_live_load_of_an_open_turn_is_refused() {
 
 #[test]
 fn sessions_are_listed_in_order() {
-    for backend in ALL {
+    for backend in all() {
         let bench = Bench::new(backend);
         let a = bench.process("a");
         for id in ["b-2", "a-1", "c-3"] {

@@ -1,0 +1,84 @@
+//! Where a PostgreSQL store is (`--database-url`, else `FAULTLINE_DATABASE_URL`), and
+//! `faultline db migrate`.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use faultline_runtime::production::{self, PgStore, LEASE_MS_DEFAULT, SCHEMA_VERSION};
+use faultline_runtime::seams::Seams;
+
+use super::exit;
+
+/// The environment variable holding the database URL (preferred to `--database-url`, which
+/// other users of the machine can read in the process list).
+pub(crate) const DATABASE_URL_ENV: &str = "FAULTLINE_DATABASE_URL";
+
+/// A PostgreSQL database on the command line.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DatabaseArgs {
+    /// PostgreSQL URL (postgresql://user@host:port/dbname) for `--store postgres`; default
+    /// $FAULTLINE_DATABASE_URL. Prefer the variable for a URL with a password.
+    #[arg(long, value_name = "URL")]
+    pub(crate) database_url: Option<String>,
+    /// A writer's lease on a PostgreSQL session, in ms: renewed every third of it; another
+    /// worker may take the session over once it ran out.
+    #[arg(long, default_value_t = LEASE_MS_DEFAULT, value_name = "MS")]
+    pub(crate) lease_ms: u64,
+}
+
+impl DatabaseArgs {
+    /// The URL, from the flag or the environment; its password becomes a secret of `seams`.
+    pub(crate) fn url(&self, seams: &Seams) -> Result<String, String> {
+        let url = match &self.database_url {
+            Some(url) => url.clone(),
+            None => std::env::var(DATABASE_URL_ENV)
+                .map_err(|_| format!("a PostgreSQL store needs --database-url or {DATABASE_URL_ENV}"))?,
+        };
+        if let Some(password) = production::database_password(&url) {
+            seams.secrets.register(&password);
+        }
+        Ok(url)
+    }
+}
+
+/// `faultline db ...`
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    #[command(subcommand)]
+    command: DbCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum DbCommand {
+    /// Create or upgrade the faultline schema in a PostgreSQL database (each numbered
+    /// migration once, in one transaction). Exit 0 done, 2 error.
+    Migrate {
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+/// Runs `faultline db ...`.
+pub fn run(args: &DbArgs) -> ExitCode {
+    let seams = production::seams();
+    match &args.command {
+        DbCommand::Migrate { database } => {
+            let migrated = database.url(&seams).and_then(|url| PgStore::migrate(&url).map_err(|e| e.to_string()));
+            match migrated {
+                Ok(applied) if applied.is_empty() => {
+                    println!("faultline db: the schema is up to date (version {SCHEMA_VERSION})");
+                    exit::code(exit::OK)
+                }
+                Ok(applied) => {
+                    let list: Vec<String> = applied.iter().map(i32::to_string).collect();
+                    println!("faultline db: applied migration {} (schema version {SCHEMA_VERSION})", list.join(", "));
+                    exit::code(exit::OK)
+                }
+                Err(e) => {
+                    eprintln!("faultline db: {}", seams.secrets.scrub(&e));
+                    exit::code(exit::FAILED)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! One connection to PostgreSQL, owned by a thread of its own.
+//!
+//! The store's traits are synchronous (the file and SQLite backends block in place), and the
+//! blocking `postgres` client runs its own small tokio runtime, which may not be entered from
+//! a thread that already runs one. So the connection lives on a dedicated thread; callers
+//! send it jobs and wait for the answer, which blocks them exactly as a SQLite write does.
+//! The same thread renews the leases its writers hold, so a worker that is stopped (SIGSTOP,
+//! a paused VM) stops renewing with it and its lease runs out.
+//!
+//! Nothing is held on the connection between jobs: no transaction, no session setting, no
+//! named prepared statement (every statement is sent with its parameter types, unnamed), so
+//! it works through a transaction-mode pooler.
+
+use std::collections::BTreeMap;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use postgres::types::Type;
+
+use crate::error::DatabaseError;
+use crate::{Error, Result};
+
+/// How long a connection attempt may take, in milliseconds.
+pub(crate) const CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+type Job = Box<dyn FnOnce(&mut Linked) + Send>;
+
+/// The connection as a job sees it: connected on first use and again after a loss.
+pub(crate) struct Linked {
+    config: postgres::Config,
+    client: Option<postgres::Client>,
+}
+
+impl Linked {
+    /// The connection, (re)connecting when there is none or it was closed.
+    pub(crate) fn client(&mut self) -> Result<&mut postgres::Client> {
+        if self.client.as_ref().is_some_and(postgres::Client::is_closed) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.client = Some(self.config.connect(postgres::NoTls).map_err(classify)?);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Drops the connection after a loss: the next job connects again.
+    pub(crate) fn forget(&mut self) {
+        self.client = None;
+    }
+}
+
+/// The leases a link keeps renewing: session id → epoch.
+type Leases = Arc<Mutex<BTreeMap<String, i64>>>;
+
+/// A handle on the connection thread. The thread ends when the last handle is dropped.
+pub(crate) struct Link {
+    jobs: mpsc::Sender<Job>,
+    leases: Leases,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").finish_non_exhaustive()
+    }
+}
+
+/// Renews every held lease; a lease whose epoch moved on (taken over) is dropped from the
+/// set, and the writer's next append is refused by the epoch it carries.
+const RENEW_SQL: &str =
+    "UPDATE faultline_sessions SET lease_expires_at = now() + make_interval(secs => $3) WHERE id = $1 AND epoch = $2";
+
+fn renew(linked: &mut Linked, leases: &Leases, lease: Duration) {
+    let held: Vec<(String, i64)> =
+        leases.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for (id, epoch) in held {
+        let secs = lease.as_secs_f64();
+        let renewed = linked.client().and_then(|c| {
+            c.execute_typed(RENEW_SQL, &[(&id, Type::TEXT), (&epoch, Type::INT8), (&secs, Type::FLOAT8)])
+                .map_err(classify)
+        });
+        match renewed {
+            Ok(0) => {
+                let mut leases = leases.lock().unwrap_or_else(PoisonError::into_inner);
+                if leases.get(&id) == Some(&epoch) {
+                    leases.remove(&id);
+                }
+            }
+            Ok(_) => {}
+            // Unreachable now: tried again at the next round, while the lease lasts.
+            Err(_) => linked.forget(),
+        }
+    }
+}
+
+impl Link {
+    /// Starts the connection thread for `config`, renewing held leases of length `lease`
+    /// every third of it. Connects once before returning, so a wrong address or a refused
+    /// login is reported here.
+    pub(crate) fn start(mut config: postgres::Config, lease: Duration) -> Result<Arc<Link>> {
+        config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+        config.keepalives(true);
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let leases: Leases = Arc::default();
+        let renewed = leases.clone();
+        let renew_every = lease / 3;
+        std::thread::Builder::new()
+            .name("faultline-postgres".into())
+            .spawn(move || {
+                let mut linked = Linked { config, client: None };
+                let mut next_renewal = Instant::now() + renew_every;
+                loop {
+                    let wait = next_renewal.saturating_duration_since(Instant::now());
+                    match inbox.recv_timeout(wait) {
+                        Ok(job) => job(&mut linked),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
+                    if Instant::now() >= next_renewal {
+                        renew(&mut linked, &renewed, lease);
+                        next_renewal = Instant::now() + renew_every;
+                    }
+                }
+            })
+            .map_err(|e| Error::io("starting the PostgreSQL connection thread", e))?;
+        let link = Arc::new(Link { jobs, leases });
+        link.run(|linked| linked.client().map(|_| ()))?;
+        Ok(link)
+    }
+
+    /// Runs `job` on the connection and waits for its result.
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut Linked) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (answer, result) = mpsc::sync_channel(1);
+        self.jobs
+            .send(Box::new(move |linked| {
+                let _ = answer.send(job(linked));
+            }))
+            .map_err(|_| thread_gone())?;
+        result.recv().map_err(|_| thread_gone())?
+    }
+
+    /// Runs an idempotent `job`, once more on a new connection if the first attempt lost its
+    /// connection (a read, or a write whose second attempt checks what the first did).
+    pub(crate) fn run_idempotent<T: Send + 'static>(
+        &self,
+        job: impl Fn(&mut Linked) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.run(move |linked| match job(linked) {
+            Err(e) if is_connection_lost(&e) => {
+                linked.forget();
+                job(linked)
+            }
+            other => other,
+        })
+    }
+
+    /// Keeps renewing the lease of session `id` at `epoch` until [`Link::drop_lease`].
+    pub(crate) fn hold_lease(&self, id: &str, epoch: i64) {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), epoch);
+    }
+
+    /// Stops renewing the lease of `id` at `epoch` (another epoch's entry is left alone).
+    pub(crate) fn drop_lease(&self, id: &str, epoch: i64) {
+        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        if leases.get(id) == Some(&epoch) {
+            leases.remove(id);
+        }
+    }
+}
+
+fn thread_gone() -> Error {
+    Error::Database(DatabaseError {
+        message: "the PostgreSQL connection thread is gone".into(),
+        code: None,
+        connection_lost: true,
+    })
+}
+
+/// Whether `e` is a lost connection (the statement's outcome may be unknown).
+pub(crate) fn is_connection_lost(e: &Error) -> bool {
+    matches!(e, Error::Database(DatabaseError { connection_lost: true, .. }))
+}
+
+/// The server's SQLSTATE of `e`, if the server answered.
+pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
+    match e {
+        Error::Database(DatabaseError { code: Some(code), .. }) => Some(code),
+        _ => None,
+    }
+}
+
+/// A driver error as the runtime's: the server's message and SQLSTATE, or the driver's own
+/// text, and whether the connection was lost. Neither carries the database's URL.
+pub(crate) fn classify(e: postgres::Error) -> Error {
+    let code = e.code().map(|c| c.code().to_owned());
+    let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+    // Class 08 is "connection exception"; 57P01-57P03 are the server shutting down or
+    // starting up.
+    let shutdown = code.as_deref().is_some_and(|c| c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03"));
+    let connection_lost = e.is_closed() || io || shutdown;
+    let message = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    };
+    Error::Database(DatabaseError { message, code, connection_lost })
+}

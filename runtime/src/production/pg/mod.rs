@@ -1,0 +1,9 @@
+//! PostgreSQL: sessions shared by a fleet of workers, one writer per session at a time,
+//! fenced by epoch (FAILURE-LEASE-EPOCH).
+
+mod link;
+mod schema;
+mod store;
+
+pub use schema::SCHEMA_VERSION;
+pub use store::{database_password, PgStore, LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN};
