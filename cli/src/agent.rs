@@ -133,6 +133,15 @@ struct Started {
     key_vars: std::sync::Mutex<Vec<String>>,
 }
 
+/// `outbox` once its abandoned claims are `unknown` (said on stderr), so crash repair reads
+/// settled evidence.
+fn recovered(outbox: Arc<dyn Outbox>, named: &str) -> Result<Arc<dyn Outbox>, String> {
+    for abandoned in outbox.recover_abandoned().map_err(|e| format!("outbox {named}: {e}"))? {
+        eprintln!("faultline: delivery {abandoned} was abandoned mid-delivery: outcome unknown, not resent");
+    }
+    Ok(outbox)
+}
+
 /// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
 /// settled evidence) and starts the agent on the session.
 fn start_agent(
@@ -157,16 +166,23 @@ fn start_agent(
     }
     let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
         None => None,
+        // A fleet's sessions and queue live in one database: whichever worker resumes a
+        // session reads the same evidence.
+        Some(_) if at.store == StoreKind::Postgres => {
+            let url = at.database.url(seams)?;
+            let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
+            let outbox = production::PgOutbox::connect(&url, process, clock, entropy)
+                .map_err(|e| format!("outbox: {e}"))?
+                .with_scrubber(seams.secrets.clone());
+            Some(recovered(Arc::new(outbox), "the PostgreSQL queue")?)
+        }
         Some(section) => {
             // A relative `db` lives in the session directory, wherever the command runs from.
             let db = session_dir.join(section.db.as_deref().unwrap_or(Path::new("outbox.sqlite")));
             let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
                 .map_err(|e| format!("outbox {}: {e}", db.display()))?
                 .with_scrubber(seams.secrets.clone());
-            for abandoned in outbox.recover_abandoned().map_err(|e| format!("outbox {}: {e}", db.display()))? {
-                eprintln!("faultline: delivery {abandoned} was abandoned mid-delivery: outcome unknown, not resent");
-            }
-            Some(Arc::new(outbox))
+            Some(recovered(Arc::new(outbox), &db.display().to_string())?)
         }
     };
     let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);

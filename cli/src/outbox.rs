@@ -2,13 +2,17 @@
 
 use crate::exit;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use faultline_runtime::agent::ToolEnv;
 use faultline_runtime::outbox::{drain, DeliveryStatus, Outbox, Resolution};
-use faultline_runtime::production::{self, CommandDeliverer, SqliteOutbox};
+use faultline_runtime::production::{self, CommandDeliverer, PgOutbox, SqliteOutbox};
+use faultline_runtime::seams::Seams;
+
+use super::database::DatabaseArgs;
 
 /// `faultline outbox ...`
 #[derive(Debug, Args)]
@@ -21,9 +25,8 @@ pub struct OutboxArgs {
 enum OutboxCommand {
     /// List deliveries.
     List {
-        /// The queue's SQLite file.
-        #[arg(long)]
-        db: PathBuf,
+        #[command(flatten)]
+        db: QueueAt,
         /// Only this status (pending, delivering, delivered, failed, unknown).
         #[arg(long)]
         status: Option<String>,
@@ -33,9 +36,8 @@ enum OutboxCommand {
     },
     /// Resolve an `unknown` delivery after checking the receiver by hand.
     Resolve {
-        /// The queue's SQLite file.
-        #[arg(long)]
-        db: PathBuf,
+        #[command(flatten)]
+        db: QueueAt,
         /// The execution id.
         execution_id: String,
         /// It did happen.
@@ -51,31 +53,61 @@ enum OutboxCommand {
     /// Deliver pending rows through a receiver command (payload on stdin; exit 0 delivered,
     /// 2 refused, other unknown). Abandoned claims become `unknown` first, never resent.
     Drain {
-        /// The queue's SQLite file.
-        #[arg(long)]
-        db: PathBuf,
+        #[command(flatten)]
+        db: QueueAt,
         /// The receiver command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Enqueue a payload (read from stdin) under an execution id.
     Enqueue {
-        /// The queue's SQLite file.
-        #[arg(long)]
-        db: PathBuf,
+        #[command(flatten)]
+        db: QueueAt,
         /// The execution id.
         execution_id: String,
     },
     /// Claim the next pending row and hold it until stdin closes (to rehearse a crash
     /// mid-delivery: kill the process while it holds the claim).
     Claim {
-        /// The queue's SQLite file.
-        #[arg(long)]
-        db: PathBuf,
+        #[command(flatten)]
+        db: QueueAt,
     },
 }
 
-fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
+/// Where the queue is: a SQLite file, or a PostgreSQL database shared by workers.
+#[derive(Debug, Args)]
+struct QueueAt {
+    /// The queue's SQLite file.
+    #[arg(long, conflicts_with = "database_url")]
+    db: Option<PathBuf>,
+    /// The queue in a PostgreSQL database; with neither this nor --db, the database at
+    /// $FAULTLINE_DATABASE_URL (preferred for a URL with a password).
+    #[arg(long, value_name = "URL")]
+    database_url: Option<String>,
+}
+
+impl QueueAt {
+    /// The URL of a PostgreSQL queue; `None` for a SQLite file.
+    fn url(&self, seams: &Seams) -> Result<Option<String>, String> {
+        if self.db.is_some() {
+            return Ok(None);
+        }
+        let database = DatabaseArgs {
+            database_url: self.database_url.clone(),
+            lease_ms: faultline_runtime::production::LEASE_MS_DEFAULT,
+        };
+        database
+            .url(seams)
+            .map(Some)
+            .map_err(|_| format!("give --db FILE, --database-url URL, or set {}", super::database::DATABASE_URL_ENV))
+    }
+
+    fn describe(&self) -> String {
+        self.db.as_ref().map_or_else(|| "the PostgreSQL queue".to_owned(), |db| db.display().to_string())
+    }
+}
+
+fn open(at: &QueueAt) -> Result<Arc<dyn Outbox>, ExitCode> {
     let seams = production::seams();
     // The presets' provider keys this process could hold are secrets: a receiver that quotes
     // one back has it scrubbed by value from the stored error, not only by pattern.
@@ -84,20 +116,38 @@ fn open(db: &Path) -> Result<SqliteOutbox, ExitCode> {
             seams.secrets.register(&value);
         }
     }
-    SqliteOutbox::open(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
-        .map(|outbox| outbox.with_scrubber(seams.secrets.clone()))
-        .map_err(|e| {
-            eprintln!("faultline outbox: {}: {e}", db.display());
-            exit::code(exit::USAGE)
-        })
+    let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
+    let opened: Result<Arc<dyn Outbox>, String> = match at.url(&seams) {
+        Err(e) => Err(e),
+        Ok(Some(url)) => PgOutbox::connect(&url, process, clock, entropy)
+            .map(|outbox| Arc::new(outbox.with_scrubber(seams.secrets.clone())) as Arc<dyn Outbox>)
+            .map_err(|e| e.to_string()),
+        Ok(None) => SqliteOutbox::open(at.db.as_deref().expect("clap requires one"), process, clock, entropy)
+            .map(|outbox| Arc::new(outbox.with_scrubber(seams.secrets.clone())) as Arc<dyn Outbox>)
+            .map_err(|e| e.to_string()),
+    };
+    opened.map_err(|e| {
+        eprintln!("faultline outbox: {}: {}", at.describe(), seams.secrets.scrub(&e));
+        exit::code(exit::USAGE)
+    })
 }
 
 /// Opens an existing queue read-only: `list` inspects, so it never creates a database or a
 /// table, and a path that is not a faultline queue is an error.
-fn open_read_only(db: &Path) -> Result<SqliteOutbox, ExitCode> {
+fn open_read_only(at: &QueueAt) -> Result<Arc<dyn Outbox>, ExitCode> {
     let seams = production::seams();
-    SqliteOutbox::open_read_only(db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).map_err(|e| {
-        eprintln!("faultline outbox: {e}");
+    let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
+    let opened: Result<Arc<dyn Outbox>, String> = match at.url(&seams) {
+        Err(e) => Err(e),
+        Ok(Some(url)) => PgOutbox::connect_read_only(&url, process, clock, entropy)
+            .map(|outbox| Arc::new(outbox) as Arc<dyn Outbox>)
+            .map_err(|e| e.to_string()),
+        Ok(None) => SqliteOutbox::open_read_only(at.db.as_deref().expect("clap requires one"), process, clock, entropy)
+            .map(|outbox| Arc::new(outbox) as Arc<dyn Outbox>)
+            .map_err(|e| e.to_string()),
+    };
+    opened.map_err(|e| {
+        eprintln!("faultline outbox: {}", seams.secrets.scrub(&e));
         exit::code(exit::USAGE)
     })
 }
@@ -173,7 +223,7 @@ pub fn run(args: &OutboxArgs) -> ExitCode {
                 Ok(runtime) => runtime,
                 Err(e) => return fail(e),
             };
-            match runtime.block_on(drain(&outbox, &deliverer)) {
+            match runtime.block_on(drain(outbox.as_ref(), &deliverer)) {
                 Ok(report) => {
                     for id in &report.recovered_unknown {
                         println!("unknown    {id}  (abandoned mid-delivery; not resent: verify the receiver)");

@@ -242,3 +242,190 @@ fn a_zombie_never_dispatches_the_tool_call_it_streams_after_the_takeover() {
     assert!(markers(dir.path()).is_empty(), "no effect from the fenced epoch: {:?}", markers(dir.path()));
     assert_eq!(cat(&url, "d"), after_takeover, "nothing the zombie wrote after the takeover landed");
 }
+
+#[test]
+fn eight_workers_drain_one_queue_of_a_thousand_and_each_is_delivered_once() {
+    const ITEMS: usize = 1_000;
+    const WORKERS: usize = 8;
+    let Some(url) = database() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // Enqueued through the library on a thread of its own (the blocking client may not run
+    // inside a runtime).
+    let enqueue_url = url.clone();
+    std::thread::spawn(move || {
+        let seams = faultline_runtime::production::seams();
+        let queue = faultline_runtime::production::PgOutbox::connect(
+            &enqueue_url,
+            seams.process.clone(),
+            seams.clock.clone(),
+            seams.entropy.as_ref(),
+        )
+        .unwrap();
+        for i in 0..ITEMS {
+            use faultline_runtime::outbox::Outbox as _;
+            queue.enqueue(&format!("item-{i:04}"), &format!("payload {i}")).unwrap();
+        }
+    })
+    .join()
+    .unwrap();
+
+    let receipts = dir.path().join("receipts.log");
+    let receiver = format!("echo \"$FAULTLINE_EXECUTION_ID $(cat)\" >> {}", receipts.display());
+    let workers: Vec<Child> = (0..WORKERS)
+        .map(|_| {
+            let mut command = Command::new(faultline_bin());
+            command.args(["outbox", "drain", "--database-url", &url, "--", "sh", "-c", &receiver]);
+            spawn(command)
+        })
+        .collect();
+    let mut drained_by = Vec::new();
+    for worker in workers {
+        let output = worker.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        drained_by.push(String::from_utf8_lossy(&output.stdout).lines().filter(|l| l.starts_with("delivered")).count());
+    }
+    // The receiver's own log is the oracle: every item exactly once, with its own payload.
+    let log = std::fs::read_to_string(&receipts).unwrap();
+    let mut seen: Vec<&str> = log.lines().collect();
+    assert_eq!(seen.len(), ITEMS, "one receipt per item");
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), ITEMS, "no item delivered twice");
+    for (i, line) in seen.iter().enumerate() {
+        assert_eq!(*line, format!("item-{i:04} payload {i}"));
+    }
+    assert_eq!(drained_by.iter().sum::<usize>(), ITEMS, "{drained_by:?}");
+    assert!(drained_by.iter().filter(|&&n| n > 0).count() > 1, "the work was shared: {drained_by:?}");
+    let listed = faultline(&["outbox", "list", "--database-url", &url, "--status", "delivered"]);
+    assert_eq!(stdout(&listed).lines().count(), ITEMS, "{}", stderr(&listed));
+}
+
+#[test]
+fn a_server_restarted_mid_turn_loses_nothing_acknowledged() {
+    if PgServer::shared().is_none() {
+        return skip_or_fail(REQUIRE_POSTGRES_ENV, "PostgreSQL is not installed");
+    }
+    // A server of its own: this test restarts it.
+    let server = PgServer::start().unwrap();
+    let url = server.fresh_database();
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Value> = (0..60).map(|i| json!({"text": format!("part {i} ")})).collect();
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": frames, "finish": "stop", "frame_delay_ms": 25},
+            {"frames": [{"text": "Resumed."}], "finish": "stop"}
+        ]}),
+    );
+    let config = config(dir.path(), &model.base_url(), false);
+    let running = spawn(worker(&config, &dir.path().join("w1"), &url, "r", false, &[]));
+    wait_for("the request at the model server", || !logged_requests(dir.path()).is_empty());
+    std::thread::sleep(Duration::from_millis(300));
+    server.restart_immediate().unwrap();
+    let output = running.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    match output.status.code() {
+        // Completed across the restart: the whole answer is durable.
+        Some(0) => {
+            let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+            assert_eq!(summary["kept"], true, "{summary}");
+            let text: String = (0..60).map(|i| format!("part {i} ")).collect();
+            assert_eq!(summary["assistant_text"], text.as_str());
+            let log = cat(&url, "r");
+            let message = log.iter().find(|r| r["type"] == "assistant/message").expect("the answer is durable");
+            assert_eq!(message["data"]["message"]["content"][0]["text"], text.as_str(), "{message}");
+        }
+        // Failed classified: the turn is reported not kept, naming the database.
+        Some(6) => assert!(said.contains("postgres") || said.contains("DATABASE_UNREACHABLE"), "{said}"),
+        other => panic!("neither completed nor failed classified ({other:?}): {said}"),
+    }
+    // Either way the session is resumable, and what was committed reads back clean.
+    let resumed = worker(&config, &dir.path().join("w2"), &url, "r", true, &[]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let inspected = transcript("inspect", &url, "r", &[]);
+    assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
+}
+
+/// A TCP proxy to the database that can cut every connection through it at once (both
+/// directions shut down, as a middlebox or a pooler restart does); new connections are
+/// accepted and forwarded as before.
+struct CuttingProxy {
+    port: u16,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl CuttingProxy {
+    fn start(to_port: u16) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = std::sync::Arc::default();
+        let tracked = open.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to_port)) else { continue };
+                let mut tracked = tracked.lock().unwrap();
+                tracked.push(client.try_clone().unwrap());
+                tracked.push(server.try_clone().unwrap());
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Self { port, open }
+    }
+
+    /// Cuts every connection open now; returns how many were cut.
+    fn cut(&self) -> usize {
+        let open = std::mem::take(&mut *self.open.lock().unwrap());
+        for stream in &open {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        open.len() / 2
+    }
+}
+
+#[test]
+fn connections_cut_mid_turn_are_classified_and_the_session_resumes() {
+    let Some(url) = database() else { return };
+    let server_port = url.rsplit(':').next().unwrap().split('/').next().unwrap().parse().unwrap();
+    let proxy = CuttingProxy::start(server_port);
+    let through_proxy = url.replace(&format!(":{server_port}/"), &format!(":{}/", proxy.port));
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Value> = (0..60).map(|i| json!({"text": format!("part {i} ")})).collect();
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": frames, "finish": "stop", "frame_delay_ms": 25},
+            {"frames": [{"text": "Resumed."}], "finish": "stop"}
+        ]}),
+    );
+    let config = config(dir.path(), &model.base_url(), false);
+    let running = spawn(worker(&config, &dir.path().join("w1"), &through_proxy, "c", false, &[]));
+    wait_for("the request at the model server", || !logged_requests(dir.path()).is_empty());
+    // Cut every connection through the proxy, ten times while the answer streams.
+    let mut cut = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        cut += proxy.cut();
+    }
+    assert!(cut > 0, "the worker's connection was cut");
+    let output = running.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    match output.status.code() {
+        Some(0) => {
+            let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+            assert_eq!(summary["kept"], true, "{summary}");
+        }
+        Some(6) => assert!(said.contains("postgres") || said.contains("DATABASE_UNREACHABLE"), "{said}"),
+        other => panic!("neither completed nor failed classified ({other:?}): {said}"),
+    }
+    let resumed = worker(&config, &dir.path().join("w2"), &url, "c", true, &[]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "resumable: {}", stderr(&resumed));
+    let inspected = transcript("inspect", &url, "c", &[]);
+    assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
+}

@@ -11,7 +11,7 @@ use super::link::classify;
 use crate::{Error, Result};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key migrations hold ("faultlin" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x6661_756c_746c_696e;
@@ -32,6 +32,25 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
         seq        bigint NOT NULL,
         record     text NOT NULL,
         PRIMARY KEY (session_id, seq)
+    );",
+    // 2: the delivery queue, rows as the shared machine leaves them, and tombstones.
+    "CREATE TABLE faultline_deliveries (
+        seq          bigserial PRIMARY KEY,
+        execution_id text NOT NULL UNIQUE,
+        status       text NOT NULL,
+        payload      text,
+        owner        text,
+        result       text,
+        error        text,
+        claimed      boolean NOT NULL DEFAULT false,
+        resend_of    text,
+        updated_at   bigint NOT NULL
+    );
+    CREATE INDEX faultline_deliveries_status ON faultline_deliveries (status, seq);
+    CREATE TABLE faultline_tombstones (
+        execution_id text PRIMARY KEY,
+        status       text NOT NULL,
+        pruned_at    bigint NOT NULL
     );",
 ];
 

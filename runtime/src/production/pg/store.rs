@@ -412,6 +412,12 @@ impl LogMedium for PgMedium {
             if lost {
                 linked.forget();
             }
+            tracing::warn!(
+                session = %sid,
+                first_seq = seqs[0],
+                lost,
+                "append outcome unknown: comparing the stored rows with the batch"
+            );
             match stored(linked, &sid, &seqs, &lines)? {
                 Stored::TheBatch => Ok(()),
                 Stored::Nothing if lost => append_once(linked, &sid, epoch, secs, &seqs, &lines),

@@ -1,0 +1,353 @@
+//! The PostgreSQL delivery queue: the shared machine (`outbox::machine`) decides every
+//! transition; this backend reads and writes rows, one transaction per transition, on a
+//! connection thread of its own (`link`).
+//!
+//! - Every transition on one execution id first takes a transaction-scoped advisory lock on
+//!   that id, then the row `FOR UPDATE`: two workers enqueueing, finishing or settling the
+//!   same id run one after the other, so "the first payload wins" and the owner fence of
+//!   `finish` hold across hosts.
+//! - A claim takes the oldest claimable row `FOR UPDATE SKIP LOCKED`: many workers drain one
+//!   queue without waiting on each other, and no row is claimed twice.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use postgres::types::Type;
+
+use super::link::{classify, Link, Linked};
+use super::schema;
+use super::store::{describe, parse_url, LEASE_MS_DEFAULT};
+use crate::outbox::machine::{self, After, Found, Op};
+use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
+use crate::seams::{Clock, EntropyExt, OwnerIdentity, Process};
+use crate::Result;
+
+const COLUMNS: &str = "execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at";
+
+/// A delivery queue in a PostgreSQL database, shared by any number of workers.
+#[derive(Clone)]
+pub struct PgOutbox {
+    link: Arc<Link>,
+    process: Arc<dyn Process>,
+    clock: Arc<dyn Clock>,
+    me: OwnerIdentity,
+    in_flight: Arc<Mutex<BTreeSet<String>>>,
+    secrets: crate::secrets::Scrubber,
+    target: String,
+}
+
+impl std::fmt::Debug for PgOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOutbox").field("target", &self.target).finish_non_exhaustive()
+    }
+}
+
+fn read_row(row: &postgres::Row) -> Delivery {
+    let status: String = row.get(1);
+    let owner: Option<String> = row.get(3);
+    Delivery {
+        execution_id: row.get(0),
+        status: DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Unknown),
+        payload: row.get(2),
+        owner: owner.and_then(|o| serde_json::from_str(&o).ok()),
+        result: row.get(4),
+        error: row.get(5),
+        claimed: row.get(6),
+        resend_of: row.get(7),
+        updated_at: row.get::<_, i64>(8).max(0) as u64,
+    }
+}
+
+type Tx<'a> = postgres::Transaction<'a>;
+
+/// The row of `id`, locked for this transaction.
+fn row(tx: &mut Tx<'_>, id: &str) -> Result<Option<Delivery>> {
+    let sql = format!("SELECT {COLUMNS} FROM faultline_deliveries WHERE execution_id = $1 FOR UPDATE");
+    Ok(tx.query_typed_opt(&sql, &[(&id, Type::TEXT)]).map_err(classify)?.as_ref().map(read_row))
+}
+
+/// Serialises every transition on `id` (across hosts) for the rest of the transaction.
+fn lock_id(tx: &mut Tx<'_>, id: &str) -> Result<()> {
+    tx.execute_typed("SELECT pg_advisory_xact_lock(hashtext($1))", &[(&id, Type::TEXT)]).map_err(classify)?;
+    Ok(())
+}
+
+fn found(tx: &mut Tx<'_>, id: &str) -> Result<Found> {
+    let tomb = tx
+        .query_typed_opt("SELECT status FROM faultline_tombstones WHERE execution_id = $1", &[(&id, Type::TEXT)])
+        .map_err(classify)?;
+    if let Some(tomb) = tomb {
+        let status: String = tomb.get(0);
+        return Ok(Found::Tombstone(DeliveryStatus::parse(&status).unwrap_or(DeliveryStatus::Unknown)));
+    }
+    Ok(row(tx, id)?.map_or(Found::Nothing, |r| Found::Row(r.status)))
+}
+
+/// Rows of `statuses`, oldest first, locked (rows another transaction holds are waited for).
+fn rows_with(tx: &mut Tx<'_>, statuses: &[DeliveryStatus]) -> Result<Vec<Delivery>> {
+    let wanted: Vec<String> = statuses.iter().map(ToString::to_string).collect();
+    let sql = format!("SELECT {COLUMNS} FROM faultline_deliveries WHERE status = ANY($1) ORDER BY seq FOR UPDATE");
+    Ok(tx.query_typed(&sql, &[(&wanted, Type::TEXT_ARRAY)]).map_err(classify)?.iter().map(read_row).collect())
+}
+
+fn millis(ms: u64) -> i64 {
+    ms.min(i64::MAX as u64) as i64
+}
+
+/// Carries out one op the machine decided: the row it leaves is written whole.
+fn execute(tx: &mut Tx<'_>, op: &Op) -> Result<()> {
+    let before = row(tx, op.id())?;
+    match machine::apply(before.as_ref(), op) {
+        After::Row(r) => {
+            let owner = r.owner.as_ref().map(|o| serde_json::to_string(o).expect("identities serialise"));
+            let (status, updated_at) = (r.status.to_string(), millis(r.updated_at));
+            tx.execute_typed(
+                "INSERT INTO faultline_deliveries (execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (execution_id) DO UPDATE SET status = $2, payload = $3, owner = $4, result = $5,
+                     error = $6, claimed = $7, resend_of = $8, updated_at = $9",
+                &[
+                    (&r.execution_id, Type::TEXT),
+                    (&status, Type::TEXT),
+                    (&r.payload, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&r.result, Type::TEXT),
+                    (&r.error, Type::TEXT),
+                    (&r.claimed, Type::BOOL),
+                    (&r.resend_of, Type::TEXT),
+                    (&updated_at, Type::INT8),
+                ],
+            )
+            .map_err(classify)?;
+        }
+        After::Tombstone(status) => {
+            let Op::Prune { at, .. } = op else { unreachable!("only a prune leaves a tombstone") };
+            let (id, status, at) = (op.id(), status.to_string(), millis(*at));
+            tx.execute_typed(
+                "INSERT INTO faultline_tombstones (execution_id, status, pruned_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (execution_id) DO UPDATE SET status = $2, pruned_at = $3",
+                &[(&id, Type::TEXT), (&status, Type::TEXT), (&at, Type::INT8)],
+            )
+            .map_err(classify)?;
+            tx.execute_typed("DELETE FROM faultline_deliveries WHERE execution_id = $1", &[(&id, Type::TEXT)])
+                .map_err(classify)?;
+        }
+    }
+    Ok(())
+}
+
+impl PgOutbox {
+    /// Connects to the queue in the database at `url`, applying missing schema migrations.
+    pub fn connect(
+        url: &str,
+        process: Arc<dyn Process>,
+        clock: Arc<dyn Clock>,
+        entropy: &dyn crate::seams::Entropy,
+    ) -> Result<Self> {
+        let (config, target) = parse_url(url)?;
+        let link = Link::start(config, Duration::from_millis(LEASE_MS_DEFAULT))?;
+        let named = target.clone();
+        link.run(move |linked| schema::migrate(linked.client()?, &named).map(|_| ()))?;
+        Ok(Self::on(link, target, process, clock, entropy))
+    }
+
+    /// Connects for reading only (`list`, evidence for a report): nothing is created or
+    /// migrated, and a database without the faultline schema is refused.
+    pub fn connect_read_only(
+        url: &str,
+        process: Arc<dyn Process>,
+        clock: Arc<dyn Clock>,
+        entropy: &dyn crate::seams::Entropy,
+    ) -> Result<Self> {
+        let (mut config, _) = parse_url(url)?;
+        config.options("-c default_transaction_read_only=on");
+        let target = describe(&config);
+        let link = Link::start(config, Duration::from_millis(LEASE_MS_DEFAULT))?;
+        let named = target.clone();
+        link.run(move |linked| schema::check_readable(linked.client()?, &named))?;
+        Ok(Self::on(link, target, process, clock, entropy))
+    }
+
+    fn on(
+        link: Arc<Link>,
+        target: String,
+        process: Arc<dyn Process>,
+        clock: Arc<dyn Clock>,
+        entropy: &dyn crate::seams::Entropy,
+    ) -> Self {
+        let mut me = process.identity();
+        me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
+        Self { link, process, clock, me, in_flight: Arc::default(), secrets: crate::secrets::Scrubber::new(), target }
+    }
+
+    /// Scrubs the secrets in `secrets` (by value) from every error and answer it stores, before
+    /// the pattern redaction (FAILURE-SECRETS).
+    pub fn with_scrubber(mut self, secrets: crate::secrets::Scrubber) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// The database, as printed (no password).
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, BTreeSet<String>> {
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `body` in one transaction on the connection thread, then commits.
+    fn transaction<T: Send + 'static>(
+        &self,
+        body: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.link.run(move |linked: &mut Linked| {
+            let mut tx = linked.client()?.transaction().map_err(classify)?;
+            let value = body(&mut tx)?;
+            tx.commit().map_err(classify)?;
+            Ok(value)
+        })
+    }
+}
+
+impl Outbox for PgOutbox {
+    fn identity(&self) -> OwnerIdentity {
+        self.me.clone()
+    }
+
+    fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
+        let now = self.clock.now_ms();
+        let (id, payload) = (execution_id.to_owned(), payload.to_owned());
+        self.transaction(move |tx| {
+            lock_id(tx, &id)?;
+            let (enqueued, op) = machine::enqueue(found(tx, &id)?, &id, &payload, now)?;
+            if let Some(op) = op {
+                execute(tx, &op)?;
+            }
+            Ok(enqueued)
+        })
+    }
+
+    fn claim_next(&self) -> Result<Option<Claim>> {
+        let now = self.clock.now_ms();
+        let me = self.me.clone();
+        let claim = self.transaction(move |tx| {
+            let wanted: Vec<String> = machine::claimable_statuses().iter().map(ToString::to_string).collect();
+            let sql = format!(
+                "SELECT {COLUMNS} FROM faultline_deliveries WHERE status = ANY($1) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+            );
+            let next = tx.query_typed_opt(&sql, &[(&wanted, Type::TEXT_ARRAY)]).map_err(classify)?;
+            let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
+            let (claim, op) = machine::claim(&next, &me, now);
+            execute(tx, &op)?;
+            Ok(Some(claim))
+        })?;
+        if let Some(claim) = &claim {
+            self.in_flight().insert(claim.execution_id.clone());
+        }
+        Ok(claim)
+    }
+
+    fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
+        self.in_flight().remove(execution_id);
+        let now = self.clock.now_ms();
+        let (id, me, secrets) = (execution_id.to_owned(), self.me.clone(), self.secrets.clone());
+        // The owner fence is read and the row written in one transaction, the row locked.
+        self.transaction(move |tx| {
+            lock_id(tx, &id)?;
+            let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome, &secrets, now) else {
+                return Ok(false);
+            };
+            execute(tx, &op)?;
+            Ok(true)
+        })
+    }
+
+    fn get(&self, execution_id: &str) -> Result<Option<Delivery>> {
+        let id = execution_id.to_owned();
+        self.link.run_idempotent(move |linked| {
+            let sql = format!("SELECT {COLUMNS} FROM faultline_deliveries WHERE execution_id = $1");
+            Ok(linked.client()?.query_typed_opt(&sql, &[(&id, Type::TEXT)]).map_err(classify)?.as_ref().map(read_row))
+        })
+    }
+
+    fn list(&self, status: Option<DeliveryStatus>) -> Result<Vec<Delivery>> {
+        let status = status.map(|s| s.to_string());
+        self.link.run_idempotent(move |linked| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM faultline_deliveries WHERE $1::text IS NULL OR status = $1 ORDER BY seq"
+            );
+            let rows = linked.client()?.query_typed(&sql, &[(&status, Type::TEXT)]).map_err(classify)?;
+            Ok(rows.iter().map(read_row).collect())
+        })
+    }
+
+    fn recover_abandoned(&self) -> Result<Vec<String>> {
+        let in_flight = self.in_flight().clone();
+        let now = self.clock.now_ms();
+        let (me, process) = (self.me.clone(), self.process.clone());
+        self.transaction(move |tx| {
+            let mut abandoned = Vec::new();
+            for row in rows_with(tx, &[DeliveryStatus::Delivering])? {
+                if let Some(op) = machine::recover_abandoned(&row, &me, &in_flight, process.as_ref(), now) {
+                    execute(tx, &op)?;
+                    abandoned.push(row.execution_id);
+                }
+            }
+            Ok(abandoned)
+        })
+    }
+
+    fn abandon(&self, execution_id: &str) {
+        self.in_flight().remove(execution_id);
+    }
+
+    fn settle(&self, execution_id: &str, cause: SettleCause, reason: &str) -> Result<Option<DeliveryStatus>> {
+        let now = self.clock.now_ms();
+        let (id, reason, secrets) = (execution_id.to_owned(), reason.to_owned(), self.secrets.clone());
+        self.transaction(move |tx| {
+            lock_id(tx, &id)?;
+            let (status, op) = machine::settle(row(tx, &id)?.as_ref(), cause, &reason, &secrets, now);
+            if let Some(op) = op {
+                execute(tx, &op)?;
+            }
+            Ok(status)
+        })
+    }
+
+    fn prune(&self, before_ms: u64) -> Result<usize> {
+        let now = self.clock.now_ms();
+        let terminal = [DeliveryStatus::Delivered, DeliveryStatus::Failed, DeliveryStatus::Unknown];
+        self.transaction(move |tx| {
+            let mut pruned = 0;
+            for row in rows_with(tx, &terminal)? {
+                if let Some(op) = machine::prune(&row, before_ms, now) {
+                    execute(tx, &op)?;
+                    pruned += 1;
+                }
+            }
+            Ok(pruned)
+        })
+    }
+
+    fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>> {
+        let now = self.clock.now_ms();
+        let (id, secrets) = (execution_id.to_owned(), self.secrets.clone());
+        self.transaction(move |tx| {
+            lock_id(tx, &id)?;
+            let before = row(tx, &id)?;
+            // Resolving `id` holds its lock, so a concurrent resolve of it waits; each candidate
+            // resend id is locked too before it is looked up (a row or a tombstone takes it).
+            let taken = |candidate: &str| -> Result<bool> {
+                lock_id(tx, candidate)?;
+                Ok(found(tx, candidate)? != Found::Nothing)
+            };
+            let (new_id, ops) = machine::resolve(before.as_ref(), &id, resolution, taken, &secrets, now)?;
+            for op in &ops {
+                execute(tx, op)?;
+            }
+            Ok(new_id)
+        })
+    }
+}
