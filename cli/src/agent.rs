@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::{Agent, AgentConfig, AgentFile, Open, ResolvedAgentFile, Tool, ToolSet, TurnOutcome};
+use faultline_runtime::agent::{
+    Agent, AgentConfig, AgentFile, Open, ResolvedAgentFile, StoreKindConfig, Tool, ToolSet, TurnOutcome,
+};
 use faultline_runtime::event::{Chunk, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
 use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
@@ -52,9 +54,9 @@ struct SessionArgs {
     /// Session id (default: a new one, printed on stderr).
     #[arg(long)]
     session: Option<String>,
-    /// Transcript store.
-    #[arg(long, value_enum, default_value_t = StoreKind::Jsonl)]
-    store: StoreKind,
+    /// Transcript store (default: the config's `[store]`, else jsonl).
+    #[arg(long, value_enum)]
+    store: Option<StoreKind>,
     #[command(flatten)]
     database: DatabaseArgs,
 }
@@ -133,6 +135,23 @@ struct Started {
     key_vars: std::sync::Mutex<Vec<String>>,
 }
 
+/// The store the command line names, else the config's `[store]`, else JSONL files; and
+/// where its database is (the flags first, then the config's variable and lease).
+fn store_of(at: &SessionArgs, config: &ResolvedAgentFile) -> (StoreKind, DatabaseArgs) {
+    let section = config.store.as_ref();
+    let from_config = section.map(|s| match s.kind {
+        StoreKindConfig::Zstd => StoreKind::Zstd,
+        StoreKindConfig::Sqlite => StoreKind::Sqlite,
+        StoreKindConfig::Postgres => StoreKind::Postgres,
+        _ => StoreKind::Jsonl,
+    });
+    let kind = at.store.or(from_config).unwrap_or(StoreKind::Jsonl);
+    let mut database = at.database.clone();
+    database.lease_ms = database.lease_ms.or(section.and_then(|s| s.lease_ms));
+    database.url_env = section.and_then(|s| s.database_url_env.clone());
+    (kind, database)
+}
+
 /// `outbox` once its abandoned claims are `unknown` (said on stderr), so crash repair reads
 /// settled evidence.
 fn recovered(outbox: Arc<dyn Outbox>, named: &str) -> Result<Arc<dyn Outbox>, String> {
@@ -151,6 +170,7 @@ fn start_agent(
     resume: bool,
 ) -> Result<Started, String> {
     let (session_dir, session) = (at.session_dir.as_path(), at.session.as_deref());
+    let (store_kind, database) = store_of(at, config);
     let id = match session {
         Some(id) => SessionId::new(id),
         None => SessionId::new(format!("s-{}", seams.entropy.hex_id(12))),
@@ -168,8 +188,8 @@ fn start_agent(
         None => None,
         // A fleet's sessions and queue live in one database: whichever worker resumes a
         // session reads the same evidence.
-        Some(_) if at.store == StoreKind::Postgres => {
-            let url = at.database.url(seams)?;
+        Some(_) if store_kind == StoreKind::Postgres => {
+            let url = database.url(seams)?;
             let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
             let outbox = production::PgOutbox::connect(&url, process, clock, entropy)
                 .map_err(|e| format!("outbox: {e}"))?
@@ -186,7 +206,7 @@ fn start_agent(
         }
     };
     let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
-    let store = open_store(at.store, session_dir, &at.database, seams, evidence)?;
+    let store = open_store(store_kind, session_dir, &database, seams, evidence)?;
     let mut agent_config = AgentConfig::default();
     agent_config.max_steps = config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT);
     agent_config.tool_concurrency =
@@ -344,7 +364,8 @@ fn chat(args: &ChatArgs) -> ExitCode {
         };
         let seams = production::seams();
         let exists = args.session.as_deref().is_some_and(|s| {
-            open_store(args.store, &args.session_dir, &args.database, &seams, None)
+            let (kind, database) = store_of(args, &config);
+            open_store(kind, &args.session_dir, &database, &seams, None)
                 .ok()
                 .and_then(|store| SessionId::new(s).ok().map(|id| (store, id)))
                 .is_some_and(|(store, id)| store.list().is_ok_and(|ids| ids.contains(&id)))

@@ -15,7 +15,8 @@ pub struct BenchArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     json: bool,
-    /// Only this group of figures (memory, append, write-behind, recovery, adapter, simulator).
+    /// Only this group of figures (memory, append, write-behind, recovery, adapter, simulator,
+    /// postgres).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(faultline_sim::bench::GROUPS))]
     only: Option<String>,
 }

@@ -20,19 +20,28 @@ pub(crate) struct DatabaseArgs {
     /// $FAULTLINE_DATABASE_URL. Prefer the variable for a URL with a password.
     #[arg(long, value_name = "URL")]
     pub(crate) database_url: Option<String>,
-    /// A writer's lease on a PostgreSQL session, in ms: renewed every third of it; another
-    /// worker may take the session over once it ran out.
-    #[arg(long, default_value_t = LEASE_MS_DEFAULT, value_name = "MS")]
-    pub(crate) lease_ms: u64,
+    /// A writer's lease on a PostgreSQL session, in ms (default 30 000): renewed every third
+    /// of it; another worker may take the session over once it ran out.
+    #[arg(long, value_name = "MS")]
+    pub(crate) lease_ms: Option<u64>,
+    /// The variable holding the URL when `--database-url` is not given (an agent file's
+    /// `[store] database_url_env`; default `FAULTLINE_DATABASE_URL`).
+    #[arg(skip)]
+    pub(crate) url_env: Option<String>,
 }
 
 impl DatabaseArgs {
+    /// The writer's lease, in ms.
+    pub(crate) fn lease_ms(&self) -> u64 {
+        self.lease_ms.unwrap_or(LEASE_MS_DEFAULT)
+    }
+
     /// The URL, from the flag or the environment; its password becomes a secret of `seams`.
     pub(crate) fn url(&self, seams: &Seams) -> Result<String, String> {
+        let var = self.url_env.as_deref().unwrap_or(DATABASE_URL_ENV);
         let url = match &self.database_url {
             Some(url) => url.clone(),
-            None => std::env::var(DATABASE_URL_ENV)
-                .map_err(|_| format!("a PostgreSQL store needs --database-url or {DATABASE_URL_ENV}"))?,
+            None => std::env::var(var).map_err(|_| format!("a PostgreSQL store needs --database-url or {var}"))?,
         };
         if let Some(password) = production::database_password(&url) {
             seams.secrets.register(&password);

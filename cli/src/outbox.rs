@@ -92,10 +92,7 @@ impl QueueAt {
         if self.db.is_some() {
             return Ok(None);
         }
-        let database = DatabaseArgs {
-            database_url: self.database_url.clone(),
-            lease_ms: faultline_runtime::production::LEASE_MS_DEFAULT,
-        };
+        let database = DatabaseArgs { database_url: self.database_url.clone(), lease_ms: None, url_env: None };
         database
             .url(seams)
             .map(Some)

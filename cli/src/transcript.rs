@@ -114,7 +114,7 @@ pub(crate) fn open_store(
     let evidence = evidence.unwrap_or_else(|| Arc::new(NoEvidence));
     if kind == StoreKind::Postgres {
         let url = database.url(seams)?;
-        let store = PgStore::connect(&url, seams.process.clone(), database.lease_ms).map_err(|e| e.to_string())?;
+        let store = PgStore::connect(&url, seams.process.clone(), database.lease_ms()).map_err(|e| e.to_string())?;
         return Ok(Box::new(store.with_evidence(evidence)));
     }
     Ok(match kind {
@@ -191,7 +191,7 @@ pub(crate) enum Resolved {
 pub(crate) fn resolve(target: &Target, seams: &Seams, access: Access) -> Result<Resolved, String> {
     if let (None, Some(session)) = (&target.sqlite, &target.session) {
         let id = SessionId::new(session.as_str()).map_err(|e| e.to_string())?;
-        let database = DatabaseArgs { database_url: target.database_url.clone(), lease_ms: LEASE_MS_DEFAULT };
+        let database = DatabaseArgs { database_url: target.database_url.clone(), lease_ms: None, url_env: None };
         let url = database.url(seams)?;
         // Inspecting commands connect read-only: nothing is created or migrated.
         let store = match access {

@@ -429,3 +429,42 @@ fn connections_cut_mid_turn_are_classified_and_the_session_resumes() {
     let inspected = transcript("inspect", &url, "c", &[]);
     assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
 }
+
+#[test]
+fn an_agent_file_store_table_puts_the_session_on_postgres_without_flags() {
+    let Some(url) = database() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "From the file's store."}], "finish": "stop"}]}),
+    );
+    let base = std::fs::read_to_string(config(dir.path(), &server.base_url(), false)).unwrap();
+    let file = dir.path().join("fleet.toml");
+    std::fs::write(
+        &file,
+        format!("{base}\n[store]\nkind = \"postgres\"\ndatabase_url_env = \"FLEET_DB\"\nlease_ms = 5000\n"),
+    )
+    .unwrap();
+    let output = Command::new(faultline_bin())
+        .args(["agent", "run", "--config", file.to_str().unwrap(), "--session-dir"])
+        .arg(dir.path().join("w"))
+        .args(["--session", "f", "--prompt", "go", "--json"])
+        .env("FLEET_DB", &url)
+        .env_remove("FAULTLINE_DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = cat(&url, "f");
+    assert_eq!(log.last().unwrap()["type"], "turn/end", "the session is in the database");
+    assert!(!dir.path().join("w").join("f").exists(), "and not in the session directory");
+    // Without the variable the file names, the run is refused before anything is made.
+    let missing = Command::new(faultline_bin())
+        .args(["agent", "run", "--config", file.to_str().unwrap(), "--session-dir"])
+        .arg(dir.path().join("w"))
+        .args(["--session", "g", "--prompt", "go"])
+        .env_remove("FLEET_DB")
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("FLEET_DB"), "{}", stderr(&missing));
+}

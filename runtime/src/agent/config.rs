@@ -23,6 +23,83 @@ pub struct AgentFile {
     /// The delivery queue for tools with `via_outbox = true`.
     #[serde(default)]
     pub outbox: Option<OutboxSection>,
+    /// Where sessions are kept (default: JSONL files in the session directory).
+    #[serde(default)]
+    pub store: Option<StoreSection>,
+}
+
+/// `[store]`: the transcript store, for a command line that does not name one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StoreSection {
+    /// `jsonl` (default), `zstd`, `sqlite` or `postgres`.
+    #[serde(default)]
+    pub kind: StoreKindConfig,
+    /// The environment variable holding the PostgreSQL URL (default
+    /// `FAULTLINE_DATABASE_URL`): a URL carries a password, so the file names the variable,
+    /// never the URL.
+    #[serde(default)]
+    pub database_url_env: Option<String>,
+    /// A writer's lease on a PostgreSQL session, in ms (1 000..=3 600 000; default 30 000).
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+}
+
+/// The store kinds a `[store]` table names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StoreKindConfig {
+    /// `DIR/<id>/session.jsonl`.
+    #[default]
+    Jsonl,
+    /// `DIR/<id>/session.jsonl.zst`.
+    Zstd,
+    /// `DIR/sessions.sqlite`.
+    Sqlite,
+    /// A PostgreSQL database shared by a fleet.
+    Postgres,
+}
+
+/// Shortest and longest lease a `[store]` table may ask for, in ms (the PostgreSQL store's
+/// own bounds).
+const STORE_LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
+
+impl StoreSection {
+    fn check(&self) -> Result<(), ConfigError> {
+        let postgres_only = |field: &str| ConfigError {
+            path: format!("store.{field}"),
+            message: "applies to kind = \"postgres\" only".into(),
+        };
+        if let Some(var) = &self.database_url_env {
+            if self.kind != StoreKindConfig::Postgres {
+                return Err(postgres_only("database_url_env"));
+            }
+            if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(ConfigError {
+                    path: "store.database_url_env".into(),
+                    message: "must name an environment variable ([A-Za-z0-9_]+)".into(),
+                });
+            }
+        }
+        if let Some(ms) = self.lease_ms {
+            if self.kind != StoreKindConfig::Postgres {
+                return Err(postgres_only("lease_ms"));
+            }
+            if !STORE_LEASE_MS_RANGE.contains(&ms) {
+                return Err(ConfigError {
+                    path: "store.lease_ms".into(),
+                    message: format!(
+                        "must be within {}..={}",
+                        STORE_LEASE_MS_RANGE.start(),
+                        STORE_LEASE_MS_RANGE.end()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[outbox]`.
@@ -248,6 +325,8 @@ pub struct ResolvedAgentFile {
     pub tools: Vec<CommandToolConfig>,
     /// The delivery queue, if any tool uses it (or `[outbox]` is present).
     pub outbox: Option<OutboxSection>,
+    /// The transcript store, when the file names one.
+    pub store: Option<StoreSection>,
 }
 
 impl AgentFile {
@@ -295,13 +374,23 @@ impl AgentFile {
                 sim.check(&at)?;
             }
         }
+        if let Some(store) = &file.store {
+            store.check()?;
+        }
         let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
         let hidden = provider_key_vars(&provider);
         let mut tools = file.tools;
         for tool in &mut tools {
             tool.env_hidden = hidden.clone();
         }
-        Ok(ResolvedAgentFile { provider, provider_config: file.provider, agent: file.agent, tools, outbox })
+        Ok(ResolvedAgentFile {
+            provider,
+            provider_config: file.provider,
+            agent: file.agent,
+            tools,
+            outbox,
+            store: file.store,
+        })
     }
 }
 
@@ -330,5 +419,26 @@ mod tests {
         assert!(refused("effect = \"read\"\ndedup = \"none\"").contains("tools[0].sim.dedup"));
         assert!(refused("retry = 1").contains("retry"), "a misspelt key is refused");
         assert!(refused("effect = \"remote\"").contains("remote"));
+    }
+
+    #[test]
+    fn a_store_table_names_the_variable_and_the_lease_and_is_checked() {
+        let file = AgentFile::parse(&format!(
+            "{FILE}[store]\nkind = \"postgres\"\ndatabase_url_env = \"FLEET_DB\"\nlease_ms = 5000\n"
+        ))
+        .unwrap();
+        let store = file.store.unwrap();
+        assert_eq!(
+            (store.kind, store.database_url_env.as_deref(), store.lease_ms),
+            (StoreKindConfig::Postgres, Some("FLEET_DB"), Some(5000))
+        );
+        let refused = |table: &str| AgentFile::parse(&format!("{FILE}[store]\n{table}\n")).unwrap_err().to_string();
+        assert!(refused("kind = \"postgres\"\nlease_ms = 999").contains("store.lease_ms"));
+        assert!(refused("kind = \"postgres\"\nlease_ms = 3600001").contains("store.lease_ms"));
+        assert!(refused("kind = \"sqlite\"\nlease_ms = 5000").contains("postgres"));
+        assert!(refused("kind = \"postgres\"\ndatabase_url_env = \"A-B\"").contains("store.database_url_env"));
+        assert!(refused("kind = \"postgres\"\ndatabase_url = \"postgresql://u:p@h/d\"").contains("database_url"));
+        assert!(refused("kind = \"mysql\"").contains("mysql"));
+        assert!(AgentFile::parse(FILE).unwrap().store.is_none());
     }
 }

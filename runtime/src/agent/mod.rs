@@ -30,7 +30,8 @@ use tokio_util::sync::CancellationToken;
 pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
     provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, SimDedup,
-    SimEffect, ToolEnv, ToolSimConfig, PROVIDER_KEY_VARS, SIM_LATENCY_MS_MAX, SIM_RETRIES_MAX, TOOL_TIMEOUT_MS_MAX,
+    SimEffect, StoreKindConfig, StoreSection, ToolEnv, ToolSimConfig, PROVIDER_KEY_VARS, SIM_LATENCY_MS_MAX,
+    SIM_RETRIES_MAX, TOOL_TIMEOUT_MS_MAX,
 };
 pub(crate) use history::History;
 pub use http::{

@@ -27,6 +27,7 @@ pub struct PgServer {
     bin: PathBuf,
     port: u16,
     as_postgres: bool,
+    fsync: bool,
     databases: AtomicU64,
 }
 
@@ -75,13 +76,20 @@ impl PgServer {
             .as_ref()
     }
 
-    /// Starts a new server in a temporary directory.
+    /// Starts a new server in a temporary directory (fsync off: the tests crash processes,
+    /// not the machine, and the kernel keeps what the server wrote).
     pub fn start() -> io::Result<PgServer> {
+        Self::start_with(false)
+    }
+
+    /// Starts a new server with `fsync` on or off (benchmarks compare it with SQLite's
+    /// `synchronous=FULL`, so they turn it on).
+    pub fn start_with(fsync: bool) -> io::Result<PgServer> {
         let bin = find_bin().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no pg_ctl found"))?;
         let dir = tempfile::Builder::new().prefix("faultline-pg-").tempdir()?.keep();
         let uid = Command::new("id").arg("-u").output()?;
         let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
-        let server = PgServer { dir, bin, port: free_port()?, as_postgres, databases: AtomicU64::new(0) };
+        let server = PgServer { dir, bin, port: free_port()?, as_postgres, fsync, databases: AtomicU64::new(0) };
         if as_postgres {
             server.run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&server.dir))?;
         }
@@ -150,9 +158,10 @@ impl PgServer {
 
     fn pg_ctl_command(&self, args: &[&str]) -> Command {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c max_connections=200",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections=200",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            if self.fsync { "on" } else { "off" }
         );
         let log = self.dir.join("server.log");
         let mut command = self.tool("pg_ctl");

@@ -3,6 +3,7 @@
 mod adapter;
 mod append;
 mod memory;
+mod postgres;
 mod recovery;
 mod simulator;
 mod write_behind;
@@ -110,7 +111,7 @@ fn median(mut samples: Vec<f64>) -> f64 {
 }
 
 /// The groups of figures, in the order they run (`faultline bench --only GROUP`).
-pub const GROUPS: [&str; 6] = ["memory", "append", "write-behind", "recovery", "adapter", "simulator"];
+pub const GROUPS: [&str; 7] = ["memory", "append", "write-behind", "recovery", "adapter", "simulator", "postgres"];
 
 /// Runs every figure (`quick`: smaller sizes, same shapes); `exe` is the `faultline` binary
 /// whose `transcript inspect` the memory figure measures (skipped without one).
@@ -156,6 +157,10 @@ pub fn run_all_with(quick: bool, only: Option<&str>, exe: Option<&Path>, phase: 
     if wanted("simulator") {
         phase("simulator");
         figures.extend(simulator(if quick { 8 } else { 40 }));
+    }
+    if wanted("postgres") {
+        phase("postgres");
+        figures.extend(postgres::postgres(&dir, scale));
     }
     let _ = std::fs::remove_dir_all(&dir);
     BenchReport { cores: std::thread::available_parallelism().map_or(1, |n| n.get()), fsync_ms_p50, figures }
