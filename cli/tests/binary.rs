@@ -41,6 +41,7 @@ fn help_lists_every_public_command_and_hides_the_real_agent_host() {
         "llm",
         "model-server",
         "agent",
+        "db",
         "outbox",
         "demo",
         "bench",

@@ -11,6 +11,7 @@ mod llm_config;
 mod llm_sse;
 mod outbox_contract;
 mod owner_fence;
+mod pg_store;
 mod proxy;
 mod public_api;
 mod reconcile;

@@ -17,11 +17,11 @@ use postgres::types::Type;
 
 use super::link::{classify, Link, Linked};
 use super::schema;
-use super::store::{describe, parse_url, LEASE_MS_DEFAULT};
+use super::store::{parse_url, LEASE_MS_DEFAULT};
 use crate::outbox::machine::{self, After, Found, Op};
 use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
 use crate::seams::{Clock, EntropyExt, OwnerIdentity, Process};
-use crate::Result;
+use crate::{Error, Result};
 
 const COLUMNS: &str = "execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at";
 
@@ -35,6 +35,8 @@ pub struct PgOutbox {
     in_flight: Arc<Mutex<BTreeSet<String>>>,
     secrets: crate::secrets::Scrubber,
     target: String,
+    /// Opened for inspection: every transition refuses before it sends anything.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for PgOutbox {
@@ -160,13 +162,11 @@ impl PgOutbox {
         clock: Arc<dyn Clock>,
         entropy: &dyn crate::seams::Entropy,
     ) -> Result<Self> {
-        let (mut config, _) = parse_url(url)?;
-        config.options("-c default_transaction_read_only=on");
-        let target = describe(&config);
+        let (config, target) = parse_url(url)?;
         let link = Link::start(config, Duration::from_millis(LEASE_MS_DEFAULT))?;
         let named = target.clone();
         link.run(move |linked| schema::check_readable(linked.client()?, &named))?;
-        Ok(Self::on(link, target, process, clock, entropy))
+        Ok(Self { read_only: true, ..Self::on(link, target, process, clock, entropy) })
     }
 
     fn on(
@@ -178,7 +178,16 @@ impl PgOutbox {
     ) -> Self {
         let mut me = process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, entropy.hex_id(8));
-        Self { link, process, clock, me, in_flight: Arc::default(), secrets: crate::secrets::Scrubber::new(), target }
+        Self {
+            link,
+            process,
+            clock,
+            me,
+            in_flight: Arc::default(),
+            secrets: crate::secrets::Scrubber::new(),
+            target,
+            read_only: false,
+        }
     }
 
     /// Scrubs the secrets in `secrets` (by value) from every error and answer it stores, before
@@ -197,11 +206,18 @@ impl PgOutbox {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `body` in one transaction on the connection thread, then commits.
+    /// Runs `body` in one transaction on the connection thread, then commits. Every
+    /// transition goes through here, so a queue opened for inspection refuses them all.
     fn transaction<T: Send + 'static>(
         &self,
         body: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        if self.read_only {
+            return Err(Error::NotFaultlineDatabase {
+                path: self.target.clone(),
+                reason: "it was opened for inspection only; a transition writes".into(),
+            });
+        }
         self.link.run(move |linked: &mut Linked| {
             let mut tx = linked.client()?.transaction().map_err(classify)?;
             let value = body(&mut tx)?;

@@ -52,6 +52,8 @@ struct Shared {
     /// The database as printed: user, host, port and name, never the password.
     target: String,
     lease: Duration,
+    /// Opened for inspection: every writing method refuses before it sends anything.
+    read_only: bool,
 }
 
 /// Sessions in one PostgreSQL database, shared by any number of workers on any hosts.
@@ -87,7 +89,7 @@ pub fn database_password(url: &str) -> Option<String> {
 }
 
 /// `postgresql://user@host:port/dbname`, without the password.
-pub(crate) fn describe(config: &postgres::Config) -> String {
+fn describe(config: &postgres::Config) -> String {
     let host = config
         .get_hosts()
         .first()
@@ -123,15 +125,27 @@ impl PgStore {
 
     /// Connects to the database at `url` for inspection only: nothing is created or
     /// migrated, and a database without the faultline schema is refused. `open`, `create`
-    /// and `load` on such a store fail with the server's read-only error.
+    /// and a `load` that would repair refuse on such a store before sending anything (no
+    /// session setting does it: a transaction-mode pooler may refuse startup options).
     pub fn connect_read_only(url: &str, process: Arc<dyn Process>) -> Result<Self> {
-        let (mut config, target) = parse_url(url)?;
-        config.options("-c default_transaction_read_only=on");
+        let (config, target) = parse_url(url)?;
         let lease = Duration::from_millis(LEASE_MS_DEFAULT);
         let link = Link::start(config, lease)?;
         let named = target.clone();
         link.run(move |linked| schema::check_readable(linked.client()?, &named))?;
-        Ok(Self::with_link(link, process, target, lease))
+        let mut store = Self::with_link(link, process, target, lease);
+        store.shared.read_only = true;
+        Ok(store)
+    }
+
+    fn refuse_if_read_only(&self, what: &str) -> Result<()> {
+        if self.shared.read_only {
+            return Err(Error::NotFaultlineDatabase {
+                path: self.shared.target.clone(),
+                reason: format!("it was opened for inspection only; {what} writes"),
+            });
+        }
+        Ok(())
     }
 
     /// Applies the missing schema migrations to the database at `url`; returns the versions
@@ -143,7 +157,8 @@ impl PgStore {
     }
 
     fn with_link(link: Arc<Link>, process: Arc<dyn Process>, target: String, lease: Duration) -> Self {
-        Self { shared: Shared { link, process, target, lease }, evidence: Arc::new(crate::store::NoEvidence) }
+        let shared = Shared { link, process, target, lease, read_only: false };
+        Self { shared, evidence: Arc::new(crate::store::NoEvidence) }
     }
 
     /// Crash repair consults `evidence` (the delivery queue) before calling a started call's
@@ -209,6 +224,7 @@ fn lease_secs(lease: Duration) -> f64 {
 
 impl Store for PgStore {
     fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>> {
+        self.refuse_if_read_only("creating a session")?;
         let header = SessionHeader::new(id.as_str(), created_at).encode();
         let me = identity_json(&self.shared.process.identity());
         let (sid, secs) = (id.to_string(), lease_secs(self.shared.lease));
@@ -237,6 +253,7 @@ impl Store for PgStore {
     }
 
     fn open(&self, id: &SessionId, takeover: Takeover) -> Result<Opened> {
+        self.refuse_if_read_only("opening a session to write it")?;
         let me = identity_json(&self.shared.process.identity());
         let (sid, secs) = (id.to_string(), lease_secs(self.shared.lease));
         let (process, evidence) = (self.shared.process.clone(), self.evidence.clone());

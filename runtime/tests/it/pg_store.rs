@@ -1,0 +1,52 @@
+//! What only the PostgreSQL backend has: its schema's migrations, and stores opened for
+//! inspection that never write (the shared contracts run in `store_contract.rs` and
+//! `outbox_contract.rs`).
+
+use faultline_runtime::outbox::Outbox;
+use faultline_runtime::production::{self, PgOutbox, PgStore, LEASE_MS_DEFAULT, SCHEMA_VERSION};
+use faultline_runtime::store::{SessionId, Store, Takeover};
+use faultline_runtime::testing::PgServer;
+use faultline_runtime::Error;
+
+/// A fresh database, or `None` where PostgreSQL is not installed (the shared server says so).
+fn database() -> Option<String> {
+    PgServer::shared().map(PgServer::fresh_database)
+}
+
+#[test]
+fn migrations_apply_once_and_readers_refuse_a_database_without_them() {
+    let Some(url) = database() else { return };
+    let process = production::seams().process;
+    let refused = PgStore::connect_read_only(&url, process.clone()).unwrap_err();
+    assert!(matches!(refused, Error::NotFaultlineDatabase { .. }), "{refused}");
+    assert!(refused.to_string().contains("no faultline schema"), "{refused}");
+    // The refusal created nothing: a second reader is refused the same way.
+    assert!(PgStore::connect_read_only(&url, process.clone()).is_err());
+    let applied = PgStore::migrate(&url).unwrap();
+    assert_eq!(applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    assert!(PgStore::migrate(&url).unwrap().is_empty(), "a second migration applies nothing");
+    PgStore::connect_read_only(&url, process).unwrap();
+}
+
+#[test]
+fn stores_opened_for_inspection_refuse_every_write_before_sending_it() {
+    let Some(url) = database() else { return };
+    let seams = production::seams();
+    let writer = PgStore::connect(&url, seams.process.clone(), LEASE_MS_DEFAULT).unwrap();
+    let id = SessionId::new("s").unwrap();
+    writer.create(&id, 1).unwrap().close().unwrap();
+
+    let reader = PgStore::connect_read_only(&url, seams.process.clone()).unwrap();
+    let create = reader.create(&SessionId::new("t").unwrap(), 1).unwrap_err();
+    assert!(create.to_string().contains("inspection only"), "{create}");
+    let open = reader.open(&id, Takeover::IfDead).unwrap_err();
+    assert!(open.to_string().contains("inspection only"), "{open}");
+    assert_eq!(writer.list().unwrap(), vec![id.clone()], "nothing was created");
+    assert!(reader.inspect(&id).unwrap().owner.is_none(), "the released session is still released");
+
+    let queue =
+        PgOutbox::connect_read_only(&url, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).unwrap();
+    assert!(queue.enqueue("x", "payload").unwrap_err().to_string().contains("inspection only"));
+    assert!(queue.claim_next().is_err());
+    assert!(queue.list(None).unwrap().is_empty(), "reads still work");
+}
