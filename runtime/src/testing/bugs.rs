@@ -63,3 +63,35 @@ pub fn plant(bugs: &[&str]) {
     }
     ACTIVE.with(|active| *active.borrow_mut() = bugs.iter().map(|b| (*b).to_owned()).collect());
 }
+
+/// The bugs planted on a thread, carried to a thread that works on its behalf (a database
+/// connection's): a bug planted in a caller shows in the work done for it. Empty, and free,
+/// without the `planted-bugs` feature.
+#[derive(Debug, Clone, Default)]
+pub struct Carried {
+    #[cfg(feature = "planted-bugs")]
+    bugs: Vec<String>,
+}
+
+impl Carried {
+    /// The bugs planted on this thread now.
+    pub fn here() -> Carried {
+        #[cfg(feature = "planted-bugs")]
+        {
+            Carried { bugs: ACTIVE.with(|active| active.borrow().iter().cloned().collect()) }
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        {
+            Carried {}
+        }
+    }
+
+    /// Plants exactly these bugs on the current thread.
+    pub fn plant_here(&self) {
+        #[cfg(feature = "planted-bugs")]
+        {
+            let names: Vec<&str> = self.bugs.iter().map(String::as_str).collect();
+            plant(&names);
+        }
+    }
+}

@@ -133,8 +133,11 @@ impl Link {
         job: impl FnOnce(&mut Linked) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (answer, result) = mpsc::sync_channel(1);
+        // The job runs as its caller would: with the caller's planted bugs, if any.
+        let planted = crate::testing::bugs::Carried::here();
         self.jobs
             .send(Box::new(move |linked| {
+                planted.plant_here();
                 let _ = answer.send(job(linked));
             }))
             .map_err(|_| thread_gone())?;
