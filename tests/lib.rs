@@ -173,3 +173,37 @@ pub fn doc_sh_lines(doc: &str, heading: &str) -> Vec<String> {
     let block = block.split_once("```").map(|(block, _)| block).expect("a closed block");
     block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
 }
+
+/// An agent config whose `send` tool appends its execution id to `dir/marker.log` (the
+/// receiver's own record of every effect), through the delivery queue when `via_outbox`, and
+/// then hangs 30 s when `hang` (so a test can kill the agent right after the effect, before
+/// its result). Written to its own file per variant; returns the path.
+pub fn marker_agent_config(dir: &Path, base_url: &str, via_outbox: bool, hang: bool) -> PathBuf {
+    let marker = dir.join("marker.log");
+    let sleep = if hang { "; sleep 30" } else { "" };
+    let text = format!(
+        r#"[provider]
+preset = "openai-compatible"
+base_url = "{base_url}"
+model = "m"
+idle_timeout_ms = 60000
+
+[[tools]]
+name = "send"
+description = "send a message"
+command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}{sleep}"]
+side_effects = true
+via_outbox = {via_outbox}
+"#,
+        marker = marker.display()
+    );
+    let path =
+        dir.join(format!("{}{}.toml", if hang { "hanging" } else { "agent" }, if via_outbox { "-outbox" } else { "" }));
+    std::fs::write(&path, text).expect("write the agent config");
+    path
+}
+
+/// The execution ids `marker_agent_config`'s tool recorded in `dir`, in order.
+pub fn markers(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("marker.log")).unwrap_or_default().lines().map(str::to_owned).collect()
+}

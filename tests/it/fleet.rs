@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use faultline_e2e::{faultline, faultline_bin, logged_requests, skip_or_fail, stderr, stdout, ModelServerProcess};
+use faultline_e2e::{
+    faultline, faultline_bin, logged_requests, marker_agent_config, markers, skip_or_fail, stderr, stdout,
+    ModelServerProcess,
+};
 use faultline_runtime::testing::{PgServer, REQUIRE_POSTGRES_ENV};
 use serde_json::{json, Value};
 
@@ -23,29 +26,8 @@ fn database() -> Option<String> {
     }
 }
 
-/// An agent config with a `send` tool that appends its execution id to `marker.log` (and
-/// hangs afterwards when `hang`, so the test can kill the worker right after the effect).
 fn config(dir: &Path, base_url: &str, hang: bool) -> PathBuf {
-    let marker = dir.join("marker.log");
-    let hang = if hang { "; sleep 30" } else { "" };
-    let text = format!(
-        r#"[provider]
-preset = "openai-compatible"
-base_url = "{base_url}"
-model = "m"
-idle_timeout_ms = 60000
-
-[[tools]]
-name = "send"
-description = "send a message"
-command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}{hang}"]
-side_effects = true
-"#,
-        marker = marker.display()
-    );
-    let path = dir.join(if hang.is_empty() { "agent.toml" } else { "hanging.toml" });
-    std::fs::write(&path, text).unwrap();
-    path
+    marker_agent_config(dir, base_url, false, hang)
 }
 
 /// `agent run` of one worker on session `id` of `url` (its own session directory: workers
@@ -85,10 +67,6 @@ fn cat(url: &str, id: &str) -> Vec<Value> {
     let output = transcript("cat", url, id, &[]);
     assert_eq!(output.status.code(), Some(0), "cat: {}", stderr(&output));
     stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn markers(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("marker.log")).unwrap_or_default().lines().map(str::to_owned).collect()
 }
 
 #[test]
@@ -168,79 +146,61 @@ fn signal(child: &Child, signal: &str) {
     assert!(status.success());
 }
 
-#[test]
-fn a_worker_stopped_past_its_lease_wakes_up_fenced_and_writes_nothing() {
-    let Some(url) = database() else { return };
+/// The zombie of both zombie tests: a worker (lease 1 s) streams `first` (the model's first
+/// response) into session `id`; `stop_after_ms` after its request it is SIGSTOPped and left
+/// 2.5 s, past its lease; a second worker takes the session over and answers the model's
+/// second response; then the zombie is SIGCONTed. Holds what both tests need — the takeover
+/// succeeded, the zombie ended not kept and was told it was fenced, and nothing it wrote after
+/// the takeover landed — and returns the test's directory (the tool's markers) and the second
+/// worker's summary.
+fn a_zombie_wakes_fenced(id: &str, first: Value, stop_after_ms: u64) -> Option<(tempfile::TempDir, Value)> {
+    let url = database()?;
     let dir = tempfile::tempdir().unwrap();
-    // The zombie's answer streams slowly; the second worker's comes at once.
-    let slow: Vec<Value> = (0..40).map(|i| json!({"text": format!("zombie {i} ")})).collect();
     let server = ModelServerProcess::start(
         dir.path(),
-        &json!({"responses": [
-            {"frames": slow, "finish": "stop", "frame_delay_ms": 50},
-            {"frames": [{"text": "The live worker's answer."}], "finish": "stop"}
-        ]}),
+        &json!({"responses": [first, {"frames": [{"text": "The live worker's answer."}], "finish": "stop"}]}),
     );
     let config = config(dir.path(), &server.base_url(), false);
     let lease = ["--lease-ms", "1000"];
-    let zombie = spawn(worker(&config, &dir.path().join("w1"), &url, "z", false, &lease));
+    let zombie = spawn(worker(&config, &dir.path().join("w1"), &url, id, false, &lease));
     wait_for("the zombie's request at the model server", || !logged_requests(dir.path()).is_empty());
-    std::thread::sleep(Duration::from_millis(300)); // a few chunks in
+    std::thread::sleep(Duration::from_millis(stop_after_ms));
     signal(&zombie, "STOP");
     std::thread::sleep(Duration::from_millis(2_500)); // past the lease: nobody renews it
 
-    let output = worker(&config, &dir.path().join("w2"), &url, "z", true, &lease).output().unwrap();
+    let output = worker(&config, &dir.path().join("w2"), &url, id, true, &lease).output().unwrap();
     assert_eq!(output.status.code(), Some(0), "the live worker takes over: {}", stderr(&output));
     let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
-    assert_eq!(summary["assistant_text"], "The live worker's answer.", "{summary}");
-    let after_takeover = cat(&url, "z");
-
-    signal(&zombie, "CONT");
-    let woke = zombie.wait_with_output().unwrap();
-    assert_ne!(woke.status.code(), Some(0), "the zombie's turn cannot be kept: {}", stderr(&woke));
-    assert!(
-        String::from_utf8_lossy(&woke.stderr).contains("superseded"),
-        "the zombie is told it was fenced: {}",
-        String::from_utf8_lossy(&woke.stderr)
-    );
-    assert_eq!(cat(&url, "z"), after_takeover, "nothing the zombie wrote after the takeover landed");
-    let inspected = transcript("inspect", &url, "z", &[]);
-    assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
-}
-
-#[test]
-fn a_zombie_never_dispatches_the_tool_call_it_streams_after_the_takeover() {
-    let Some(url) = database() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    // The zombie's answer streams text slowly, then calls the tool.
-    let mut frames: Vec<Value> = (0..30).map(|i| json!({"text": format!("thinking {i} ")})).collect();
-    frames.push(json!({"tool_call": {"index": 0, "id": "call_z", "name": "send", "arguments": "{\"text\":\"hi\"}"}}));
-    let server = ModelServerProcess::start(
-        dir.path(),
-        &json!({"responses": [
-            {"frames": frames, "finish": "tool_calls", "frame_delay_ms": 40},
-            {"frames": [{"text": "Nothing was sent."}], "finish": "stop"}
-        ]}),
-    );
-    let config = config(dir.path(), &server.base_url(), false);
-    let lease = ["--lease-ms", "1000"];
-    let zombie = spawn(worker(&config, &dir.path().join("w1"), &url, "d", false, &lease));
-    wait_for("the zombie's request at the model server", || !logged_requests(dir.path()).is_empty());
-    std::thread::sleep(Duration::from_millis(200));
-    signal(&zombie, "STOP");
-    std::thread::sleep(Duration::from_millis(2_500));
-
-    let output = worker(&config, &dir.path().join("w2"), &url, "d", true, &lease).output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "the live worker takes over: {}", stderr(&output));
-    let after_takeover = cat(&url, "d");
+    let after_takeover = cat(&url, id);
 
     signal(&zombie, "CONT");
     let woke = zombie.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&woke.stderr);
-    assert_ne!(woke.status.code(), Some(0), "{said}");
+    assert_ne!(woke.status.code(), Some(0), "the zombie's turn cannot be kept: {said}");
     assert!(said.contains("superseded"), "the zombie is told it was fenced: {said}");
+    assert_eq!(cat(&url, id), after_takeover, "nothing the zombie wrote after the takeover landed");
+    let inspected = transcript("inspect", &url, id, &[]);
+    assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
+    Some((dir, summary))
+}
+
+#[test]
+fn a_worker_stopped_past_its_lease_wakes_up_fenced_and_writes_nothing() {
+    // The zombie's answer streams slowly: stopped a few chunks in.
+    let slow: Vec<Value> = (0..40).map(|i| json!({"text": format!("zombie {i} ")})).collect();
+    let first = json!({"frames": slow, "finish": "stop", "frame_delay_ms": 50});
+    let Some((_, summary)) = a_zombie_wakes_fenced("z", first, 300) else { return };
+    assert_eq!(summary["assistant_text"], "The live worker's answer.", "{summary}");
+}
+
+#[test]
+fn a_zombie_never_dispatches_the_tool_call_it_streams_after_the_takeover() {
+    // The zombie's answer streams text slowly, then calls the tool.
+    let mut frames: Vec<Value> = (0..30).map(|i| json!({"text": format!("thinking {i} ")})).collect();
+    frames.push(json!({"tool_call": {"index": 0, "id": "call_z", "name": "send", "arguments": "{\"text\":\"hi\"}"}}));
+    let first = json!({"frames": frames, "finish": "tool_calls", "frame_delay_ms": 40});
+    let Some((dir, _)) = a_zombie_wakes_fenced("d", first, 200) else { return };
     assert!(markers(dir.path()).is_empty(), "no effect from the fenced epoch: {:?}", markers(dir.path()));
-    assert_eq!(cat(&url, "d"), after_takeover, "nothing the zombie wrote after the takeover landed");
 }
 
 #[test]
@@ -300,14 +260,17 @@ fn eight_workers_drain_one_queue_of_a_thousand_and_each_is_delivered_once() {
     assert_eq!(stdout(&listed).lines().count(), ITEMS, "{}", stderr(&listed));
 }
 
-#[test]
-fn a_server_restarted_mid_turn_loses_nothing_acknowledged() {
-    if PgServer::shared().is_none() {
-        return skip_or_fail(REQUIRE_POSTGRES_ENV, "PostgreSQL is not installed");
-    }
-    // A server of its own: this test restarts it.
-    let server = PgServer::start().unwrap();
-    let url = server.fresh_database();
+/// The answer of the database-fault tests: 60 parts, 25 ms apart (1.5 s of streaming).
+fn slow_parts() -> String {
+    (0..60).map(|i| format!("part {i} ")).collect()
+}
+
+/// A worker streams [`slow_parts`] into session `id` of `url` through `reach_url` while
+/// `fault` hits the database (once the request reached the model); then the verdict both
+/// database-fault tests hold: the turn completed with every part durable, or failed
+/// classified (exit 6, the database named); either way another worker resumes the session
+/// and what was committed reads back clean.
+fn a_turn_survives(url: &str, reach_url: &str, id: &str, fault: impl FnOnce()) {
     let dir = tempfile::tempdir().unwrap();
     let frames: Vec<Value> = (0..60).map(|i| json!({"text": format!("part {i} ")})).collect();
     let model = ModelServerProcess::start(
@@ -318,32 +281,41 @@ fn a_server_restarted_mid_turn_loses_nothing_acknowledged() {
         ]}),
     );
     let config = config(dir.path(), &model.base_url(), false);
-    let running = spawn(worker(&config, &dir.path().join("w1"), &url, "r", false, &[]));
+    let running = spawn(worker(&config, &dir.path().join("w1"), reach_url, id, false, &[]));
     wait_for("the request at the model server", || !logged_requests(dir.path()).is_empty());
-    std::thread::sleep(Duration::from_millis(300));
-    server.restart_immediate().unwrap();
+    fault();
     let output = running.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&output.stderr).into_owned();
     match output.status.code() {
-        // Completed across the restart: the whole answer is durable.
         Some(0) => {
             let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
             assert_eq!(summary["kept"], true, "{summary}");
-            let text: String = (0..60).map(|i| format!("part {i} ")).collect();
-            assert_eq!(summary["assistant_text"], text.as_str());
-            let log = cat(&url, "r");
+            assert_eq!(summary["assistant_text"], slow_parts().as_str());
+            let log = cat(url, id);
             let message = log.iter().find(|r| r["type"] == "assistant/message").expect("the answer is durable");
-            assert_eq!(message["data"]["message"]["content"][0]["text"], text.as_str(), "{message}");
+            assert_eq!(message["data"]["message"]["content"][0]["text"], slow_parts().as_str(), "{message}");
         }
-        // Failed classified: the turn is reported not kept, naming the database.
         Some(6) => assert!(said.contains("postgres") || said.contains("DATABASE_UNREACHABLE"), "{said}"),
         other => panic!("neither completed nor failed classified ({other:?}): {said}"),
     }
-    // Either way the session is resumable, and what was committed reads back clean.
-    let resumed = worker(&config, &dir.path().join("w2"), &url, "r", true, &[]).output().unwrap();
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    let inspected = transcript("inspect", &url, "r", &[]);
+    let resumed = worker(&config, &dir.path().join("w2"), url, id, true, &[]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "resumable: {}", stderr(&resumed));
+    let inspected = transcript("inspect", url, id, &[]);
     assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
+}
+
+#[test]
+fn a_server_restarted_mid_turn_loses_nothing_acknowledged() {
+    if PgServer::shared().is_none() {
+        return skip_or_fail(REQUIRE_POSTGRES_ENV, "PostgreSQL is not installed");
+    }
+    // A server of its own: this test restarts it.
+    let server = PgServer::start().unwrap();
+    let url = server.fresh_database();
+    a_turn_survives(&url, &url, "r", || {
+        std::thread::sleep(Duration::from_millis(300));
+        server.restart_immediate().unwrap();
+    });
 }
 
 /// A TCP proxy to the database that can cut every connection through it at once (both
@@ -395,39 +367,15 @@ fn connections_cut_mid_turn_are_classified_and_the_session_resumes() {
     let server_port = url.rsplit(':').next().unwrap().split('/').next().unwrap().parse().unwrap();
     let proxy = CuttingProxy::start(server_port);
     let through_proxy = url.replace(&format!(":{server_port}/"), &format!(":{}/", proxy.port));
-    let dir = tempfile::tempdir().unwrap();
-    let frames: Vec<Value> = (0..60).map(|i| json!({"text": format!("part {i} ")})).collect();
-    let model = ModelServerProcess::start(
-        dir.path(),
-        &json!({"responses": [
-            {"frames": frames, "finish": "stop", "frame_delay_ms": 25},
-            {"frames": [{"text": "Resumed."}], "finish": "stop"}
-        ]}),
-    );
-    let config = config(dir.path(), &model.base_url(), false);
-    let running = spawn(worker(&config, &dir.path().join("w1"), &through_proxy, "c", false, &[]));
-    wait_for("the request at the model server", || !logged_requests(dir.path()).is_empty());
-    // Cut every connection through the proxy, ten times while the answer streams.
-    let mut cut = 0;
-    for _ in 0..10 {
-        std::thread::sleep(Duration::from_millis(100));
-        cut += proxy.cut();
-    }
-    assert!(cut > 0, "the worker's connection was cut");
-    let output = running.wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&output.stderr).into_owned();
-    match output.status.code() {
-        Some(0) => {
-            let summary: Value = serde_json::from_str(stdout(&output).trim()).unwrap();
-            assert_eq!(summary["kept"], true, "{summary}");
+    a_turn_survives(&url, &through_proxy, "c", || {
+        // Cut every connection through the proxy, ten times while the answer streams.
+        let mut cut = 0;
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(100));
+            cut += proxy.cut();
         }
-        Some(6) => assert!(said.contains("postgres") || said.contains("DATABASE_UNREACHABLE"), "{said}"),
-        other => panic!("neither completed nor failed classified ({other:?}): {said}"),
-    }
-    let resumed = worker(&config, &dir.path().join("w2"), &url, "c", true, &[]).output().unwrap();
-    assert_eq!(resumed.status.code(), Some(0), "resumable: {}", stderr(&resumed));
-    let inspected = transcript("inspect", &url, "c", &[]);
-    assert_eq!(inspected.status.code(), Some(0), "{}", stdout(&inspected));
+        assert!(cut > 0, "the worker's connection was cut");
+    });
 }
 
 #[test]

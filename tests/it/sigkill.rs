@@ -8,35 +8,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use faultline_e2e::{agent_run_args, faultline, faultline_bin, logged_requests, stderr, stdout, ModelServerProcess};
+use faultline_e2e::{
+    agent_run_args, faultline, faultline_bin, logged_requests, marker_agent_config, markers, stderr, stdout,
+    ModelServerProcess,
+};
 use serde_json::{json, Value};
 
 const STORES: [&str; 3] = ["jsonl", "zstd", "sqlite"];
 
-/// An agent config whose `send` tool appends its execution id to `marker` and then hangs (so
-/// the test can kill the agent right after the side effect, before the result).
 fn config(dir: &Path, base_url: &str, via_outbox: bool, hang: bool) -> PathBuf {
-    let marker = dir.join("marker.log");
-    let hang = if hang { "; sleep 30" } else { "" };
-    let text = format!(
-        r#"[provider]
-preset = "openai-compatible"
-base_url = "{base_url}"
-model = "m"
-idle_timeout_ms = 60000
-
-[[tools]]
-name = "send"
-description = "send a message"
-command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}{hang}"]
-side_effects = true
-via_outbox = {via_outbox}
-"#,
-        marker = marker.display()
-    );
-    let path = dir.join("agent.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    marker_agent_config(dir, base_url, via_outbox, hang)
 }
 
 fn spawn_agent(config: &Path, sessions: &Path, store: &str, session: &str, resume: bool, prompt: &str) -> Child {
@@ -57,10 +38,6 @@ fn wait_for(what: &str, ready: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn markers(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("marker.log")).unwrap_or_default().lines().map(str::to_owned).collect()
 }
 
 /// `transcript inspect --json` of session `id`.

@@ -8,6 +8,8 @@ use faultline_runtime::store::{SessionId, Store, Takeover};
 use faultline_runtime::testing::PgServer;
 use faultline_runtime::Error;
 
+use crate::fixtures::TestProcess;
+
 /// A fresh database, or `None` where PostgreSQL is not installed (the shared server says so).
 fn database() -> Option<String> {
     PgServer::shared().map(PgServer::fresh_database)
@@ -49,4 +51,26 @@ fn stores_opened_for_inspection_refuse_every_write_before_sending_it() {
     assert!(queue.enqueue("x", "payload").unwrap_err().to_string().contains("inspection only"));
     assert!(queue.claim_next().is_err());
     assert!(queue.list(None).unwrap().is_empty(), "reads still work");
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // a real lease runs out on the server's clock: real sleeps
+fn a_writers_lease_is_renewed_while_it_idles_and_runs_out_once_it_is_dropped() {
+    let Some(url) = database() else { return };
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    let id = SessionId::new("leased").unwrap();
+    let first = PgStore::connect(&url, a, 1_000).unwrap();
+    let held = first.create(&id, 1).unwrap();
+    // Two lease lengths without an append: only the renewal keeps the lease live.
+    std::thread::sleep(std::time::Duration::from_millis(2_000));
+    let second = PgStore::connect(&url, b, 1_000).unwrap();
+    let refused = second.open(&id, Takeover::IfDead).unwrap_err();
+    assert!(matches!(refused, Error::SessionLocked { .. }), "the idle writer's lease was renewed: {refused}");
+    // A writer dropped without release stops renewing: once its lease ran out, another
+    // worker takes the session over although the holder's process still runs (a zombie).
+    drop(held);
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let opened = second.open(&id, Takeover::IfDead).unwrap();
+    assert!(opened.log.token() > 1, "the takeover moved the epoch on");
 }
