@@ -64,7 +64,7 @@ pub enum StoreKindConfig {
 
 /// Shortest and longest lease a `[store]` table may ask for, in ms (the PostgreSQL store's
 /// own bounds).
-const STORE_LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=3_600_000;
+const STORE_LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = crate::store::LEASE_MS_MIN..=crate::store::LEASE_MS_MAX;
 
 impl StoreSection {
     fn check(&self) -> Result<(), ConfigError> {

@@ -12,6 +12,7 @@
 mod file;
 mod format;
 mod id;
+mod lease;
 mod limits;
 mod memory;
 mod owner;
@@ -31,14 +32,14 @@ pub(crate) use format::Encoded;
 pub use format::Format;
 pub use format::{EncodedRecord, SealedBatch, Sealer};
 pub use id::{InvalidSessionId, SessionId, SESSION_ID_BYTES_MAX};
+pub(crate) use lease::{check_lease_ms, check_lease_takeover, renewal_interval, HeldLeases};
+pub use lease::{LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN};
 pub(crate) use limits::check_record_line;
 pub use limits::{
     json_escaped_bytes, torn_unit_bytes_max, ANSWER_BYTES_MAX, RECORD_ENVELOPE_BYTES_MAX, RECORD_LINE_BYTES_MAX,
     WRITE_UNIT_BYTES_MAX,
 };
 pub use memory::MemoryStore;
-#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
-pub(crate) use owner::check_lease_takeover;
 pub(crate) use owner::check_takeover;
 pub use repair::{
     closers_with, execution_id, never_claimed, Evidence, NoEvidence, OutcomeEvidence, DELIVERY_UNKNOWN_NAME,

@@ -98,30 +98,6 @@ pub(crate) fn check_takeover(
     Ok(())
 }
 
-/// The one-writer rule for a holder that also holds a lease (a database shared by hosts that
-/// cannot see each other's processes): a holder whose lease is live is refused unless it is
-/// provably dead; an expired lease makes it a dead owner whatever its process looks like from
-/// here (a stopped or partitioned worker is a zombie, and its epoch is fenced at takeover).
-/// Shared by every leased backend.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) fn check_lease_takeover(
-    process: &dyn Process,
-    id: &str,
-    holder: Option<&OwnerIdentity>,
-    lease_live: bool,
-    takeover: Takeover,
-) -> Result<()> {
-    let Some(holder) = holder else { return Ok(()) };
-    let describe_holder = if lease_live { holder.to_string() } else { format!("{holder}, whose lease expired") };
-    if lease_live && process.liveness(holder) == Liveness::Alive {
-        return Err(Error::SessionLocked { id: id.to_owned(), holder: describe_holder });
-    }
-    if takeover == Takeover::Never {
-        return Err(Error::StaleOwner { id: id.to_owned(), holder: describe_holder });
-    }
-    Ok(())
-}
-
 /// Takes ownership of the session in `dir`, returning the new fencing token.
 pub(crate) fn acquire(seams: &Seams, dir: &Path, id: &str, takeover: Takeover) -> Result<u64> {
     let current = current(seams, dir)?;

@@ -11,13 +11,13 @@
 //! named prepared statement (every statement is sent with its parameter types, unnamed), so
 //! it works through a transaction-mode pooler.
 
-use std::collections::BTreeMap;
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use postgres::types::Type;
 
 use crate::error::DatabaseError;
+use crate::store::HeldLeases;
 use crate::{Error, Result};
 
 /// How long a connection attempt may take, in milliseconds.
@@ -49,13 +49,10 @@ impl Linked {
     }
 }
 
-/// The leases a link keeps renewing: session id → epoch.
-type Leases = Arc<Mutex<BTreeMap<String, i64>>>;
-
 /// A handle on the connection thread. The thread ends when the last handle is dropped.
 pub(crate) struct Link {
     jobs: mpsc::Sender<Job>,
-    leases: Leases,
+    leases: HeldLeases,
 }
 
 impl std::fmt::Debug for Link {
@@ -69,22 +66,15 @@ impl std::fmt::Debug for Link {
 const RENEW_SQL: &str =
     "UPDATE faultline_sessions SET lease_expires_at = now() + make_interval(secs => $3) WHERE id = $1 AND epoch = $2";
 
-fn renew(linked: &mut Linked, leases: &Leases, lease: Duration) {
-    let held: Vec<(String, i64)> =
-        leases.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(k, v)| (k.clone(), *v)).collect();
-    for (id, epoch) in held {
+fn renew(linked: &mut Linked, leases: &HeldLeases, lease: Duration) {
+    for (id, epoch) in leases.held() {
         let secs = lease.as_secs_f64();
+        let at = epoch as i64;
         let renewed = linked.client().and_then(|c| {
-            c.execute_typed(RENEW_SQL, &[(&id, Type::TEXT), (&epoch, Type::INT8), (&secs, Type::FLOAT8)])
-                .map_err(classify)
+            c.execute_typed(RENEW_SQL, &[(&id, Type::TEXT), (&at, Type::INT8), (&secs, Type::FLOAT8)]).map_err(classify)
         });
         match renewed {
-            Ok(0) => {
-                let mut leases = leases.lock().unwrap_or_else(PoisonError::into_inner);
-                if leases.get(&id) == Some(&epoch) {
-                    leases.remove(&id);
-                }
-            }
+            Ok(0) => leases.drop_lease(&id, epoch),
             Ok(_) => {}
             // Unreachable now: tried again at the next round, while the lease lasts.
             Err(_) => linked.forget(),
@@ -100,9 +90,9 @@ impl Link {
         config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
         config.keepalives(true);
         let (jobs, inbox) = mpsc::channel::<Job>();
-        let leases: Leases = Arc::default();
+        let leases = HeldLeases::default();
         let renewed = leases.clone();
-        let renew_every = lease / 3;
+        let renew_every = crate::store::renewal_interval(lease);
         std::thread::Builder::new()
             .name("faultline-postgres".into())
             .spawn(move || {
@@ -159,17 +149,9 @@ impl Link {
         })
     }
 
-    /// Keeps renewing the lease of session `id` at `epoch` until [`Link::drop_lease`].
-    pub(crate) fn hold_lease(&self, id: &str, epoch: i64) {
-        self.leases.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), epoch);
-    }
-
-    /// Stops renewing the lease of `id` at `epoch` (another epoch's entry is left alone).
-    pub(crate) fn drop_lease(&self, id: &str, epoch: i64) {
-        let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        if leases.get(id) == Some(&epoch) {
-            leases.remove(id);
-        }
+    /// The leases this link keeps renewing (a writer enters its own at open, leaves at release).
+    pub(crate) fn leases(&self) -> &HeldLeases {
+        &self.leases
     }
 }
 

@@ -26,12 +26,8 @@ use crate::store::{encode_rows, inspect_rows, LogMedium, SessionWriter};
 use crate::store::{Inspection, Loaded, Opened, OutcomeEvidence, Repair, SessionId, SessionLog, Store, Takeover};
 use crate::{Error, Result};
 
-/// A writer's lease when none is configured, in milliseconds.
-pub const LEASE_MS_DEFAULT: u64 = 30_000;
-/// The shortest lease accepted, in milliseconds (it is renewed every third of it).
-pub const LEASE_MS_MIN: u64 = 1_000;
-/// The longest lease accepted, in milliseconds.
-pub const LEASE_MS_MAX: u64 = 3_600_000;
+/// A writer's lease: its bounds and default, shared by every leased backend.
+pub use crate::store::{LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN};
 
 const SELECT_SESSION: &str = "SELECT header, revision, epoch, owner, coalesce(lease_expires_at > now(), false)
     FROM faultline_sessions WHERE id = $1";
@@ -104,18 +100,11 @@ fn describe(config: &postgres::Config) -> String {
     format!("postgresql://{user}{host}:{port}/{db}")
 }
 
-fn check_lease_ms(lease_ms: u64) -> Result<Duration> {
-    if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&lease_ms) {
-        return Err(Error::BadBatch(format!("lease of {lease_ms} ms is outside {LEASE_MS_MIN}..={LEASE_MS_MAX} ms")));
-    }
-    Ok(Duration::from_millis(lease_ms))
-}
-
 impl PgStore {
     /// Connects to the database at `url` for writing, applying missing schema migrations,
     /// with writers' leases of `lease_ms` ([`LEASE_MS_MIN`]..=[`LEASE_MS_MAX`]).
     pub fn connect(url: &str, process: Arc<dyn Process>, lease_ms: u64) -> Result<Self> {
-        let lease = check_lease_ms(lease_ms)?;
+        let lease = crate::store::check_lease_ms(lease_ms)?;
         let (config, target) = parse_url(url)?;
         let link = Link::start(config, lease)?;
         let named = target.clone();
@@ -248,7 +237,7 @@ impl Store for PgStore {
             }
             Err(Error::SessionExists(sid.clone()))
         })?;
-        self.shared.link.hold_lease(id.as_str(), 1);
+        self.shared.link.leases().hold(id.as_str(), 1);
         SessionWriter::boxed(id, 1, &[], self.medium(id, 1))
     }
 
@@ -289,7 +278,7 @@ impl Store for PgStore {
             tx.commit().map_err(classify)?;
             Ok((epoch, inspection))
         })?;
-        self.shared.link.hold_lease(id.as_str(), epoch);
+        self.shared.link.leases().hold(id.as_str(), epoch as u64);
         let header = inspection.header.clone().expect("clean inspections have a header");
         let mut records = inspection.records;
         let repair = (!inspection.closers.is_empty()).then(|| {
@@ -451,7 +440,7 @@ impl LogMedium for PgMedium {
     fn release(self: Box<Self>, id: &SessionId, token: u64) -> Result<()> {
         debug_assert_eq!(token as i64, self.epoch);
         let (sid, epoch) = (id.to_string(), self.epoch);
-        self.shared.link.drop_lease(&sid, epoch);
+        self.shared.link.leases().drop_lease(&sid, epoch as u64);
         self.shared.link.run_idempotent(move |linked| {
             let released = linked
                 .client()?
@@ -478,6 +467,6 @@ impl Drop for PgMedium {
     fn drop(&mut self) {
         // A writer dropped without release stops renewing: its lease runs out and the
         // session can be taken over.
-        self.shared.link.drop_lease(&self.id, self.epoch);
+        self.shared.link.leases().drop_lease(&self.id, self.epoch as u64);
     }
 }
