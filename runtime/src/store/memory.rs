@@ -1,14 +1,20 @@
 //! The memory backend: for embedders that need no persistence, and as the reference the
 //! contract suite holds the durable backends to. It cannot tear, so it never needs
 //! truncation, but it applies the same ownership, fencing and repair rules.
+//!
+//! [`MemoryStore::leased`] shares one set of sessions between hosts that cannot see each
+//! other's processes, as a database does: writers hold leases (the rules of `lease.rs`,
+//! shared with PostgreSQL) judged by one clock, the store's. The simulator runs its fleet
+//! on it: a worker paused past its lease is taken over, and every write it sends under
+//! its old epoch is refused under the store's lock, the one statement that does the work.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::writer::{LogMedium, SessionWriter};
-use super::{Inspection, Loaded, Opened, Repair, Scan, SessionId, SessionLog, Store, Takeover};
+use super::{HeldLeases, Inspection, Loaded, Opened, Repair, Scan, SessionId, SessionLog, Store, Takeover};
 use crate::event::{Record, SessionHeader};
-use crate::seams::{OwnerIdentity, Process};
+use crate::seams::{Clock, Monotonic, OwnerIdentity, Process};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -17,6 +23,27 @@ struct MemSession {
     records: Vec<Record>,
     token: u64,
     owner: Option<OwnerIdentity>,
+    /// When the holder's lease runs out (leased stores; `None` when released or unleased).
+    lease_expires_at: Option<Monotonic>,
+}
+
+/// How a leased store judges its leases: one clock for every host that shares it.
+#[derive(Clone)]
+struct Leasing {
+    clock: Arc<dyn Clock>,
+    lease: std::time::Duration,
+    /// The leases this process's writers hold (each handle of the store is one process).
+    held: HeldLeases,
+}
+
+impl Leasing {
+    fn expiry(&self) -> Monotonic {
+        self.clock.now().saturating_add(self.lease)
+    }
+
+    fn live(&self, session: &MemSession) -> bool {
+        session.lease_expires_at.is_some_and(|at| self.clock.now() < at)
+    }
 }
 
 /// Sessions held in memory.
@@ -24,6 +51,7 @@ struct MemSession {
 pub struct MemoryStore {
     sessions: Arc<Mutex<BTreeMap<SessionId, MemSession>>>,
     process: Arc<dyn Process>,
+    leasing: Option<Leasing>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -35,30 +63,86 @@ impl std::fmt::Debug for MemoryStore {
 impl MemoryStore {
     /// An empty store; ownership is judged by `process`.
     pub fn new(process: Arc<dyn Process>) -> Self {
-        Self { sessions: Arc::default(), process }
+        Self { sessions: Arc::default(), process, leasing: None }
     }
 
-    /// The same sessions seen by another process (tests use this to play two writers).
+    /// An empty store shared as a database is: a writer holds a lease of `lease_ms`
+    /// ([`super::LEASE_MS_MIN`]..=[`super::LEASE_MS_MAX`]) judged by `clock`, kept while its
+    /// process calls [`MemoryStore::renew_leases`] every [`MemoryStore::renewal_interval`];
+    /// once it runs out another process may take the session over.
+    pub fn leased(process: Arc<dyn Process>, clock: Arc<dyn Clock>, lease_ms: u64) -> Result<Self> {
+        let lease = super::check_lease_ms(lease_ms)?;
+        let leasing = Leasing { clock, lease, held: HeldLeases::default() };
+        Ok(Self { sessions: Arc::default(), process, leasing: Some(leasing) })
+    }
+
+    /// The same sessions seen by another process (tests use this to play two writers; the
+    /// simulator, two worker hosts). That process holds its own leases.
     pub fn as_process(&self, process: Arc<dyn Process>) -> Self {
-        Self { sessions: self.sessions.clone(), process }
+        let leasing = self.leasing.clone().map(|l| Leasing { held: HeldLeases::default(), ..l });
+        Self { sessions: self.sessions.clone(), process, leasing }
+    }
+
+    /// How often this process must renew its leases (`None`: an unleased store).
+    pub fn renewal_interval(&self) -> Option<std::time::Duration> {
+        self.leasing.as_ref().map(|l| super::renewal_interval(l.lease))
+    }
+
+    /// Renews every lease this process's writers hold, each only at its own epoch; a lease
+    /// taken over is dropped, and its writer's next write is refused as fenced.
+    pub fn renew_leases(&self) {
+        let Some(leasing) = &self.leasing else { return };
+        let mut sessions = self.lock();
+        for (id, epoch) in leasing.held.held() {
+            match sessions.iter_mut().find(|(sid, _)| sid.as_str() == id) {
+                Some((_, session)) if session.token == epoch => session.lease_expires_at = Some(leasing.expiry()),
+                _ => leasing.held.drop_lease(&id, epoch),
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<SessionId, MemSession>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn inspection(session: &MemSession) -> Inspection {
+    fn inspection(&self, session: &MemSession) -> Inspection {
         let scan = Scan::of_records(session.header.clone(), session.records.clone());
-        Inspection::from_scan(scan, session.owner.clone(), &super::NoEvidence)
+        // An owner whose lease ran out holds nothing (as PostgreSQL's inspection says).
+        let owner = session.owner.clone().filter(|_| self.leasing.as_ref().is_none_or(|l| l.live(session)));
+        Inspection::from_scan(scan, owner, &super::NoEvidence)
     }
 
     fn acquire(&self, id: &SessionId, session: &mut MemSession, takeover: Takeover) -> Result<u64> {
-        if let Some(holder) = &session.owner {
-            super::check_takeover(self.process.as_ref(), id.as_str(), Some(holder), holder.to_string(), takeover)?;
+        match &self.leasing {
+            Some(leasing) => {
+                let live = leasing.live(session);
+                super::check_lease_takeover(
+                    self.process.as_ref(),
+                    id.as_str(),
+                    session.owner.as_ref(),
+                    live,
+                    takeover,
+                )?;
+            }
+            None => {
+                if let Some(holder) = &session.owner {
+                    let holder_text = holder.to_string();
+                    super::check_takeover(self.process.as_ref(), id.as_str(), Some(holder), holder_text, takeover)?;
+                }
+            }
         }
         session.token += 1;
-        session.owner = Some(self.process.identity());
+        self.take_lease(id, session);
         Ok(session.token)
+    }
+
+    /// Makes this process the holder of `session` at its current token.
+    fn take_lease(&self, id: &SessionId, session: &mut MemSession) {
+        session.owner = Some(self.process.identity());
+        if let Some(leasing) = &self.leasing {
+            session.lease_expires_at = Some(leasing.expiry());
+            leasing.held.hold(id.as_str(), session.token);
+        }
     }
 }
 
@@ -68,12 +152,14 @@ impl Store for MemoryStore {
         if sessions.contains_key(id) {
             return Err(Error::SessionExists(id.to_string()));
         }
-        let session = MemSession {
+        let mut session = MemSession {
             header: SessionHeader::new(id.as_str(), created_at),
             records: Vec::new(),
             token: 1,
-            owner: Some(self.process.identity()),
+            owner: None,
+            lease_expires_at: None,
         };
+        self.take_lease(id, &mut session);
         sessions.insert(id.clone(), session);
         drop(sessions);
         SessionWriter::boxed(id, 1, &[], Box::new(MemoryMedium { store: self.clone() }))
@@ -83,7 +169,7 @@ impl Store for MemoryStore {
         let mut sessions = self.lock();
         let session = sessions.get_mut(id).ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
         let token = self.acquire(id, session, takeover)?;
-        let closers = Self::inspection(session).closers;
+        let closers = self.inspection(session).closers;
         session.records.extend(closers.iter().cloned());
         let repair = (!closers.is_empty()).then(|| Repair { closers, ..Repair::default() });
         let loaded = Loaded { header: session.header.clone(), records: session.records.clone(), repair };
@@ -95,7 +181,7 @@ impl Store for MemoryStore {
     fn inspect(&self, id: &SessionId) -> Result<Inspection> {
         let sessions = self.lock();
         let session = sessions.get(id).ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
-        Ok(Self::inspection(session))
+        Ok(self.inspection(session))
     }
 
     fn load(&self, id: &SessionId) -> Result<Loaded> {
@@ -120,7 +206,7 @@ impl MemoryMedium {
         token: u64,
     ) -> Result<&'a mut MemSession> {
         let session = sessions.get_mut(id).ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
-        if session.token != token {
+        if session.token != token && !crate::testing::bugs::planted("zombie-write-unfenced") {
             return Err(Error::Fenced { id: id.to_string(), token, current: session.token });
         }
         Ok(session)
@@ -134,7 +220,12 @@ impl LogMedium for MemoryMedium {
             crate::store::check_record_line(record.seq, record.encode().len())?;
         }
         let mut sessions = self.store.lock();
-        Self::fenced(&mut sessions, id, token)?.records.extend(batch.iter().cloned());
+        let session = Self::fenced(&mut sessions, id, token)?;
+        session.records.extend(batch.iter().cloned());
+        // A write renews the lease it was fenced on (PostgreSQL's append does the same).
+        if let Some(leasing) = &self.store.leasing {
+            session.lease_expires_at = Some(leasing.expiry());
+        }
         Ok(())
     }
 
@@ -143,6 +234,10 @@ impl LogMedium for MemoryMedium {
         let session = Self::fenced(&mut sessions, id, token)?;
         session.token += 1;
         session.owner = None;
+        session.lease_expires_at = None;
+        if let Some(leasing) = &self.store.leasing {
+            leasing.held.drop_lease(id.as_str(), token);
+        }
         Ok(())
     }
 }

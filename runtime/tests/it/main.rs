@@ -5,6 +5,7 @@ mod event_model;
 mod file_store;
 mod fixtures;
 mod history;
+mod leased_store;
 mod limits;
 mod llm_classify;
 mod llm_config;

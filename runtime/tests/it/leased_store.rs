@@ -1,0 +1,123 @@
+//! The leased memory store (the simulator's fleet store): the lease rules PostgreSQL's
+//! backend applies — a live lease refuses, an expired one is taken over, a renewal keeps it,
+//! and a writer whose epoch moved on writes nothing — judged by one clock the test moves.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_runtime::event::{Event, Record, TurnStart};
+use faultline_runtime::seams::{BoxFuture, Clock, Monotonic};
+use faultline_runtime::store::{MemoryStore, SessionLog, Store, Takeover};
+use faultline_runtime::Error;
+
+use crate::fixtures::TestProcess;
+use crate::store_contract::sid;
+use crate::support::{Log, T0};
+
+const LEASE_MS: u64 = 3_000;
+
+/// A clock only the test moves.
+#[derive(Default)]
+struct StepClock(Mutex<Duration>);
+
+impl StepClock {
+    fn advance_ms(&self, ms: u64) {
+        *self.0.lock().unwrap() += Duration::from_millis(ms);
+    }
+}
+
+impl Clock for StepClock {
+    fn now(&self) -> Monotonic {
+        Monotonic(*self.0.lock().unwrap())
+    }
+
+    fn now_ms(&self) -> u64 {
+        T0 + self.0.lock().unwrap().as_millis() as u64
+    }
+
+    fn sleep(&self, _: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Worker `a` holding session `s` (turn 1 written), worker `b` on the same store, the clock.
+fn two_workers() -> (MemoryStore, Box<dyn SessionLog>, MemoryStore, Arc<StepClock>) {
+    let world = TestProcess::world();
+    let clock = Arc::new(StepClock::default());
+    let a = MemoryStore::leased(TestProcess::new("worker-a", &world), clock.clone(), LEASE_MS).unwrap();
+    let b = a.as_process(TestProcess::new("worker-b", &world));
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let mut writer = a.create(&sid("s"), T0).unwrap();
+    writer.append(&log.records).unwrap();
+    (a, writer, b, clock)
+}
+
+fn next_turn(log: &dyn SessionLog) -> Record {
+    Record::new(log.next_seq(), T0, Event::TurnStart(TurnStart { turn: 2 }))
+}
+
+fn assert_fenced(log: &mut Box<dyn SessionLog>) {
+    let error = log.append(&[next_turn(log.as_ref())]).unwrap_err();
+    assert!(matches!(error, Error::Fenced { token: 1, current: 2, .. }), "{error}");
+}
+
+#[test]
+fn a_live_lease_is_refused_and_an_expired_one_is_taken_over_fencing_the_old_writer() {
+    let (_, mut zombie, b, clock) = two_workers();
+    clock.advance_ms(LEASE_MS - 1);
+    let refused = b.open(&sid("s"), Takeover::IfDead).unwrap_err();
+    assert!(matches!(refused, Error::SessionLocked { .. }), "{refused}");
+    clock.advance_ms(1);
+    let taken = b.open(&sid("s"), Takeover::IfDead).unwrap();
+    assert_eq!(taken.log.token(), 2);
+    assert_fenced(&mut zombie);
+    assert!(matches!(zombie.close(), Err(Error::Fenced { .. })), "the zombie cannot release either");
+    assert_eq!(b.inspect(&sid("s")).unwrap().records, taken.loaded.records, "nothing of the zombie's landed");
+}
+
+#[test]
+fn renewals_keep_a_lease_and_a_holder_that_stops_renewing_loses_it() {
+    let (a, mut writer, b, clock) = two_workers();
+    let every = a.renewal_interval().unwrap();
+    assert_eq!(every, Duration::from_millis(LEASE_MS / 3));
+    for _ in 0..6 {
+        clock.advance_ms(every.as_millis() as u64);
+        a.renew_leases();
+        assert!(matches!(b.open(&sid("s"), Takeover::IfDead), Err(Error::SessionLocked { .. })));
+    }
+    // Stopped: no renewal for a whole lease.
+    clock.advance_ms(LEASE_MS);
+    b.open(&sid("s"), Takeover::IfDead).unwrap();
+    // Waking, its renewal finds the epoch moved on and drops the lease; its write is refused.
+    a.renew_leases();
+    assert_fenced(&mut writer);
+}
+
+#[test]
+fn a_write_renews_the_lease_it_was_fenced_on() {
+    let (_, mut writer, b, clock) = two_workers();
+    clock.advance_ms(LEASE_MS - 1);
+    writer.append(&[next_turn(writer.as_ref())]).unwrap();
+    clock.advance_ms(LEASE_MS - 1);
+    assert!(matches!(b.open(&sid("s"), Takeover::IfDead), Err(Error::SessionLocked { .. })));
+}
+
+#[test]
+fn an_expired_lease_reads_as_no_owner_and_is_named_when_takeover_is_not_allowed() {
+    let (_, _writer, b, clock) = two_workers();
+    assert!(b.inspect(&sid("s")).unwrap().owner.is_some());
+    clock.advance_ms(LEASE_MS);
+    assert_eq!(b.inspect(&sid("s")).unwrap().owner, None, "an owner whose lease ran out holds nothing");
+    let refused = b.open(&sid("s"), Takeover::Never).unwrap_err();
+    assert!(matches!(&refused, Error::StaleOwner { holder, .. } if holder.contains("lease expired")), "{refused}");
+}
+
+#[test]
+fn a_lease_outside_its_bounds_is_refused() {
+    let process = TestProcess::new("w", &TestProcess::world());
+    let clock = Arc::new(StepClock::default());
+    for ms in [faultline_runtime::store::LEASE_MS_MIN - 1, faultline_runtime::store::LEASE_MS_MAX + 1] {
+        assert!(MemoryStore::leased(process.clone(), clock.clone(), ms).is_err(), "{ms}");
+    }
+}
