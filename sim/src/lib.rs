@@ -25,7 +25,7 @@ pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK
 pub use harness::{findings, Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, RecordedResult, Regression, RotTarget, Scenario, ScenarioInfo,
-    ScenarioTool, StoreKind, ToolKind, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
+    ScenarioTool, StoreKind, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
 pub use seed::Seed;

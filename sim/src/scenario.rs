@@ -470,6 +470,42 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]
     pub from_seed: bool,
+    /// A worker paused past its lease while another takes its session over: the run has two
+    /// worker hosts sharing one leased store (the fleet world, `world/fleet.rs`) instead of
+    /// one agent on its own disk.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zombie: Option<Zombie>,
+}
+
+/// Shortest and longest lease a zombie scenario may give its workers, in ms.
+pub const ZOMBIE_LEASE_MS_RANGE: std::ops::RangeInclusive<u64> = 1_000..=60_000;
+
+/// The zombie family (FAILURE-LEASE-EPOCH): worker `a` runs the workload on a leased store and
+/// is stopped (a GC pause, a stopped VM) at `pause_at_ms` for `pause_ms`; worker `b` stands by
+/// and takes the session over once `a`'s lease has run out. When `a` wakes, none of its writes
+/// and none of its tool dispatches may land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Zombie {
+    /// The workers' lease, in ms (within [`ZOMBIE_LEASE_MS_RANGE`]; renewed every third).
+    pub lease_ms: u64,
+    /// When worker `a` stops, in simulated ms (with `from_seed`: the latest it may).
+    pub pause_at_ms: u64,
+    /// How long it stays stopped, in ms: longer than the lease, or there is no zombie (with
+    /// `from_seed`: the longest it may, drawn above the lease).
+    pub pause_ms: u64,
+    /// How often the standby worker tries to take the session over, in ms (default 250).
+    #[serde(default = "default_standby_poll_ms")]
+    pub standby_poll_ms: u64,
+    /// Draw the instant and the length of the pause from the seed.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub from_seed: bool,
+}
+
+fn default_standby_poll_ms() -> u64 {
+    250
 }
 
 /// Which durable file bit rot damages.
@@ -707,6 +743,7 @@ scenarios![
     "bit-rot-journal",
     "hostile-session-lines",
     "oversize-output",
+    "zombie-takeover",
     "mixed",
     "generated",
 ];
@@ -828,6 +865,29 @@ impl Scenario {
         }
         if let Some(tool) = self.tools.iter().find(|t| t.output_char.is_some() && t.output_bytes.is_none()) {
             return Err(format!("scenario {name}: tools.{}.output_char needs output_bytes", tool.name));
+        }
+        if let Some(zombie) = &self.faults.zombie {
+            if !ZOMBIE_LEASE_MS_RANGE.contains(&zombie.lease_ms) {
+                return Err(format!(
+                    "scenario {name}: faults.zombie.lease_ms must be {}..={}, got {}",
+                    ZOMBIE_LEASE_MS_RANGE.start(),
+                    ZOMBIE_LEASE_MS_RANGE.end(),
+                    zombie.lease_ms
+                ));
+            }
+            if zombie.pause_ms <= zombie.lease_ms + zombie.standby_poll_ms {
+                return Err(format!(
+                    "scenario {name}: faults.zombie.pause_ms must outlast lease_ms and one standby_poll_ms"
+                ));
+            }
+            if zombie.pause_at_ms + zombie.pause_ms >= self.budget_ms || zombie.standby_poll_ms == 0 {
+                return Err(format!("scenario {name}: faults.zombie must end within budget_ms and poll every ≥ 1 ms"));
+            }
+            if self.real.sim_only.is_none() {
+                return Err(format!(
+                    "scenario {name}: faults.zombie runs in the simulator only: say so in real.sim_only"
+                ));
+            }
         }
         if self.model.responses.len() > RESPONSES_MAX {
             return Err(format!(

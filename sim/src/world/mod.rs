@@ -11,11 +11,13 @@
 #![warn(clippy::too_many_lines)]
 
 mod driver;
+mod fleet;
 pub mod gateway;
 pub mod io_trace;
 mod ledger;
 mod life;
 mod oracle;
+mod pause;
 mod probe;
 pub mod real;
 mod rot;
@@ -247,6 +249,9 @@ fn run_with(
     user: Option<Arc<AgentUnderTest>>,
 ) -> RunResult {
     let plan = seeded::resolve_for(scenario, seed, user.as_deref());
+    if let Some(zombie) = &plan.faults.zombie {
+        return fleet::run(scenario, &plan, zombie, seed);
+    }
     let mut sim = build_sim(&plan, seed);
     let world: Shared = Arc::default();
     if let Some(swarm) = &plan.swarm {

@@ -81,7 +81,7 @@ const INVARIANT_SEEDS: u64 = 64;
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 18] = [
+const CATCHES: [(&str, &str); 19] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -101,6 +101,7 @@ const CATCHES: [(&str, &str); 18] = [
     ("unlogged-retry", "retry-backoff"),
     ("outcome-before-durable", "outcome-durable"),
     ("refusal-as-empty", "answer-not-retried"),
+    ("zombie-write-unfenced", "fenced-epoch"),
     ("userspace-buffer-on-sync", "(real runs only)"),
 ];
 
@@ -126,7 +127,11 @@ fn the_catch_table_names_every_planted_bug_and_only_safety_invariants() {
 #[test]
 fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_the_same_seeds() {
     let scenarios: Vec<faultline_sim::Scenario> =
-        ["mixed", "generated"].iter().map(|name| faultline_sim::Scenario::built_in(name).unwrap()).collect();
+        // The zombie family runs on the fleet world, which the swarms of the other two do not.
+        ["mixed", "generated", "zombie-takeover"]
+            .iter()
+            .map(|name| faultline_sim::Scenario::built_in(name).unwrap())
+            .collect();
     let mut missed = Vec::new();
     let mut caught_at = Vec::new();
     for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {

@@ -115,6 +115,9 @@ catalog! {
     ReceiptMatchesCall = "receipt-matches-call", Safety,
         "The gateway received what the tool call asked for.",
         "the gateway's receipts and the durable tool/call arguments";
+    FencedEpoch = "fenced-epoch", Safety,
+        "Once a worker's session is taken over, no record and no tool dispatch of that worker lands: nothing comes from a fenced epoch.",
+        "the harness's own record of the takeover and the log it found, each worker's accepted records and tool dispatches stamped outside the runtime, the store read back at the end";
     AtMostOnce = "at-most-once", Safety,
         "An effect reaches the gateway (or a service, per service) at most once per execution id, across restarts.",
         "the gateway's receipts and the services' records (attributed by the runtime-stamped execution id)";

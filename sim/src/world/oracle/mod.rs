@@ -9,6 +9,7 @@
 mod durability;
 mod effects;
 mod expectations;
+pub(crate) mod fencing;
 mod invariant;
 mod limits;
 mod liveness;

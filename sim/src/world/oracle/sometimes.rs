@@ -8,13 +8,14 @@ use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
 use faultline_runtime::store::DELIVERY_UNKNOWN_NAME;
 
 /// Every "sometimes" condition the default sweep must reach.
-pub const SOMETIMES: [&str; 6] = [
+pub const SOMETIMES: [&str; 7] = [
     "retry-succeeded",
     "interrupted-turn-repaired",
     "unknown-reconciled-from-queue",
     "pool-drained-on-abort",
     "tool-timeout-awaited",
     "side-effect-confirmed",
+    "zombie-fenced",
 ];
 
 /// The "sometimes" conditions a recovered transcript shows.

@@ -1,0 +1,423 @@
+//! The fleet world: the zombie family (FAILURE-LEASE-EPOCH) in the simulator.
+//!
+//! Two worker hosts share one session on a leased store ([`MemoryStore::leased`]: the lease
+//! rules PostgreSQL's backend uses, judged by one clock, as a database's `now()` is). Worker
+//! `a` runs the workload; at the planned instant it is stopped (`pause.rs`) for longer than
+//! its lease, so its renewals stop with it. Worker `b` stands by, trying to take the session
+//! over every `standby_poll_ms`: refused while `a`'s lease is live, it takes over once the
+//! lease ran out, repairs the open turn and finishes the workload. Then `a` wakes, believing
+//! it still holds the session.
+//!
+//! The oracle (`oracle/fencing.rs`) reads what the runtime cannot touch: the instant the
+//! harness saw `b`'s takeover succeed and the log as `b` found it, every record each worker's
+//! agent accepted and every tool body it started (stamped by the harness's tool, outside the
+//! runtime), the gateway's receipts, and the store read back once both workers stopped.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::event::{Event, ToolSchema};
+use faultline_runtime::llm::{LiveProvider, StaticCredentials};
+use faultline_runtime::outbox::{Deliverer, DeliveryError};
+use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
+use faultline_runtime::store::{MemoryStore, SessionId, Store};
+use tokio_util::sync::CancellationToken;
+
+use super::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
+use super::pause::{Pause, PausedClock, PausedNet};
+use super::seeded::Plan;
+use super::{fnv1a, gateway, gateway_token, io_trace, lock, sim_secret, RunResult, Shared, SESSION, SIM_KEY_VAR};
+use crate::scenario::{Scenario, Zombie};
+
+/// How often the standby worker, done with the workload, looks whether the zombie stopped.
+const ZOMBIE_WATCH_MS: u64 = 50;
+
+/// Slack on a drawn pause beyond the lease and a standby poll, in ms (a few ticks).
+const PAUSE_SLACK_MS: u64 = 50;
+
+/// The zombie's pause as the seed resolves it.
+fn resolve_pause(zombie: &Zombie, seed: u64) -> Pause {
+    // Past the lease and one more standby poll (plus slack for ticks): the standby surely
+    // sees the lease run out while the zombie is still stopped.
+    let shortest_ms = zombie.lease_ms + zombie.standby_poll_ms + PAUSE_SLACK_MS;
+    let (at_ms, pause_ms) = if zombie.from_seed {
+        let draws = crate::Seed::new(seed).fault("zombie");
+        let at = draws.next_u64() % (zombie.pause_at_ms + 1);
+        let length = shortest_ms + draws.next_u64() % (zombie.pause_ms.saturating_sub(shortest_ms) + 1);
+        (at, length)
+    } else {
+        (zombie.pause_at_ms, zombie.pause_ms)
+    };
+    assert!(pause_ms > zombie.lease_ms, "a zombie's pause outlasts its lease");
+    Pause { from: Duration::from_millis(at_ms), until: Duration::from_millis(at_ms + pause_ms) }
+}
+
+/// What the hosts report, outside the runtime.
+#[derive(Default)]
+struct Log {
+    evidence: FleetEvidence,
+    /// Trace lines, with simulated ms.
+    trace: Vec<String>,
+    a_done: bool,
+    b_done: bool,
+}
+
+type SharedLog = Arc<Mutex<Log>>;
+
+fn log_of(log: &SharedLog) -> MutexGuard<'_, Log> {
+    log.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64)
+}
+
+fn note(log: &SharedLog, line: String) {
+    log_of(log).trace.push(format!("{:>7} {line}", now_ms()));
+}
+
+/// Everything a worker host needs.
+#[derive(Clone)]
+struct WorkerSetup {
+    worker: Worker,
+    plan: Arc<Plan>,
+    seed: u64,
+    route: Result<faultline_runtime::llm::ResolvedProvider, String>,
+    store: MemoryStore,
+    log: SharedLog,
+    stamp: super::Stamp,
+    standby_poll_ms: u64,
+    /// The zombie's pause (worker `a` only).
+    pause: Option<Pause>,
+}
+
+/// Runs the zombie family: `scenario` with two workers and `zombie`'s pause.
+pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) -> RunResult {
+    let pause = resolve_pause(zombie, seed);
+    let mut sim = super::build_sim(plan, seed);
+    let world: Shared = Arc::default();
+    let recorder = io_trace::IoRecorder::new(false);
+    let model_slot = super::host_model(&mut sim, plan, &world, &recorder);
+    let receipts = super::host_gateway(&mut sim, plan, &world, &recorder);
+    let order = lock(&world).order.clone();
+    let stamp: super::Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
+    let log: SharedLog = Arc::default();
+    let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
+    let database = Arc::new(crate::SimProcess::new("database", 1));
+    let store = MemoryStore::leased(database, clock, zombie.lease_ms).expect("lease within the scenario's range");
+    let setup = WorkerSetup {
+        worker: Worker::A,
+        plan: Arc::new(plan.clone()),
+        seed,
+        route: super::resolve_route(super::SIM_MODEL_URL, &plan.provider),
+        store,
+        log: log.clone(),
+        stamp,
+        standby_poll_ms: zombie.standby_poll_ms,
+        pause: Some(pause),
+    };
+    note(
+        &log,
+        format!(
+            "worker-a will stop at {} ms for {} ms",
+            pause.from.as_millis(),
+            (pause.until - pause.from).as_millis()
+        ),
+    );
+    for worker in [Worker::A, Worker::B] {
+        let setup = WorkerSetup { worker, pause: (worker == Worker::A).then_some(pause), ..setup.clone() };
+        sim.host(worker.host(), move || {
+            let setup = setup.clone();
+            async move {
+                let log = setup.log.clone();
+                let worker = setup.worker;
+                let ended = match worker {
+                    Worker::A => run_zombie(setup).await,
+                    Worker::B => run_standby(setup).await,
+                };
+                if let Err(why) = ended {
+                    note(&log, format!("{} stopped: {why}", worker.host()));
+                }
+                let mut log = log_of(&log);
+                match worker {
+                    Worker::A => log.a_done = true,
+                    Worker::B => log.b_done = true,
+                }
+                Ok(())
+            }
+        });
+    }
+    let budget = Duration::from_millis(plan.budget_ms);
+    loop {
+        if log_of(&log).b_done || sim.elapsed() >= budget {
+            break;
+        }
+        if let Err(e) = sim.step() {
+            note(&log, format!("simulation error: {e}"));
+            break;
+        }
+    }
+    let end_ms = sim.elapsed().as_millis() as u64;
+    let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let model_requests =
+        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |m| m.requests().len());
+    let mut log = std::mem::take(&mut *log_of(&log));
+    for receipt in &receipts {
+        log.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
+    }
+    log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
+    let mut trace = lock(&world).trace.clone();
+    trace.extend(log.trace);
+    conclude(scenario, plan, seed, log.evidence, trace, receipts, model_requests, end_ms)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conclude(
+    scenario: &Scenario,
+    plan: &Plan,
+    seed: u64,
+    evidence: FleetEvidence,
+    trace: Vec<String>,
+    receipts: Vec<gateway::Receipt>,
+    model_requests: usize,
+    end_ms: u64,
+) -> RunResult {
+    let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
+    let transcript = evidence.transcript.clone().unwrap_or_default();
+    let mut sometimes = super::oracle::sometimes(&transcript);
+    let mut faults_fired = std::collections::BTreeSet::new();
+    if evidence.takeover.as_ref().is_some_and(|t| t.from_zombie) {
+        faults_fired.insert("zombie".to_owned());
+    }
+    for family in plan.expect.faults_fired.iter().flatten().filter(|f| !faults_fired.contains(*f)) {
+        violations.push(super::Violation {
+            invariant: super::Invariant::PlannedFaultFired,
+            detail: format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
+            at_ms: end_ms,
+        });
+    }
+    if evidence.zombie_fenced {
+        sometimes.insert("zombie-fenced".to_owned());
+    }
+    RunResult {
+        scenario: scenario.name.clone(),
+        seed,
+        real: false,
+        violations,
+        trace_hash: fnv1a(&trace),
+        trace,
+        transcript,
+        refused: None,
+        gateway_requests: receipts.len(),
+        receipts,
+        service_receipts: Vec::new(),
+        model_requests,
+        crash_point_hits: Default::default(),
+        faults_fired,
+        sometimes,
+        sim_ms: end_ms,
+        fs_ops: 0,
+        model_exchanges: Vec::new(),
+        durable_batches: Vec::new(),
+    }
+}
+
+/// The seams of a worker host: the zombie's clock and network stop with it.
+fn worker_seams(setup: &WorkerSetup) -> Seams {
+    let mut seams = crate::sim_seams(setup.seed, setup.worker.host(), 1);
+    if let Some(pause) = setup.pause {
+        let clock = seams.clock.clone();
+        seams.net = Arc::new(PausedNet { inner: seams.net.clone(), clock: clock.clone(), pause });
+        seams.clock = Arc::new(PausedClock { inner: clock, pause });
+    }
+    seams.secrets.register(&sim_secret(setup.seed));
+    seams
+}
+
+/// Renews the worker's leases every third of a lease, on the worker's own clock (a stopped
+/// worker stops renewing).
+fn renew_leases(store: &MemoryStore, seams: &Seams) -> tokio::task::JoinHandle<()> {
+    let (store, clock) = (store.clone(), seams.clock.clone());
+    let every = store.renewal_interval().expect("the fleet store is leased");
+    tokio::spawn(async move {
+        loop {
+            clock.sleep(every).await;
+            store.renew_leases();
+        }
+    })
+}
+
+/// Builds a worker's agent on `store` (`open`: create the session, or resume it taking over
+/// a holder whose lease ran out).
+fn start_agent(setup: &WorkerSetup, seams: &Seams, store: &MemoryStore, open: Open) -> Result<Agent, String> {
+    let route = setup.route.clone()?;
+    let token = gateway_token(setup.seed);
+    seams.secrets.register(&token);
+    let deliverer = Arc::new(gateway::GatewayDeliverer {
+        token,
+        net: seams.net.clone(),
+        clock: seams.clock.clone(),
+        authority: "gateway:80".into(),
+        probe: seams.probe.clone(),
+    });
+    let mut tools = ToolSet::new();
+    for tool in &setup.plan.tools {
+        tools = tools.with(Arc::new(DispatchTool {
+            schema: ToolSchema {
+                name: tool.name.clone(),
+                description: tool.kind.as_str().to_owned(),
+                parameters: serde_json::json!({"type": "object"}),
+            },
+            deliverer: deliverer.clone(),
+            worker: setup.worker,
+            log: setup.log.clone(),
+            stamp: setup.stamp.clone(),
+        }));
+    }
+    let credentials =
+        Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(setup.seed))].into_iter().collect()));
+    let mut config = AgentConfig::default();
+    config.tool_concurrency = setup.plan.tool_concurrency;
+    let agent = Agent::builder(Arc::new(LiveProvider::new(route)), credentials)
+        .seams(seams.clone())
+        .open(open)
+        .tools(tools)
+        .config(config)
+        .start(store, &SessionId::new(SESSION).expect("valid id"))
+        .map_err(|e| e.to_string())?;
+    report_accepted(&agent, setup);
+    Ok(agent)
+}
+
+/// Every record the worker's agent accepts, stamped outside the runtime; and whether it was
+/// told its writes were fenced.
+fn report_accepted(agent: &Agent, setup: &WorkerSetup) {
+    let (mut records, mut failures) = (agent.subscribe(), agent.failures());
+    let (log, stamp, worker) = (setup.log.clone(), setup.stamp.clone(), setup.worker);
+    tokio::spawn(async move {
+        while let Ok(record) = records.recv().await {
+            let stamp = stamp();
+            log_of(&log).evidence.accepted.push((worker, (*record).clone(), stamp));
+        }
+    });
+    let log = setup.log.clone();
+    tokio::spawn(async move {
+        while let Ok(failure) = failures.recv().await {
+            if failure.contains("superseded") {
+                log_of(&log).evidence.zombie_fenced |= worker == Worker::A;
+            }
+            note(&log, format!("{} persistence failure: {failure}", worker.host()));
+        }
+    });
+}
+
+/// Submits `messages` one turn at a time; stops at the first turn not kept (a worker whose
+/// writes are refused has lost its session).
+async fn submit_all(agent: &Agent, messages: &[String], worker: Worker, log: &SharedLog) -> Result<(), String> {
+    for message in messages {
+        agent.submit(message.clone()).map_err(|e| e.to_string())?;
+        agent.when_idle().await;
+        if let Some(outcome) = agent.last_outcome() {
+            note(
+                log,
+                format!("{} turn {} kept={} {}", worker.host(), outcome.turn, outcome.kept, outcome.reason.kind()),
+            );
+            if !outcome.kept {
+                return Err(format!("turn {} not kept", outcome.turn));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Worker `a`: creates the session and runs the workload; it is the one stopped.
+async fn run_zombie(setup: WorkerSetup) -> Result<(), String> {
+    let seams = worker_seams(&setup);
+    let store = setup.store.as_process(seams.process.clone());
+    let agent = start_agent(&setup, &seams, &store, Open::Create)?;
+    let renewing = renew_leases(&store, &seams);
+    let worked = submit_all(&agent, &setup.plan.messages, Worker::A, &setup.log).await;
+    agent.when_idle().await;
+    let disposed = agent.dispose().await.map_err(|e| e.to_string());
+    renewing.abort();
+    worked.and(disposed)
+}
+
+/// Worker `b`: stands by until the session can be opened (a holder whose lease ran out is
+/// taken over), finishes the workload, and once the zombie has stopped reads the store back.
+async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
+    let seams = worker_seams(&setup);
+    let store = setup.store.as_process(seams.process.clone());
+    let id = SessionId::new(SESSION).expect("valid id");
+    let poll = Duration::from_millis(setup.standby_poll_ms);
+    let agent = loop {
+        seams.clock.sleep(poll).await;
+        if !store.list().map_err(|e| e.to_string())?.contains(&id) {
+            continue;
+        }
+        match start_agent(&setup, &seams, &store, Open::Resume) {
+            Ok(agent) => break agent,
+            // Held by a live writer: `a` is still renewing its lease.
+            Err(refused) if refused.contains("held by a live writer") => continue,
+            Err(other) => return Err(other),
+        }
+    };
+    let found = store.inspect(&id).map_err(|e| e.to_string())?.records;
+    let from_zombie = !log_of(&setup.log).a_done;
+    let stamp = (setup.stamp)();
+    let from = if from_zombie { "from the stopped worker-a" } else { "after worker-a released it" };
+    note(&setup.log, format!("worker-b opened the session {from} ({} records)", found.len()));
+    log_of(&setup.log).evidence.takeover =
+        Some(fencing::Takeover { stamp, at_ms: now_ms(), found: found.clone(), from_zombie });
+    let renewing = renew_leases(&store, &seams);
+    let done = found.iter().filter(|r| matches!(&r.event, Event::UserMessage(_))).count();
+    let owed: Vec<String> = setup.plan.messages.iter().skip(done).cloned().collect();
+    let worked = submit_all(&agent, &owed, Worker::B, &setup.log).await;
+    agent.when_idle().await;
+    let disposed = agent.dispose().await.map_err(|e| e.to_string());
+    renewing.abort();
+    // The zombie may still be stopped: its late writes are what the oracle looks for.
+    while !log_of(&setup.log).a_done {
+        seams.clock.sleep(Duration::from_millis(ZOMBIE_WATCH_MS)).await;
+    }
+    let records = store.inspect(&id).map_err(|e| e.to_string())?.records;
+    log_of(&setup.log).evidence.transcript = Some(records);
+    worked.and(disposed)
+}
+
+/// The workload's tool: each call delivers to the gateway, and the harness stamps the instant
+/// the runtime started its body (the dispatch), outside the runtime.
+struct DispatchTool {
+    schema: ToolSchema,
+    deliverer: Arc<dyn Deliverer>,
+    worker: Worker,
+    log: SharedLog,
+    stamp: super::Stamp,
+}
+
+impl Tool for DispatchTool {
+    fn schema(&self) -> ToolSchema {
+        self.schema.clone()
+    }
+
+    fn call(&self, invocation: ToolInvocation, _cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let dispatch = Dispatch {
+            worker: self.worker,
+            execution_id: invocation.execution_id.clone(),
+            stamp: (self.stamp)(),
+            at_ms: now_ms(),
+        };
+        note(&self.log, format!("{} dispatched {}", self.worker.host(), dispatch.execution_id));
+        log_of(&self.log).evidence.dispatches.push(dispatch);
+        let delivered = self.deliverer.deliver(&invocation.execution_id, &invocation.arguments.to_string());
+        Box::pin(async move {
+            match delivered.await {
+                Ok(answer) => ToolOutput::Ok(answer),
+                Err(DeliveryError::Rejected(why)) => ToolOutput::Failed(why),
+                Err(DeliveryError::Unknown(why)) => ToolOutput::Unknown(why),
+                Err(other) => ToolOutput::Unknown(format!("{other:?}")),
+            }
+        })
+    }
+}
