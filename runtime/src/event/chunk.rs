@@ -176,6 +176,19 @@ impl Chunk {
     pub fn finish(reason: FinishReason) -> Chunk {
         Chunk::Finish { reason, inferred: false }
     }
+
+    /// Bytes of the text this chunk carries (what its encoding is sized from).
+    pub(crate) fn text_bytes(&self) -> usize {
+        match self {
+            Chunk::TextDelta { text, .. } | Chunk::ReasoningDelta { text, .. } | Chunk::RefusalDelta { text, .. } => {
+                text.len()
+            }
+            Chunk::ToolCallDelta { id, name, arguments_delta, .. } => {
+                arguments_delta.len() + id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len)
+            }
+            Chunk::BlockStart { .. } | Chunk::BlockEnd { .. } | Chunk::Usage { .. } | Chunk::Finish { .. } => 0,
+        }
+    }
 }
 
 #[derive(Deserialize)]

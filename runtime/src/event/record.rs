@@ -296,17 +296,27 @@ impl Record {
         // Sized ahead from the strings the record holds (its JSON is a little longer unless
         // escapes grow it): a 15 MiB answer is encoded without doubling its buffer.
         // Only the records that can be large are measured first (the walk is not free).
-        if !matches!(self.event, Event::AssistantMessage(_) | Event::ToolResult(_)) {
-            return serde_json::to_string(self).expect("records always serialise");
-        }
-        let mut line = Vec::with_capacity(super::texts::text_bytes(self).saturating_add(RECORD_ENCODE_SLACK_BYTES));
+        // A chunk carries one delta: its text is measured directly (a stream of 64 KiB deltas
+        // grown by doubling held twice each delta until written).
+        let text_bytes = match &self.event {
+            Event::AssistantMessage(_) | Event::ToolResult(_) => super::texts::text_bytes(self),
+            Event::AssistantChunk(chunk) => chunk.chunk.text_bytes(),
+            _ => return serde_json::to_string(self).expect("records always serialise"),
+        };
+        // A message cites the seqs of its chunks: at most 20 digits and a comma each.
+        let cited = self.source_seqs.as_ref().map_or(0, |seqs| seqs.len().saturating_mul(SEQ_ENCODED_BYTES_MAX));
+        let mut line = Vec::with_capacity(text_bytes.saturating_add(cited).saturating_add(RECORD_ENCODE_SLACK_BYTES));
         serde_json::to_writer(&mut line, self).expect("records always serialise");
         String::from_utf8(line).expect("serde_json writes UTF-8")
     }
 }
 
-/// Bytes a record's encoding is sized beyond the strings it holds (keys, numbers, quotes).
+/// Bytes a record's encoding is sized beyond the strings it holds and the seqs it cites
+/// (keys, numbers, quotes).
 const RECORD_ENCODE_SLACK_BYTES: usize = 512;
+
+/// Bytes one cited seq takes in `source_seqs`: a u64's 20 digits and a comma.
+const SEQ_ENCODED_BYTES_MAX: usize = 21;
 
 impl Serialize for Record {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -339,11 +349,23 @@ mod tests {
             role: super::super::Role::Assistant,
             content: vec![super::super::ContentBlock::Text { text }],
         };
+        // Citing its 300 chunks (a kilobyte of seqs the slack alone would not cover).
         let record =
             Record::new(7, 5, Event::AssistantMessage(AssistantMessage { turn: 1, step: 1, message, usage: None }));
+        let record = Record { source_seqs: Some((1_000_000..1_000_300).collect()), ..record };
         let line = record.encode();
-        assert!(line.capacity() <= line.len() + RECORD_ENCODE_SLACK_BYTES, "{} for {}", line.capacity(), line.len());
+        assert!(line.capacity() <= line.len() + 300 * SEQ_ENCODED_BYTES_MAX + RECORD_ENCODE_SLACK_BYTES);
+        assert!(line.capacity() >= line.len(), "never grown: {} for {}", line.capacity(), line.len());
         assert_eq!(Record::decode(&line).unwrap(), record);
+        // A chunk's delta too.
+        let chunk = super::super::AssistantChunk {
+            turn: 1,
+            step: 1,
+            attempt: 1,
+            chunk: super::super::Chunk::TextDelta { index: 0, text: "x".repeat(64 << 10) },
+        };
+        let line = Record::new(8, 5, Event::AssistantChunk(chunk)).encode();
+        assert!(line.capacity() <= line.len() + RECORD_ENCODE_SLACK_BYTES, "{} for {}", line.capacity(), line.len());
     }
 
     /// The one-pass decoder agrees with the reference on every shape of line, valid or not.

@@ -190,6 +190,7 @@ impl BatchEncoder {
     /// [`WRITE_UNIT_BYTES_MAX`] bytes of text (a larger single record is a unit of its own).
     /// Refuses a record whose line the reader would refuse, before anything is written.
     pub(crate) fn encode(&mut self, records: &[Record]) -> Result<Encoded<'_>> {
+        release_if_oversized(&mut self.text);
         self.encode_each(records.len(), |text, i| {
             serde_json::to_writer(&mut *text, &records[i]).expect("records always serialise");
             records[i].seq
@@ -214,8 +215,8 @@ impl BatchEncoder {
 
     /// The batch of `n` records `write_line(text, i)` appends (returning its seq), cut into
     /// write units and, for zstd, compressed.
+    /// The caller has released or reserved `self.text` (a reservation must survive here).
     fn encode_each(&mut self, n: usize, mut write_line: impl FnMut(&mut Vec<u8>, usize) -> u64) -> Result<Encoded<'_>> {
-        release_if_oversized(&mut self.text);
         release_if_oversized(&mut self.frame);
         self.text.clear();
         self.units.clear();
@@ -306,11 +307,12 @@ mod capacity_tests {
     use super::*;
     use crate::event::{Event, Message, Record, UserMessage};
 
-    /// A batch's bytes are reserved at their exact size, not grown by doubling.
+    /// A batch's bytes are reserved at their exact size, not grown by doubling — also a batch
+    /// above the scratch buffer's kept size, whose reservation nothing may release.
     #[test]
     fn a_batch_is_encoded_into_a_buffer_of_its_size() {
         let record = |seq| {
-            let message = Message::user_text("y".repeat(1 << 20));
+            let message = Message::user_text("y".repeat(2 << 20));
             Arc::new(EncodedRecord::new(Record::new(seq, 5, Event::UserMessage(UserMessage { message }))))
         };
         let batch: Vec<_> = (0..3).map(record).collect();
