@@ -38,6 +38,11 @@ pub const BATCH_WINDOW_MS_DEFAULT: u64 = 200;
 pub const PENDING_EVENTS_MAX_DEFAULT: usize = 4096;
 /// Largest batch written at once, in events: bounds one append's size and latency.
 pub const BATCH_EVENTS_MAX: usize = 1024;
+/// Pending bytes (encoded lines) that make the queue worth writing before its window ends:
+/// a fast stream of large deltas (a 15 MiB answer in a tenth of a second) is written as it
+/// comes, instead of held whole — its records, their lines and the batch's bytes at once —
+/// until the window closes (issue 38: memory in proportion to the answer).
+const PENDING_BYTES_FULL: usize = 4 * 1024 * 1024;
 
 /// Write-behind knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +101,8 @@ struct State {
     /// side), and shared with the writer by reference, so the writer's critical path is the
     /// write and its fsync.
     pending: VecDeque<Arc<EncodedRecord>>,
+    /// Bytes of the lines in `pending` (each with its newline).
+    pending_bytes: usize,
     /// Full batches of `pending` sealed on a producer's side (encoded, compressed), in seq
     /// order, not yet durable.
     sealed: VecDeque<Arc<SealedBatch>>,
@@ -222,6 +229,7 @@ impl WriteBehind {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 pending: VecDeque::new(),
+                pending_bytes: 0,
                 sealed: VecDeque::new(),
                 sealing: Vec::new(),
                 claimed_through: next_seq,
@@ -269,6 +277,8 @@ impl WriteBehind {
                     let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
                     record.source_seqs = source_seqs;
                     let encoded = Arc::new(EncodedRecord::new(record));
+                    let bytes_before = state.pending_bytes;
+                    state.pending_bytes += encoded.line.len() + 1;
                     // Nobody listening is fine; a lagging listener misses records, not us.
                     // Listeners share the queue's record: a 15 MiB answer is not copied.
                     let _ = self.shared.accepted.send(encoded.record.clone());
@@ -279,7 +289,9 @@ impl WriteBehind {
                         let window = Duration::from_millis(self.shared.config.batch_window_ms);
                         state.deadline = Some(self.shared.clock.now().saturating_add(window));
                         self.shared.wake_writer.notify_one();
-                    } else if state.pending.len() == self.shared.config.full_batch_events() {
+                    } else if state.pending.len() == self.shared.config.full_batch_events()
+                        || (bytes_before < PENDING_BYTES_FULL && state.pending_bytes >= PENDING_BYTES_FULL)
+                    {
                         self.shared.wake_writer.notify_one();
                     }
                     debug_assert_eq!(accepted.seq, seq);
@@ -418,7 +430,8 @@ fn next_action(shared: &Shared) -> Action {
         return if state.stopping { Action::Exit } else { Action::Wait(None) };
     }
     let window_over = state.deadline.is_some_and(|d| shared.clock.now() >= d);
-    let batch_full = state.pending.len() >= shared.config.full_batch_events();
+    let batch_full =
+        state.pending.len() >= shared.config.full_batch_events() || state.pending_bytes >= PENDING_BYTES_FULL;
     if state.flush_wanted || ((window_over || batch_full) && state.paused.is_none()) {
         let front = state.pending.front().expect("non-empty").record.seq;
         if let Some(sealed) = state.sealed.front().filter(|s| s.records[0].record.seq == front) {
@@ -442,6 +455,13 @@ fn next_action(shared: &Shared) -> Action {
         return Action::Exit;
     }
     Action::Wait(if state.paused.is_some() { None } else { state.deadline })
+}
+
+/// Removes the first `n` records of the queue (written, or dropped by a planted bug), and
+/// their bytes from the count.
+fn drain_written(state: &mut State, n: usize) {
+    let bytes: usize = state.pending.drain(..n).map(|r| r.line.len() + 1).sum();
+    state.pending_bytes -= bytes;
 }
 
 async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {
@@ -474,7 +494,7 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                             state.pending.front().map(|r| r.record.seq),
                             records.first().map(|r| r.record.seq)
                         );
-                        state.pending.drain(..records.len());
+                        drain_written(&mut state, records.len());
                         if let Batch::Sealed(sealed) = &batch {
                             let done = state.sealed.pop_front();
                             debug_assert!(done.is_some_and(|d| Arc::ptr_eq(&d, sealed)));
@@ -489,7 +509,7 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                         shared.space.notify_waiters();
                     }
                     Err(_) if crate::testing::bugs::planted("drop-failed-batch") => {
-                        state.pending.drain(..records.len());
+                        drain_written(&mut state, records.len());
                         if matches!(batch, Batch::Sealed(_)) {
                             state.sealed.pop_front();
                         }

@@ -230,6 +230,36 @@ async fn a_full_batch_is_written_without_waiting_out_the_window() {
     assert_eq!(rig.batches.lock().unwrap().clone(), vec![(0, vec![0, 1, 2, 3]), (200, vec![4, 5])]);
 }
 
+/// A fast stream of large deltas is written as it comes, not held whole until its window
+/// closes (a 15 MiB answer once sat in memory as records, their lines and one batch at once).
+#[tokio::test(start_paused = true)]
+async fn megabytes_pending_are_written_without_waiting_out_the_window() {
+    let config = WriteBehindConfig { batch_window_ms: 60_000, ..WriteBehindConfig::default() };
+    let rig = rig(config, false);
+    let opening = [
+        turn_start(1),
+        Event::StepStart(StepRef { turn: 1, step: 1 }),
+        Event::UserMessage(UserMessage { message: Message::user_text("go") }),
+        Event::RequestHeader(crate::support::request_header()),
+    ];
+    for event in opening {
+        rig.wb.append(event, None).await.unwrap();
+    }
+    let delta = || crate::support::chunk(1, 1, 1, Chunk::TextDelta { index: 0, text: "x".repeat(1 << 20) });
+    for _ in 0..3 {
+        rig.wb.append(delta(), None).await.unwrap();
+    }
+    let_writer_settle().await;
+    assert!(rig.batches.lock().unwrap().is_empty(), "3 MiB pending waits for its window");
+    rig.wb.append(delta(), None).await.unwrap();
+    let_writer_settle().await;
+    assert_eq!(
+        rig.batches.lock().unwrap().clone(),
+        vec![(0, (0..8).collect::<Vec<u64>>())],
+        "past 4 MiB pending, the queue is written at once"
+    );
+}
+
 /// Lets the writer task run until it waits again (on its window or for a wake).
 async fn let_writer_settle() {
     for _ in 0..4 {
