@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod allocator;
 mod bench;
 mod database;
 mod demo;
@@ -20,13 +21,6 @@ mod sweep;
 mod transcript;
 
 use std::process::ExitCode;
-
-/// Recovery decodes a few small strings per event and the write path encodes as many; with
-/// the system allocator that churn was a fifth to a third of `transcript inspect`'s wall time
-/// (measured on the turn mix), with mimalloc it is not. The runtime library leaves the
-/// allocator to its embedder; this binary is one.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use clap::{Parser, Subcommand};
 
@@ -145,7 +139,10 @@ fn main() -> ExitCode {
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),
-        Command::Agent(args) => agent::run(&args),
+        Command::Agent(args) => {
+            allocator::return_freed_memory_promptly();
+            agent::run(&args)
+        }
         Command::Outbox(args) => outbox::run(&args),
         Command::Db(args) => database::run(&args),
         Command::Demo(args) => demo::run(args),
