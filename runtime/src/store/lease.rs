@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::seams::{Liveness, OwnerIdentity, Process};
+use crate::seams::{OwnerIdentity, Process};
 use crate::store::Takeover;
 use crate::{Error, Result};
 
@@ -56,13 +56,8 @@ pub(crate) fn check_lease_takeover(
 ) -> Result<()> {
     let Some(holder) = holder else { return Ok(()) };
     let describe_holder = if lease_live { holder.to_string() } else { format!("{holder}, whose lease expired") };
-    if lease_live && process.liveness(holder) == Liveness::Alive {
-        return Err(Error::SessionLocked { id: id.to_owned(), holder: describe_holder });
-    }
-    if takeover == Takeover::Never {
-        return Err(Error::StaleOwner { id: id.to_owned(), holder: describe_holder });
-    }
-    Ok(())
+    // The file stores' rule, with a holder whose lease ran out counted as no live holder.
+    super::check_takeover(process, id, Some(holder).filter(|_| lease_live), describe_holder, takeover)
 }
 
 /// The leases a process keeps renewing: session id → epoch. A writer is entered when it

@@ -172,12 +172,7 @@ fn converged(evidence: &FleetEvidence, plan: &Plan, end_ms: u64, found: &mut Fou
     if let Err(e) = Validator::validate_all(transcript) {
         found.fail(Invariant::LogInvariants, format!("the final log breaks an invariant: {e}"), end_ms);
     }
-    let open_turn = transcript.iter().fold(None, |open, r| match &r.event {
-        Event::TurnStart(start) => Some(start.turn),
-        Event::TurnEnd(_) => None,
-        _ => open,
-    });
-    if let Some(turn) = open_turn {
+    if let Some(turn) = super::liveness::open_turn(transcript) {
         found.fail(Invariant::TurnClosed, format!("turn {turn} is still open at the end"), end_ms);
     }
     let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();

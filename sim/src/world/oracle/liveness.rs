@@ -46,12 +46,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
         return;
     };
     // A valid log may still end inside a turn: a converged run may not.
-    let open_turn = transcript.iter().fold(None, |open, r| match &r.event {
-        Event::TurnStart(start) => Some(start.turn),
-        Event::TurnEnd(_) => None,
-        _ => open,
-    });
-    if let Some(turn) = open_turn {
+    if let Some(turn) = open_turn(transcript) {
         found.fail(Invariant::TurnClosed, format!("turn {turn} is still open at the end of a converged run"), end_ms);
     }
     let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
@@ -64,4 +59,13 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
     if users != expected_users && !(cleared && users + 1 == expected_users) {
         found.fail(Invariant::Liveness, format!("{users} user messages recorded, {expected_users} submitted"), end_ms);
     }
+}
+
+/// The turn a log ends inside, if any (a converged run's log ends none).
+pub(super) fn open_turn(transcript: &[faultline_runtime::event::Record]) -> Option<u32> {
+    transcript.iter().fold(None, |open, r| match &r.event {
+        Event::TurnStart(start) => Some(start.turn),
+        Event::TurnEnd(_) => None,
+        _ => open,
+    })
 }
