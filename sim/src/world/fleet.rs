@@ -160,8 +160,11 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     }
     let end_ms = sim.elapsed().as_millis() as u64;
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let model_requests =
-        model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |m| m.requests().len());
+    let request_bodies: Vec<Arc<str>> = model_slot
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map_or_else(Vec::new, |m| m.requests().into_iter().map(|r| r.body).collect());
     let mut log = std::mem::take(&mut *log_of(&log));
     for receipt in &receipts {
         log.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
@@ -169,7 +172,7 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
-    conclude(scenario, plan, seed, log.evidence, trace, receipts, model_requests, end_ms)
+    conclude(scenario, plan, seed, log.evidence, trace, receipts, request_bodies, end_ms)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -180,7 +183,7 @@ fn conclude(
     evidence: FleetEvidence,
     trace: Vec<String>,
     receipts: Vec<gateway::Receipt>,
-    model_requests: usize,
+    request_bodies: Vec<Arc<str>>,
     end_ms: u64,
 ) -> RunResult {
     let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
@@ -200,6 +203,22 @@ fn conclude(
     if evidence.zombie_fenced {
         sometimes.insert("zombie-fenced".to_owned());
     }
+    // No secret of the run in the store, the trace, a model request or an effect's payload.
+    let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
+    let world =
+        super::World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..super::World::default() };
+    violations.extend(super::oracle::secrets(&super::oracle::Evidence {
+        plan,
+        seed,
+        world: &world,
+        receipts: &receipts,
+        service_receipts: &[],
+        exchanges: &[],
+        request_bodies: &request_bodies,
+        faults_fired: &faults_fired,
+        end_ms,
+    }));
+    let trace = world.trace;
     RunResult {
         scenario: scenario.name.clone(),
         seed,
@@ -212,7 +231,7 @@ fn conclude(
         gateway_requests: receipts.len(),
         receipts,
         service_receipts: Vec::new(),
-        model_requests,
+        model_requests: request_bodies.len(),
         crash_point_hits: Default::default(),
         faults_fired,
         sometimes,

@@ -85,6 +85,14 @@ impl Found {
     }
 }
 
+/// The secret-leak check alone: the fleet world (`fleet.rs`) has no disk witness, its own
+/// checker for the rest, and the same secrets to keep.
+pub(super) fn secrets(evidence: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = Found::default();
+    secrets::check(evidence, &mut found);
+    found.0
+}
+
 /// Judges a finished run: every checker, in catalog order of concern. A run whose recovery
 /// refused its log, or whose workload never converged, has no transcript to judge, and still
 /// gets every check that needs none: its secrets, effects, retries and durability evidence.
