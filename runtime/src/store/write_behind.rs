@@ -462,6 +462,8 @@ fn next_action(shared: &Shared) -> Action {
 fn drain_written(state: &mut State, n: usize) {
     let bytes: usize = state.pending.drain(..n).map(|r| r.line.len() + 1).sum();
     state.pending_bytes -= bytes;
+    // The count is the queue's lines, exactly: an empty queue holds no bytes.
+    debug_assert!(!state.pending.is_empty() || state.pending_bytes == 0, "{} bytes left", state.pending_bytes);
 }
 
 async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {

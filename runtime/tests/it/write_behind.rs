@@ -258,6 +258,15 @@ async fn megabytes_pending_are_written_without_waiting_out_the_window() {
         vec![(0, (0..8).collect::<Vec<u64>>())],
         "past 4 MiB pending, the queue is written at once"
     );
+    // Written, those bytes are no longer pending: small events wait for their window again.
+    for _ in 0..2 {
+        let small = crate::support::chunk(1, 1, 1, Chunk::TextDelta { index: 0, text: "x".into() });
+        rig.wb.append(small, None).await.unwrap();
+    }
+    advance_ms(100).await;
+    assert_eq!(rig.batches.lock().unwrap().len(), 1, "a small batch waits for its window");
+    rig.wb.flush().await.unwrap();
+    assert_eq!(rig.batches.lock().unwrap().last().unwrap().1, vec![8, 9], "and is a valid batch");
 }
 
 /// Lets the writer task run until it waits again (on its window or for a wake).
