@@ -96,36 +96,42 @@ impl DiskWitness {
             return;
         }
         let Some(image) = state.images.get(&self.session) else { return };
-        for unit in complete_units(self.format, image, state.parsed_to) {
-            for line in unit.text.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+        let units = complete_units(self.format, image, state.parsed_to);
+        let Some(end) = units.last().map(|unit| unit.end) else { return };
+        for unit in &units {
+            // A JSONL unit is one line; a zstd frame's text is lines, the last maybe unended.
+            let mut start = 0;
+            let ends = memchr::memchr_iter(b'\n', &unit.text).chain(std::iter::once(unit.text.len()));
+            for line_end in ends {
+                let line = &unit.text[start..line_end];
+                start = line_end + 1;
                 // The header and damage are not records: nothing to claim about them.
-                if let Ok(record) =
-                    std::str::from_utf8(line).map_err(|_| ()).and_then(|l| Record::decode(l).map_err(|_| ()))
-                {
+                if let Some(record) = (!line.is_empty()).then(|| Record::decode_bytes(line).ok()).flatten() {
                     (self.on_synced)(record);
                 }
             }
-            state.parsed_to = unit.end;
         }
+        state.parsed_to = end;
     }
 }
 
-/// One complete unit of a session file: its text and where it ends.
-struct Unit {
-    text: Vec<u8>,
+/// One complete unit of a session file: its text (a JSONL line borrowed from the image, a
+/// zstd frame decompressed) and where it ends.
+struct Unit<'a> {
+    text: std::borrow::Cow<'a, [u8]>,
     end: usize,
 }
 
 /// The complete units of `bytes` from `from`: newline-terminated lines (JSONL) or whole zstd
 /// frames, decompressed (zstd). A torn unit at the end is not complete.
-fn complete_units(format: Format, bytes: &[u8], from: usize) -> Vec<Unit> {
+fn complete_units(format: Format, bytes: &[u8], from: usize) -> Vec<Unit<'_>> {
     let mut units = Vec::new();
     let mut at = from.min(bytes.len());
     match format {
         Format::Jsonl => {
             while let Some(newline) = memchr::memchr(b'\n', &bytes[at..]) {
                 let end = at + newline + 1;
-                units.push(Unit { text: bytes[at..end].to_vec(), end });
+                units.push(Unit { text: bytes[at..end].into(), end });
                 at = end;
             }
         }
@@ -134,7 +140,7 @@ fn complete_units(format: Format, bytes: &[u8], from: usize) -> Vec<Unit> {
                 let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(&bytes[at..]) else { break };
                 let end = at + size;
                 let Ok(text) = zstd::stream::decode_all(&bytes[at..end]) else { break };
-                units.push(Unit { text, end });
+                units.push(Unit { text: text.into(), end });
                 at = end;
             }
         }
