@@ -1,6 +1,7 @@
 //! The session event model (SPEC §2): records, payloads, failures, the header and the
 //! validator of log invariants.
 
+mod canonical_delta;
 mod chunk;
 mod failure;
 mod header;

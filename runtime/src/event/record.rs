@@ -236,10 +236,14 @@ impl Record {
     /// Decodes one line (without its trailing newline).
     ///
     /// Recovery decodes every line of a session, so the common case takes one pass over the
-    /// bytes: the envelope's fields are read in order and `data` is decoded in place once
-    /// `type` is known. Anything else (an error to classify, `data` before `type`, an
+    /// bytes: a streamed delta exactly as [`Record::encode`] writes it is read without serde
+    /// (`canonical_delta.rs`); otherwise the envelope's fields are read in order and `data`
+    /// is decoded in place once `type` is known. Anything else (an error to classify, `data` before `type`, an
     /// escaped key, an unknown type) takes the two-pass path, which is the reference.
     pub fn decode(line: &str) -> Result<Record, RecordError> {
+        if let Some(record) = super::canonical_delta::decode(line.as_bytes()) {
+            return Ok(record);
+        }
         match Self::decode_one_pass(line) {
             Some(record) => Ok(record),
             None => Self::decode_two_pass(line),
@@ -251,6 +255,9 @@ impl Record {
     /// ASCII), so a recovery does not validate each line twice; anything it cannot read whole
     /// goes the reference way, which refuses a line that is not UTF-8 by saying so.
     pub fn decode_bytes(line: &[u8]) -> Result<Record, DecodeBytesError> {
+        if let Some(record) = super::canonical_delta::decode(line) {
+            return Ok(record);
+        }
         let mut deserializer = serde_json::Deserializer::from_slice(line);
         let one_pass = serde::Deserializer::deserialize_map(&mut deserializer, OnePass).ok().flatten();
         if let Some(record) = one_pass.filter(|_| deserializer.end().is_ok()) {
@@ -269,7 +276,7 @@ impl Record {
     }
 
     /// The reference decoder: the envelope with `data` kept raw, then `data` by type.
-    fn decode_two_pass(line: &str) -> Result<Record, RecordError> {
+    pub(super) fn decode_two_pass(line: &str) -> Result<Record, RecordError> {
         let envelope: Envelope<'_> = serde_json::from_str(line).map_err(RecordError::Envelope)?;
         let event = match Event::decode_known(&envelope.type_name, envelope.data) {
             Ok(Some(event)) => event,
