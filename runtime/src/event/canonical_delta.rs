@@ -177,18 +177,18 @@ mod tests {
         let canonical = r#"{"type":"assistant/chunk","seq":7,"time":5,"data":{"turn":1,"step":2,"attempt":3,"chunk":{"type":"text-delta","index":0,"text":"hi"}}}"#;
         assert!(decode(canonical.as_bytes()).is_some());
         for (from, to) in [
-            (r#""seq":7"#, r#""seq":07"#),                                  // a leading zero: not JSON
-            (r#""seq":7"#, r#""seq":18446744073709551616"#),                // past u64
-            (r#""turn":1"#, r#""turn":4294967296"#),                        // past u32
-            (r#""seq":7"#, r#""seq":7.0"#),                                 // a fraction
-            (r#""seq":7"#, r#""seq":-7"#),                                  // a sign
-            (r#""seq":7"#, r#""seq": 7"#),                                  // whitespace
-            (r#""text":"hi""#, r#""text":"h\"i""#),                         // an escape
-            (r#""text":"hi""#, "\"text\":\"h\u{1}i\""),                     // a control character
-            (r#""text-delta""#, r#""tool-call-delta""#),                    // another chunk
-            (r#""index":0,"text":"hi""#, r#""text":"hi","index":0"#),       // another order
-            (r#"}}}"#, r#"}},"source_seqs":[1]}"#),                          // a field more
-            (r#"}}}"#, r#"}}} "#),                                           // trailing bytes
+            (r#""seq":7"#, r#""seq":07"#),                            // a leading zero: not JSON
+            (r#""seq":7"#, r#""seq":18446744073709551616"#),          // past u64
+            (r#""turn":1"#, r#""turn":4294967296"#),                  // past u32
+            (r#""seq":7"#, r#""seq":7.0"#),                           // a fraction
+            (r#""seq":7"#, r#""seq":-7"#),                            // a sign
+            (r#""seq":7"#, r#""seq": 7"#),                            // whitespace
+            (r#""text":"hi""#, r#""text":"h\"i""#),                   // an escape
+            (r#""text":"hi""#, "\"text\":\"h\u{1}i\""),               // a control character
+            (r#""text-delta""#, r#""tool-call-delta""#),              // another chunk
+            (r#""index":0,"text":"hi""#, r#""text":"hi","index":0"#), // another order
+            (r#"}}}"#, r#"}},"source_seqs":[1]}"#),                   // a field more
+            (r#"}}}"#, r#"}}} "#),                                    // trailing bytes
         ] {
             let line = canonical.replacen(from, to, 1);
             assert_ne!(line, canonical, "{to}");

@@ -83,14 +83,14 @@ pub fn scan_zstd(bytes: &[u8]) -> Scan {
 /// ~5 MiB of transcript text at the writer's ratio, and a batch this size keeps both cores
 /// busy (the next batch decodes while this one is validated; at 4 MiB a 2.6 MB session was
 /// one batch, decoded, then validated on one core: 1.4 CPUs used, 1.7 M events/s).
-const ZSTD_BATCH_BYTES: u64 = SCAN_CHUNK_BYTES as u64 / 8;
+const ZSTD_BATCH_BYTES: u64 = 512 * 1024;
 
 /// The most content a batch of several frames decodes to (by their declared sizes; a frame
 /// that declares none counts as the largest a frame may hold): a few KiB of hostile frames,
 /// each expanding to megabytes of valid records, are decoded a budget at a time, not a
 /// compressed batch at a time (512 KiB of them held ~100 frames of 16 MiB). The writer's
 /// batches (~5 MiB of text) fit; a single frame forms a batch of its own, whatever its size.
-const ZSTD_BATCH_CONTENT_BYTES_MAX: u64 = 2 * SCAN_CHUNK_BYTES as u64;
+const ZSTD_BATCH_CONTENT_BYTES_MAX: u64 = 8 * 1024 * 1024;
 
 /// Walks one batch of frames from `*walked` (structure only, nothing decoded): up to
 /// [`ZSTD_BATCH_BYTES`] compressed and [`ZSTD_BATCH_CONTENT_BYTES_MAX`] of declared content,
