@@ -347,8 +347,11 @@ impl<'k, 'v> Committer<'k, 'v> {
     }
 }
 
-/// Lines a decode job takes at least: below this, a thread costs more than it saves.
-const LINES_PER_JOB_MIN: usize = 1024;
+/// Text a decode job takes at least: below this, handing it to a thread costs more than it
+/// saves (it decodes in ~100 µs). Counted in bytes, not lines: 1 024 lines, the bound before,
+/// were 160 KiB of streamed deltas but a whole 1 MiB chunk of long messages, which then
+/// decoded on one core.
+const TEXT_BYTES_PER_JOB_MIN: usize = 32 * 1024;
 
 /// Decode parts per core when there is more than one: the commit of the batch before shares
 /// the cores with them, and parts this fine let the cores even out (one part per core left
@@ -375,7 +378,11 @@ fn decode_jobs<'a>(
     parts: usize,
     outputs: &'a mut Vec<Vec<Result<Record, String>>>,
 ) -> Vec<Job<'a>> {
-    let parts = parts.clamp(1, lines.len().div_ceil(LINES_PER_JOB_MIN).max(1));
+    let text_bytes = match (lines.first(), lines.last()) {
+        (Some(&(start, _)), Some(&(_, end))) => end - start,
+        _ => 0,
+    };
+    let parts = parts.clamp(1, (text_bytes / TEXT_BYTES_PER_JOB_MIN).max(1));
     let per = lines.len().div_ceil(parts).max(1);
     *outputs = (0..lines.len().div_ceil(per)).map(|_| Vec::new()).collect();
     outputs
@@ -476,7 +483,7 @@ pub const FRAME_CONTENT_BYTES_MAX: u64 = RECORD_LINE_BYTES_MAX as u64 + 1;
 
 #[cfg(test)]
 mod tests {
-    use super::{decode_parts, line_spans};
+    use super::{decode_jobs, decode_parts, line_spans, TEXT_BYTES_PER_JOB_MIN};
 
     /// One core decodes a batch in one part (the simulator's `Sequential`: a part more is a
     /// zstd context more, nothing gained); several cores get more parts than cores, a whole
@@ -500,5 +507,22 @@ mod tests {
         assert_eq!(spans.capacity(), 1_000, "sized from the count, not grown");
         assert_eq!((spans[0], spans[999]), ((0, 2), (2_997, 2_999)));
         assert!(line_spans(b"no newline").is_empty());
+    }
+
+    /// A chunk is split by its bytes: a chunk of a thousand 1 KiB lines is as many parts as a
+    /// chunk of ten thousand short ones (by a line count it was one part, one core), and a
+    /// chunk smaller than one job's worth is one part.
+    #[test]
+    fn a_chunk_of_long_lines_is_decoded_in_as_many_parts() {
+        let parts_of = |line_bytes: usize, lines: usize| {
+            let text = format!("{}\n", "x".repeat(line_bytes - 1)).repeat(lines);
+            let spans = line_spans(text.as_bytes());
+            let mut outputs = Vec::new();
+            let jobs = decode_jobs(text.as_bytes(), &spans, decode_parts(2), &mut outputs).len();
+            jobs
+        };
+        assert_eq!(parts_of(1024, 1_000), decode_parts(2));
+        assert_eq!(parts_of(100, 10_000), decode_parts(2));
+        assert_eq!(parts_of(100, TEXT_BYTES_PER_JOB_MIN / 100), 1);
     }
 }
