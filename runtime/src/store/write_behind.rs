@@ -10,7 +10,8 @@
 //! window, waits for any write in progress and drains until everything accepted before it is
 //! *durable*. A failed batch stays at the front of the queue, in order, and pauses the
 //! automatic path; the failure is reported at once and surfaced by the next flush, which also
-//! retries it.
+//! retries it. A writer that dies (a log that panics) fails every flush and append, waiting
+//! or later, with that cause: nothing waits on a writer that is gone.
 //!
 //! Work is kept off the writer's critical path (it should be the write and its fsync): each
 //! record is encoded when accepted, on the producer's side; when the log has a [`Sealer`]
@@ -125,6 +126,9 @@ struct State {
     closed: bool,
     /// The writer task should exit once nothing is pending.
     stopping: bool,
+    /// The writer task died (its log panicked): nothing accepted from here on becomes durable,
+    /// and every caller is told so instead of waiting for it.
+    writer_lost: Option<Arc<Error>>,
 }
 
 struct Shared {
@@ -240,6 +244,7 @@ impl WriteBehind {
                 flush_wanted: false,
                 closed: false,
                 stopping: false,
+                writer_lost: None,
             }),
             wake_writer: Notify::new(),
             space: Notify::new(),
@@ -269,6 +274,9 @@ impl WriteBehind {
             let space = self.shared.space.notified();
             {
                 let mut state = self.shared.lock();
+                if let Some(lost) = &state.writer_lost {
+                    return Err(Error::Persist(lost.clone()));
+                }
                 if state.closed {
                     return Err(Error::Closed);
                 }
@@ -355,6 +363,9 @@ impl WriteBehind {
             if seen.durable_through >= state.next_seq {
                 return Ok(());
             }
+            if let Some(lost) = &state.writer_lost {
+                return Err(Error::Persist(lost.clone()));
+            }
             state.flush_wanted = true;
             state.paused = None;
             (state.next_seq, seen.failures)
@@ -386,11 +397,11 @@ impl WriteBehind {
         self.shared.wake_writer.notify_one();
         let handle = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(handle) = handle else { return drained };
-        let log = handle.await.map_err(|e| {
-            Error::Persist(Arc::new(Error::io("write-behind task", std::io::Error::other(e.to_string()))))
-        })?;
-        let closed = log.close();
-        drained.and(closed)
+        match handle.await {
+            Ok(log) => drained.and(log.close()),
+            // The writer died with the log (see `WriterLost`): the drain already failed.
+            Err(e) => drained.and(Err(Error::Persist(Arc::new(writer_lost_error(&e.to_string()))))),
+        }
     }
 }
 
@@ -466,7 +477,37 @@ fn drain_written(state: &mut State, n: usize) {
     debug_assert!(!state.pending.is_empty() || state.pending_bytes == 0, "{} bytes left", state.pending_bytes);
 }
 
+/// The failure every caller gets once the writer task died.
+fn writer_lost_error(why: &str) -> Error {
+    Error::io("write-behind writer", std::io::Error::other(format!("the writer task died: {why}")))
+}
+
+/// Held by the writer task: if it unwinds (a log that panicked), nothing pending will ever be
+/// durable, so the loss is published — to the barrier, to producers waiting for room, to
+/// every later append — instead of leaving them waiting for a writer that is gone.
+struct WriterLost(Arc<Shared>);
+
+impl Drop for WriterLost {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let error = Arc::new(writer_lost_error("it panicked"));
+        {
+            let mut state = self.0.lock();
+            state.writer_lost = Some(error.clone());
+            state.closed = true;
+        }
+        self.0.progress.send_modify(|p| {
+            p.failures += 1;
+            p.last_failure = Some(error);
+        });
+        self.0.space.notify_waiters();
+    }
+}
+
 async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {
+    let _lost = WriterLost(shared.clone());
     loop {
         let woken = shared.wake_writer.notified();
         match next_action(&shared) {

@@ -373,6 +373,55 @@ async fn a_close_error_never_masks_an_earlier_drain_error() {
 /// Each knob's documented range is asserted when the writer starts: the edges start, one
 /// step outside each refuses with the knob's name (a zero-sized queue would never accept an
 /// event; a zero-sized batch would never write one).
+/// A log whose append panics: a bug in an embedder's log (or in ours).
+#[derive(Debug)]
+struct PanickingLog(Box<dyn SessionLog>);
+
+impl SessionLog for PanickingLog {
+    fn id(&self) -> &SessionId {
+        self.0.id()
+    }
+    fn next_seq(&self) -> u64 {
+        self.0.next_seq()
+    }
+    fn token(&self) -> u64 {
+        self.0.token()
+    }
+    fn append(&mut self, _batch: &[Record]) -> Result<()> {
+        panic!("the log broke mid-append")
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        self.0.close()
+    }
+}
+
+fn panicking_write_behind(config: WriteBehindConfig) -> WriteBehind {
+    let store = MemoryStore::new(TestProcess::new("a", &TestProcess::world()));
+    let log = PanickingLog(store.create(&sid("s"), 0).unwrap());
+    WriteBehind::start(Box::new(log), Arc::new(SystemClock::new()), config, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_writer_that_dies_fails_the_barrier_instead_of_hanging_it() {
+    let wb = panicking_write_behind(WriteBehindConfig::default());
+    wb.append(turn_start(1), None).await.unwrap();
+    let flushed = tokio::time::timeout(Duration::from_secs(600), wb.flush()).await.expect("the barrier returned");
+    assert!(matches!(&flushed, Err(Error::Persist(e)) if e.to_string().contains("writer task died")), "{flushed:?}");
+    // From here nothing is accepted, and every barrier says why at once.
+    assert!(matches!(wb.append(turn_end(1), None).await, Err(Error::Persist(_))));
+    assert!(matches!(wb.flush().await, Err(Error::Persist(_))));
+    assert!(matches!(wb.close().await, Err(Error::Persist(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_producer_waiting_for_room_learns_that_the_writer_died() {
+    let wb = panicking_write_behind(WriteBehindConfig { pending_events_max: 1, ..WriteBehindConfig::default() });
+    wb.append(turn_start(1), None).await.unwrap();
+    // The queue is full; room would come from the writer, which dies at the window's end.
+    let second = tokio::time::timeout(Duration::from_secs(600), wb.append(turn_end(1), None)).await;
+    assert!(matches!(second, Ok(Err(Error::Persist(_)))), "{second:?}");
+}
+
 #[tokio::test]
 async fn each_knob_outside_its_documented_range_is_refused_at_start() {
     let base = WriteBehindConfig::default();
