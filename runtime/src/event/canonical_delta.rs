@@ -8,8 +8,8 @@
 //! whitespace, integers in their shortest form, a text without escapes or control
 //! characters — and answers `None` for anything else, which the serde path then reads (and
 //! refuses or accepts) as it always did. So it accepts nothing the reference refuses and
-//! reads what it accepts into the same record (pinned by `canonical_delta` tests against the
-//! reference, on every encoder output and on mutated lines).
+//! reads what it accepts into the same record (pinned by the tests below against the
+//! reference: random encoder outputs, and lines edited a byte at a time).
 
 use super::{AssistantChunk, Chunk, Event, Record};
 
@@ -29,7 +29,16 @@ enum DeltaKind {
 
 /// The record of a canonical delta line (no trailing newline), or `None` to take serde's path.
 pub(super) fn decode(line: &[u8]) -> Option<Record> {
-    let mut at = Cursor { bytes: line, at: 0 };
+    read(Cursor { bytes: line, text: None, at: 0 })
+}
+
+/// [`decode`] of a line already known to be UTF-8: its text is not checked again.
+pub(super) fn decode_str(line: &str) -> Option<Record> {
+    read(Cursor { bytes: line.as_bytes(), text: Some(line), at: 0 })
+}
+
+fn read(mut at: Cursor<'_>) -> Option<Record> {
+    let line_len = at.bytes.len();
     at.literal(b"{\"type\":\"assistant/chunk\",\"seq\":")?;
     let seq = at.integer()?;
     at.literal(b",\"time\":")?;
@@ -47,7 +56,7 @@ pub(super) fn decode(line: &[u8]) -> Option<Record> {
     at.literal(b",\"text\":\"")?;
     let text = at.plain_string()?;
     at.literal(b"}}}")?;
-    if at.at != line.len() {
+    if at.at != line_len {
         return None;
     }
     let chunk = match kind {
@@ -61,6 +70,8 @@ pub(super) fn decode(line: &[u8]) -> Option<Record> {
 /// A read position in a line.
 struct Cursor<'a> {
     bytes: &'a [u8],
+    /// The same line as text, when the caller already checked it is UTF-8.
+    text: Option<&'a str>,
     at: usize,
 }
 
@@ -71,8 +82,9 @@ impl Cursor<'_> {
         rest.starts_with(expected).then(|| self.at += expected.len())
     }
 
-    /// A JSON integer as serde_json writes a `u64`: digits, no sign, no leading zero, no
-    /// fraction or exponent (the next byte is checked by the literal after it), no overflow.
+    /// A JSON integer as serde_json writes an unsigned one: digits, no sign, no leading zero,
+    /// no fraction or exponent (the next byte is checked by the literal after it), no `u64`
+    /// overflow (a `u32` field narrows it after).
     fn integer(&mut self) -> Option<u64> {
         let digits = self.bytes.get(self.at..)?.iter().take_while(|b| b.is_ascii_digit()).count();
         let text = &self.bytes[self.at..self.at + digits];
@@ -93,7 +105,11 @@ impl Cursor<'_> {
         if rest[end] != b'"' || rest[..end].iter().any(|&b| b < 0x20) {
             return None;
         }
-        let text = std::str::from_utf8(&rest[..end]).ok()?.to_owned();
+        let text = match self.text {
+            // Both ends border an ASCII quote: character boundaries of a checked line.
+            Some(line) => line[self.at..self.at + end].to_owned(),
+            None => std::str::from_utf8(&rest[..end]).ok()?.to_owned(),
+        };
         self.at += end + 1;
         Some(text)
     }
@@ -104,7 +120,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::super::{AssistantChunk, Chunk, Event, Record};
-    use super::decode;
+    use super::{decode, decode_str};
 
     fn delta(kind: u8, index: u32, text: String) -> Chunk {
         match kind % 3 {
@@ -119,8 +135,12 @@ mod tests {
         Record::new(seq, time, Event::AssistantChunk(AssistantChunk { turn, step, attempt, chunk }))
     }
 
-    /// What the fast path read must be what the reference reads from the same bytes.
+    /// What the fast path read must be what the reference reads from the same bytes, whether
+    /// it was handed bytes or checked text.
     fn agrees_with_the_reference(line: &[u8]) -> Result<(), TestCaseError> {
+        if let Ok(text) = std::str::from_utf8(line) {
+            prop_assert_eq!(decode_str(text), decode(line), "{}", text);
+        }
         if let Some(fast) = decode(line) {
             let text = std::str::from_utf8(line);
             prop_assert!(text.is_ok(), "read a line that is not UTF-8: {line:?}");
@@ -147,6 +167,7 @@ mod tests {
             let record = record(seq, time, ids, delta(kind, index, text));
             let line = record.encode();
             prop_assert_eq!(Record::decode_two_pass(&line).ok(), Some(record.clone()));
+            prop_assert_eq!(decode_str(&line), decode(line.as_bytes()));
             prop_assert_eq!(decode(line.as_bytes()), plain.then_some(record));
         }
 

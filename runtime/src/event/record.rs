@@ -235,13 +235,14 @@ impl Record {
 
     /// Decodes one line (without its trailing newline).
     ///
-    /// Recovery decodes every line of a session, so the common case takes one pass over the
-    /// bytes: a streamed delta exactly as [`Record::encode`] writes it is read without serde
-    /// (`canonical_delta.rs`); otherwise the envelope's fields are read in order and `data`
-    /// is decoded in place once `type` is known. Anything else (an error to classify, `data` before `type`, an
-    /// escaped key, an unknown type) takes the two-pass path, which is the reference.
+    /// Recovery decodes every line of a session, so the common case reads a line once, not
+    /// as a value first: a streamed delta exactly as [`Record::encode`] writes it is read
+    /// without serde (`canonical_delta.rs`); otherwise the envelope's fields are read in order
+    /// and `data` is decoded in place once `type` is known. Anything else (an error to
+    /// classify, `data` before `type`, an escaped key, an unknown type) takes the two-pass
+    /// path, which is the reference.
     pub fn decode(line: &str) -> Result<Record, RecordError> {
-        if let Some(record) = super::canonical_delta::decode(line.as_bytes()) {
+        if let Some(record) = super::canonical_delta::decode_str(line) {
             return Ok(record);
         }
         match Self::decode_one_pass(line) {

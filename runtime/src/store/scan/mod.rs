@@ -260,8 +260,9 @@ fn check_line_len(bytes: usize) -> Result<(), String> {
 }
 
 /// Decodes the lines `spans` (newline excluded) of `text`, in order. One UTF-8 check covers
-/// them all and each line is then read as text (the JSON reader checks no string again);
-/// where anything in them is not UTF-8, line by line (the bad line says so).
+/// them all and each line is then read as text (neither the JSON reader nor the delta reader
+/// checks a string again); where anything in them is not UTF-8, line by line (the bad line
+/// says so).
 fn decode_lines(text: &[u8], spans: &[(usize, usize)]) -> Vec<Result<Record, String>> {
     let (Some(&(base, _)), Some(&(_, end))) = (spans.first(), spans.last()) else { return Vec::new() };
     match std::str::from_utf8(&text[base..end]) {
@@ -524,5 +525,17 @@ mod tests {
         assert_eq!(parts_of(1024, 1_000), decode_parts(2));
         assert_eq!(parts_of(100, 10_000), decode_parts(2));
         assert_eq!(parts_of(100, TEXT_BYTES_PER_JOB_MIN / 100), 1);
+    }
+
+    /// Measured from the first line the job takes, not from the start of the chunk: 30 000
+    /// bytes of lines after a megabyte of others are still one job.
+    #[test]
+    fn a_little_text_late_in_a_chunk_is_decoded_in_one_part() {
+        let text = format!("{}\n{}", "y".repeat(1 << 20), format!("{}\n", "x".repeat(99)).repeat(300));
+        let spans = line_spans(text.as_bytes());
+        let mut outputs = Vec::new();
+        let jobs = decode_jobs(text.as_bytes(), &spans[1..], decode_parts(2), &mut outputs).len();
+        assert_eq!(jobs, 1);
+        assert_eq!(outputs.len(), 1);
     }
 }
