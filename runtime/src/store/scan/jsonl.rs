@@ -18,6 +18,7 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
     let mut header: Option<SessionHeader> = None;
     let mut scan = Scan::new(file_len);
     let mut pending: Option<DecodedChunk> = None;
+    let mut recycled = Recycled::default();
     loop {
         // Fill the buffer; grow it only when one line does not fit.
         if used == buffer.len() {
@@ -39,7 +40,8 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
             continue;
         };
         let text = &buffer[..=last_newline];
-        let mut spans = line_spans(text);
+        let Recycled { mut spans, mut results } = std::mem::take(&mut recycled);
+        line_spans_into(text, &mut spans);
         if header.is_none() {
             let (s, e) = spans[0];
             match header_of(&text[s..e], file_len) {
@@ -53,13 +55,12 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
         }
         // The previous chunk is committed (in order, one thread) while this one is decoded
         // (on the others): the order-dependent half of the work overlaps the parallel half.
-        let mut results = Vec::new();
         let mut damage = None;
         {
             let mut jobs = decode_jobs(text, &spans, decode_parts(compute.parallelism()), &mut results);
             if let Some(chunk) = pending.take() {
-                let (committer, damage) = (&mut committer, &mut damage);
-                jobs.insert(0, Box::new(move || *damage = commit_chunk(committer, chunk)));
+                let (committer, damage, recycled) = (&mut committer, &mut damage, &mut recycled);
+                jobs.insert(0, Box::new(move || (*damage, *recycled) = commit_chunk(committer, chunk)));
             }
             compute.run(jobs);
         }
@@ -80,7 +81,7 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
         }
     }
     if let Some(Damage { offset, line_end, issue }) =
-        pending.take().and_then(|chunk| commit_chunk(&mut committer, chunk))
+        pending.take().and_then(|chunk| commit_chunk(&mut committer, chunk).0)
     {
         committer.finish(&mut scan);
         scan.header = header;

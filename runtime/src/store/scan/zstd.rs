@@ -69,7 +69,11 @@ enum FrameContent {
 fn frame_content(bytes: &[u8], frame: &FrameSpan, inflater: &mut Inflater) -> FrameContent {
     match complete_frame_text(bytes, frame, inflater) {
         Err(reason) => FrameContent::Unusable(reason),
-        Ok(text) => FrameContent::Lines(decode_lines(&text, &line_spans(&text))),
+        Ok(text) => {
+            let mut lines = Vec::new();
+            decode_lines(&text, &line_spans(&text), &mut lines);
+            FrameContent::Lines(lines)
+        }
     }
 }
 
