@@ -423,11 +423,9 @@ struct Recycled {
 }
 
 /// Commits a decoded chunk's records in order, stopping at the first one that is not the
-/// next; hands back its buffers, emptied.
+/// next; hands back its buffers (the next chunk's decode clears them before use).
 fn commit_chunk(committer: &mut Committer<'_, '_>, mut chunk: DecodedChunk) -> (Option<Damage>, Recycled) {
     let damage = commit_records(committer, &mut chunk);
-    chunk.spans.clear();
-    chunk.results.iter_mut().for_each(Vec::clear);
     (damage, Recycled { spans: chunk.spans, results: chunk.results })
 }
 
