@@ -450,6 +450,12 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bit_rot: Option<RotTarget>,
+    /// With `bit_rot`: the rot waits for the host to be down after a crash that left a
+    /// power-loss hole (not the first crash): a durable unit damaged in front of the last
+    /// unit's hole, which recovery must refuse, not take for the hole.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub rot_after_hole: bool,
     /// What the rot writes, one of these drawn per seed (default: `garbage`). A resolved plan
     /// holds exactly the one drawn.
     #[serde(default)]
@@ -739,6 +745,7 @@ scenarios![
     "invalid-live-config-update",
     "echoed-secret",
     "power-loss-hole",
+    "power-loss-hole-then-rot",
     "bit-rot-session",
     "bit-rot-journal",
     "hostile-session-lines",
@@ -765,6 +772,14 @@ regressions![
     "intent-before-effect-ack-before-fsync",
     "at-most-once-unknown-claimable-refused",
     "outcome-durable-outcome-before-durable",
+    "rot-refused-hole-past-the-damaged-frame-generated-5143",
+    "rot-refused-hole-past-the-damaged-frame-generated-42582",
+    "rot-refused-hole-past-the-damaged-frame-generated-70180",
+    "rot-refused-hole-past-the-damaged-frame-mixed-5143",
+    "rot-refused-hole-past-the-damaged-frame-mixed-42582",
+    "rot-refused-hole-past-the-damaged-frame-mixed-54243",
+    "rot-refused-hole-past-the-damaged-frame-mixed-70180",
+    "false-corrupt-lost-sector-after-a-stray-zero",
 ];
 
 impl Scenario {
@@ -818,6 +833,9 @@ impl Scenario {
         }
         if !self.faults.rot_kinds.is_empty() && self.faults.bit_rot.is_none() && !self.faults.from_seed {
             return Err(format!("scenario {name}: faults.rot_kinds needs faults.bit_rot"));
+        }
+        if self.faults.rot_after_hole && self.faults.bit_rot.is_none() {
+            return Err(format!("scenario {name}: faults.rot_after_hole needs faults.bit_rot"));
         }
         // A misspelt bug would make the regression's "fails with its bug" check plant nothing.
         if let Some(bug) = self.regression.as_ref().map(|r| r.bug.as_str()).filter(|b| !b.is_empty()) {

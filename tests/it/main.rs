@@ -9,6 +9,7 @@ mod hostile;
 mod incident;
 mod llm;
 mod outbox;
+mod power_loss;
 mod quickstart;
 mod real;
 mod sigkill;

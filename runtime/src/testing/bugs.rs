@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 19] = [
+pub const CATALOG: [(&str, &str); 20] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -21,6 +21,10 @@ pub const CATALOG: [(&str, &str); 19] = [
     ("scrub-by-pattern-only", "secrets are redacted by pattern only, never by value"),
     ("any-damage-is-torn", "the seed's torn rule: any damaged line without a later turn/end is a torn tail"),
     ("holes-are-corrupt", "a hole of zero bytes in the last write unit is called corrupt, not torn"),
+    (
+        "hole-past-the-damaged-frame",
+        "a zstd frame whose checksum fails is called torn when a hole lies anywhere after it in the last unit",
+    ),
     ("no-answer-limit", "an answer above the answer limit is stored instead of ending its attempt"),
     ("unlogged-retry", "a failed attempt is retried once more, silently: no llm/retry record, outside the budget"),
     ("outcome-before-durable", "a turn's outcome is reported kept without waiting for its turn/end to be durable"),

@@ -141,6 +141,8 @@ impl Driver<'_> {
                 }
                 if let Some(path) = self.first_life_fs.hole_left() {
                     w.trace.push(format!("{at:>7} the crash left a power-loss hole in {}", path.display()));
+                    // What a rot that waits for the hole needs to know while the host is down.
+                    w.hole_left_in = Some(path.clone());
                 }
             }
             w.note_crash();

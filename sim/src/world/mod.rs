@@ -179,6 +179,10 @@ struct World {
     live_fs: Option<FsFaults>,
     /// The bit rot applied while the host was down, if one was.
     rotted: Option<rot::Rotted>,
+    /// The file a crash's power loss left a hole in, once it did.
+    hole_left_in: Option<std::path::PathBuf>,
+    /// A rot that waits for the hole had its one chance (the restart after the hole's crash).
+    rot_after_hole_spent: bool,
     /// The message sent with a late cancel was refused (the agent was already disposed).
     extra_refused: bool,
     /// Why an incarnation refused to start on a log it found corrupt (it is not restarted:
@@ -890,6 +894,13 @@ fn rot_while_down(
     if world.rotted.is_some() {
         return None;
     }
+    // A rot after the hole has one chance, while the host is down after the hole's crash,
+    // and only a hole in the session it rots makes the shape it is for.
+    let after_hole = plan.faults.rot_after_hole;
+    if after_hole && (world.rot_after_hole_spent || world.hole_left_in.as_deref() != Some(session)) {
+        return None;
+    }
+    world.rot_after_hole_spent = after_hole;
     let acked: Vec<Record> = world.acked.values().cloned().collect();
     let path = match target {
         RotTarget::Session => session,
@@ -897,10 +908,15 @@ fn rot_while_down(
     };
     let entropy = crate::Seed::new(seed).fault("rot/where");
     let kind = plan.faults.rot_kinds.first().copied().unwrap_or(RotKind::Garbage);
-    Some(match rot::rot(fs, path, target, (kind, plan.store.format()), &acked, &entropy) {
+    let place = if after_hole { rot::RotPlace::LastDurable } else { rot::RotPlace::Anywhere };
+    Some(match rot::rot(fs, path, (target, place), (kind, plan.store.format()), &acked, &entropy) {
         Ok(Some(rotted)) => {
             let line = format!("bit rot ({}) at byte {} of {}", rotted.kind.name(), rotted.offset, rotted.path);
             world.faults_fired.insert("bit-rot".into());
+            if after_hole {
+                // The rare shape: a durable unit rotted in front of the last one's hole.
+                world.faults_fired.insert("bit-rot-after-hole".into());
+            }
             world.rotted = Some(rotted);
             line
         }

@@ -49,7 +49,7 @@ pub struct Rotted {
 pub fn rot(
     fs: &dyn Fs,
     path: &Path,
-    target: RotTarget,
+    (target, place): (RotTarget, RotPlace),
     (kind, format): (RotKind, Format),
     acked: &[Record],
     entropy: &SimEntropy,
@@ -60,7 +60,7 @@ pub fn rot(
         Err(e) => return Err(e),
     };
     if target == RotTarget::Session && format == Format::Zstd {
-        let Some((offset, kind)) = rot_frame(&mut bytes, kind, acked, entropy) else { return Ok(None) };
+        let Some((offset, kind)) = rot_frame(&mut bytes, (kind, place), acked, entropy) else { return Ok(None) };
         return write_back(fs, path, offset, kind, bytes).map(Some);
     }
     // Line spans [start, end) (newline excluded), in file order.
@@ -82,7 +82,7 @@ pub fn rot(
     if candidates.is_empty() {
         return Ok(None);
     }
-    let (line_start, line_end) = candidates[(entropy.next_u64() % candidates.len() as u64) as usize];
+    let (line_start, line_end) = place.pick(&candidates, entropy);
     let (offset, kind) = match rewrite(&bytes[line_start..line_end], kind, entropy) {
         Some((at, line)) => {
             bytes.splice(line_start..line_end, line);
@@ -100,6 +100,26 @@ pub fn rot(
     write_back(fs, path, offset, kind, bytes).map(Some)
 }
 
+/// Which durable line or frame a rot damages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RotPlace {
+    /// Any of them, drawn.
+    Anywhere,
+    /// The last one: the unit right in front of whatever the last crash left after it (a
+    /// power-loss hole), where a torn rule that looks past the damage would take it for torn.
+    LastDurable,
+}
+
+impl RotPlace {
+    /// The span this place picks among `candidates` (not empty), in file order.
+    fn pick(self, candidates: &[(usize, usize)], entropy: &SimEntropy) -> (usize, usize) {
+        match self {
+            RotPlace::Anywhere => candidates[(entropy.next_u64() % candidates.len() as u64) as usize],
+            RotPlace::LastDurable => *candidates.last().expect("a rot picks among durable spans"),
+        }
+    }
+}
+
 /// Writes the rotted file back, durably.
 fn write_back(fs: &dyn Fs, path: &Path, offset: usize, kind: RotKind, bytes: Vec<u8>) -> std::io::Result<Rotted> {
     let mut file = fs.open(path, OpenOptions::append())?;
@@ -115,7 +135,12 @@ const FRAME_CHECKSUM_BYTES: usize = 4;
 /// Rots a durable frame of a zstd session in `bytes` (frame 0 is the header; a frame is
 /// durable when every record in it is in the acknowledged prefix). Returns the offset of the
 /// first changed byte and the kind applied, or `None` when no frame is durable yet.
-fn rot_frame(bytes: &mut Vec<u8>, kind: RotKind, acked: &[Record], entropy: &SimEntropy) -> Option<(usize, RotKind)> {
+fn rot_frame(
+    bytes: &mut Vec<u8>,
+    (kind, place): (RotKind, RotPlace),
+    acked: &[Record],
+    entropy: &SimEntropy,
+) -> Option<(usize, RotKind)> {
     let durable = acked.iter().enumerate().take_while(|(i, r)| r.seq == *i as u64).count() as u64;
     let mut frames = Vec::new();
     let mut at = 0;
@@ -134,14 +159,18 @@ fn rot_frame(bytes: &mut Vec<u8>, kind: RotKind, acked: &[Record], entropy: &Sim
     if candidates.is_empty() {
         return None;
     }
-    let (start, end) = candidates[(entropy.next_u64() % candidates.len() as u64) as usize];
+    let (start, end) = place.pick(&candidates, entropy);
     let text = zstd::stream::decode_all(&bytes[start..end]).ok()?;
     let lines: Vec<&[u8]> = text.split(|&b| b == b'\n').filter(|line| !line.is_empty()).collect();
     let chosen = (entropy.next_u64() % lines.len() as u64) as usize;
     let Some((_, rewritten)) = rewrite(lines[chosen], kind, entropy) else {
-        // Garbage: the checksum's bytes flipped, so the frame's text no longer matches it.
+        // Garbage: the checksum's bytes flipped, so the frame's text no longer matches it
+        // (never to zero: zeros are the power-loss signature, which the hole fault owns).
         for byte in &mut bytes[end - FRAME_CHECKSUM_BYTES..end] {
-            *byte ^= 0xFF;
+            *byte = match *byte ^ 0xFF {
+                0 => 0x01,
+                flipped => flipped,
+            };
         }
         return Some((end - FRAME_CHECKSUM_BYTES, RotKind::Garbage));
     };

@@ -128,6 +128,8 @@ pub struct Swarm {
     pub torn_mid_line: bool,
     /// Bit rot in a durable file while the host is down after its crash.
     pub bit_rot: Option<RotTarget>,
+    /// The rot is the session's garbage, while the host is down after the hole's crash.
+    pub rot_after_hole: bool,
     /// A small answer limit, and the first plain text answer made larger than it.
     pub oversize: bool,
     /// The first step meets one more retryable failure than its policy retries: it must give
@@ -181,6 +183,11 @@ const DISK_FULL_MS_MAX: u64 = 3_000;
 /// Probability that a seed with a crash also rots a durable file while the host is down. Low:
 /// a rotted run ends in a refusal, which covers nothing else.
 const BIT_ROT_PROBABILITY: f64 = 0.2;
+
+/// Probability that a seed with a power-loss hole rots the session (when its crashes drew no
+/// rot of their own): high, because only a rot while the host is down after the hole's crash
+/// shows whether recovery tells the hole's zeros from damage to a durable unit before it.
+const BIT_ROT_AFTER_HOLE_PROBABILITY: f64 = 0.5;
 
 /// A failing response that quotes the request's credential back, as hostile or careless
 /// providers do: in its error body and its request id.
@@ -246,6 +253,13 @@ impl Swarm {
         let final_failure = model_failures.is_some() && stream(seed, "final").unit_f64() < FINAL_FAILURE_PROBABILITY;
         let bit_rot = (crash.is_some() && stream(seed, "rot").unit_f64() < BIT_ROT_PROBABILITY)
             .then(|| *pick(&stream(seed, "rot/target"), &[RotTarget::Session, RotTarget::Journal]));
+        // A hole's seed often rots the session too, so the sweep meets a durable unit damaged
+        // in front of the last unit's hole (drawn from a stream of its own: the seeds without
+        // a hole keep their draws).
+        let rot_after_hole = bit_rot.is_none()
+            && power_loss_hole
+            && stream(seed, "rot/after-hole").unit_f64() < BIT_ROT_AFTER_HOLE_PROBABILITY;
+        let bit_rot = bit_rot.or(rot_after_hole.then_some(RotTarget::Session));
         let disk_full = (stream(seed, "swarm/disk-full").unit_f64() < DISK_FULL_PROBABILITY).then(|| {
             let window = stream(seed, "disk-full");
             let from_ms = window.next_u64() % DISK_FULL_FROM_MS_MAX;
@@ -270,6 +284,7 @@ impl Swarm {
             power_loss_hole,
             torn_mid_line,
             bit_rot,
+            rot_after_hole,
             oversize: on("oversize"),
             exhaust_retries,
             final_failure,
@@ -343,7 +358,7 @@ impl Swarm {
             on.push("torn-mid-line".into());
         }
         if let Some(target) = self.bit_rot {
-            on.push(format!("bit-rot {target:?}"));
+            on.push(format!("bit-rot {target:?}{}", if self.rot_after_hole { " after the hole" } else { "" }));
         }
         if let Some(full) = &self.disk_full {
             on.push(format!("disk-full {}..{}ms {}", full.from_ms, full.to_ms, full.refuses.name()));
@@ -389,6 +404,74 @@ fn standard_responses(messages: usize) -> Vec<Response> {
     responses
 }
 
+impl Swarm {
+    /// The swarm's failing attempts, refusal window and response shapes, in `script`.
+    fn shape_script(&self, seed: u64, scenario: &Scenario, script: &mut Script) {
+        // The budget of the scenario's own policy (a policy without one is not exhausted).
+        let retries_max =
+            super::resolve_route(super::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| match route.retry {
+                faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
+                _ => None,
+            });
+        script.responses = self.interleave(seed, std::mem::take(&mut script.responses), retries_max);
+        if self.refused {
+            script.refuse_until_ms = 300;
+        }
+        for response in script.responses.iter_mut().filter(|r| !r.fails() && r.recorded.is_none()) {
+            response.dialect = self.dialect;
+            if self.no_finish_reason && response.usage.is_none() {
+                response.finish = None;
+            }
+        }
+        let plain = |r: &&mut Response| !r.fails() && r.frames.iter().all(|f| matches!(f, Frame::Text(_)));
+        if self.refusal {
+            if let Some(answer) = script.responses.iter_mut().find(plain) {
+                answer.frames = vec![Frame::Refusal(REFUSAL_TEXT.into())];
+                answer.finish = Some("stop".into());
+            }
+        }
+        if self.oversize {
+            // The first plain text answer grows past the limit (`add_faults` sets it): its turn
+            // must end RESPONSE_TOO_LARGE with nothing oversize stored, and the run converge.
+            if let Some(answer) = script.responses.iter_mut().find(plain) {
+                answer.frames = vec![Frame::Filler(SWARM_ANSWER_BYTES_MAX), Frame::Filler(SWARM_ANSWER_BYTES_MAX / 2)];
+            }
+        }
+    }
+
+    /// The swarm's crashes, partitions (the agent's services' too), disk faults, rot, full
+    /// disk, echo and answer limit, in `faults`.
+    fn add_faults(&self, seed: u64, user: Option<&super::AgentUnderTest>, faults: &mut FaultPlan) {
+        faults.crashes.extend(self.crash.clone());
+        faults.partitions.extend(self.partitions.clone());
+        for service in user.map_or(&[][..], |u| u.services()) {
+            faults.partitions.extend(Swarm::partition(seed, &service.name));
+        }
+        if self.torn_block.is_some() || self.fs_error.is_some() || self.fs_crash_before_op.is_some() {
+            faults.fs = Some(FsFault {
+                block_size: self.torn_block,
+                fail_op: self.fs_error.map(|(op, _)| op),
+                fail_kind: self.fs_error.map(|(_, kind)| kind),
+                crash_before_op: self.fs_crash_before_op,
+                power_loss_hole: self.power_loss_hole,
+                torn_mid_line: self.torn_mid_line,
+            });
+        }
+        faults.bit_rot = faults.bit_rot.or(self.bit_rot);
+        if self.rot_after_hole {
+            // The damage a hole could be mistaken for: a durable frame's checksum, a line's
+            // bytes (garbage).
+            faults.rot_after_hole = true;
+            faults.rot_kinds = vec![RotKind::Garbage];
+        }
+        faults.disk_full = faults.disk_full.or(self.disk_full);
+        faults.gateway_echo |= self.echo;
+        if self.oversize {
+            faults.answer_bytes_max = Some(SWARM_ANSWER_BYTES_MAX);
+        }
+    }
+}
+
 /// Resolves `scenario` for `seed`.
 pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
     resolve_for(scenario, seed, None)
@@ -420,58 +503,10 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::AgentUnd
     if faults.from_seed {
         let swarm = Swarm::draw(seed);
         swarm_line = Some(swarm.describe());
-        // The budget of the scenario's own policy (a policy without one is not exhausted).
-        let retries_max =
-            super::resolve_route(super::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| match route.retry {
-                faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
-                _ => None,
-            });
-        script.responses = swarm.interleave(seed, std::mem::take(&mut script.responses), retries_max);
-        if swarm.refused {
-            script.refuse_until_ms = 300;
-        }
-        faults.crashes.extend(swarm.crash.clone());
-        faults.partitions.extend(swarm.partitions.clone());
-        for service in user.map_or(&[][..], |u| u.services()) {
-            faults.partitions.extend(Swarm::partition(seed, &service.name));
-        }
-        if swarm.torn_block.is_some() || swarm.fs_error.is_some() || swarm.fs_crash_before_op.is_some() {
-            faults.fs = Some(FsFault {
-                block_size: swarm.torn_block,
-                fail_op: swarm.fs_error.map(|(op, _)| op),
-                fail_kind: swarm.fs_error.map(|(_, kind)| kind),
-                crash_before_op: swarm.fs_crash_before_op,
-                power_loss_hole: swarm.power_loss_hole,
-                torn_mid_line: swarm.torn_mid_line,
-            });
-        }
-        faults.bit_rot = faults.bit_rot.or(swarm.bit_rot);
-        faults.disk_full = faults.disk_full.or(swarm.disk_full);
+        swarm.shape_script(seed, scenario, &mut script);
+        swarm.add_faults(seed, user, &mut faults);
         if swarm.zstd {
             store = StoreKind::Zstd;
-        }
-        faults.gateway_echo |= swarm.echo;
-        for response in script.responses.iter_mut().filter(|r| !r.fails() && r.recorded.is_none()) {
-            response.dialect = swarm.dialect;
-            if swarm.no_finish_reason && response.usage.is_none() {
-                response.finish = None;
-            }
-        }
-        if swarm.refusal {
-            let plain = |r: &&mut Response| !r.fails() && r.frames.iter().all(|f| matches!(f, Frame::Text(_)));
-            if let Some(answer) = script.responses.iter_mut().find(plain) {
-                answer.frames = vec![Frame::Refusal(REFUSAL_TEXT.into())];
-                answer.finish = Some("stop".into());
-            }
-        }
-        if swarm.oversize {
-            // The first plain text answer grows past the limit: its turn must end
-            // RESPONSE_TOO_LARGE with nothing oversize stored, and the run still converge.
-            faults.answer_bytes_max = Some(SWARM_ANSWER_BYTES_MAX);
-            let plain = |r: &&mut Response| !r.fails() && r.frames.iter().all(|f| matches!(f, Frame::Text(_)));
-            if let Some(answer) = script.responses.iter_mut().find(plain) {
-                answer.frames = vec![Frame::Filler(SWARM_ANSWER_BYTES_MAX), Frame::Filler(SWARM_ANSWER_BYTES_MAX / 2)];
-            }
         }
         faults.from_seed = false;
     }

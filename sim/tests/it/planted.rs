@@ -39,6 +39,10 @@ fn every_regression_scenario_fails_with_its_planted_bug_and_the_same_invariant()
     for info in faultline_sim::REGRESSION_SCENARIOS {
         let scenario = faultline_sim::Scenario::parse(info.text).unwrap();
         let regression = scenario.regression.clone().unwrap();
+        if regression.bug.is_empty() {
+            // A real bug, fixed since: nothing to plant (its fix has tests of its own).
+            continue;
+        }
         faultline_runtime::testing::bugs::plant(&[regression.bug.as_str()]);
         let result = faultline_sim::world::run(&scenario, regression.seed);
         faultline_runtime::testing::bugs::plant(&[]);
@@ -77,11 +81,18 @@ fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() 
 /// slowest falls within the first few dozen).
 const INVARIANT_SEEDS: u64 = 64;
 
+/// Bugs that only a rare combination of faults shows, with the seeds they get instead: the
+/// swarm draws the combination on purpose, but not every few dozen seeds.
+/// `hole-past-the-damaged-frame` needs a zstd session, a power-loss hole in it and a rot of
+/// the frame before it (`bit-rot-after-hole`, about one seed in 65 of each scenario, half of
+/// them on zstd); measured: first caught at seed 120.
+const RARE_SHAPE_SEEDS: [(&str, u64); 1] = [("hole-past-the-damaged-frame", 256)];
+
 /// Per planted bug, the safety invariant that must catch it: a protection removed is a
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 19] = [
+const CATCHES: [(&str, &str); 20] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -97,6 +108,7 @@ const CATCHES: [(&str, &str); 19] = [
     ("scrub-by-pattern-only", "secret-leak"),
     ("any-damage-is-torn", "rot-refused"),
     ("holes-are-corrupt", "false-corrupt"),
+    ("hole-past-the-damaged-frame", "rot-refused"),
     ("no-answer-limit", "answer-limit"),
     ("unlogged-retry", "retry-backoff"),
     ("outcome-before-durable", "outcome-durable"),
@@ -136,8 +148,9 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
     let mut caught_at = Vec::new();
     for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {
         faultline_runtime::testing::bugs::plant(&[bug]);
+        let seeds = RARE_SHAPE_SEEDS.iter().find(|(rare, _)| rare == bug).map_or(INVARIANT_SEEDS, |(_, seeds)| *seeds);
         let caught = scenarios.iter().find_map(|scenario| {
-            (0..INVARIANT_SEEDS).find_map(|seed| {
+            (0..seeds).find_map(|seed| {
                 let result = faultline_sim::world::run(scenario, seed);
                 result.violations.iter().any(|v| v.invariant == *invariant).then_some((scenario, seed))
             })
@@ -153,7 +166,7 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
     }
     assert!(
         missed.is_empty(),
-        "not caught by their invariant in {INVARIANT_SEEDS} seeds of mixed and generated: {missed:?}"
+        "not caught by their invariant in {INVARIANT_SEEDS} seeds (rare shapes: {RARE_SHAPE_SEEDS:?}) of mixed and generated: {missed:?}"
     );
     for (bug, scenario, seed) in caught_at {
         let clean = faultline_sim::world::run(scenario, seed);

@@ -139,9 +139,9 @@ fn walk_batch(
             }
             FrameEnd::Torn => *torn_at = Some(*walked),
             FrameEnd::Corrupt(at, reason) => {
-                // Zero bytes after the last complete frame, within one write unit of the
-                // end: the signature of a power loss inside the last unit, so a torn tail.
-                if (header_seen || !frames.is_empty()) && zstd_tail_is_hole(source, *walked)? {
+                // Zero bytes where the walk broke, within one write unit of the end: the
+                // signature of a power loss inside the last unit, so a torn tail.
+                if (header_seen || !frames.is_empty()) && hole_explains(source, *walked, structural_damage_end(at))? {
                     *torn_at = Some(*walked);
                 } else {
                     *corrupt = Some((at as u64, reason));
@@ -356,7 +356,8 @@ fn zstd_stop(source: &mut dyn Source, stop: BatchStop) -> io::Result<Stopped> {
     let file_len = source.len();
     Ok(match stop {
         BatchStop::Unusable(frame, _)
-            if zstd_rest_is_hole(source, frame.start as u64)? && walk_ends_torn_or_clean(source, frame.end as u64)? =>
+            if hole_explains(source, frame.start as u64, frame.end as u64)?
+                && walk_ends_torn_or_clean(source, frame.end as u64)? =>
         {
             Stopped::Hole(frame.start as u64)
         }
@@ -400,10 +401,19 @@ fn complete_frame_after(source: &mut dyn Source, from: u64) -> io::Result<Option
 /// disk blocks (512 bytes and up); 64 zeros in a row do not occur in a frame zstd wrote.
 const ZSTD_HOLE_ZERO_BYTES_MIN: usize = 64;
 
-/// The disk sector a power loss loses whole, in bytes: zeros that start on one of its
-/// boundaries and run to the end of the file are a lost last sector, however few the end of
-/// the file leaves of it.
+/// The disk sector a power loss loses whole, in bytes: zeros that run over one of its
+/// boundaries to the end of the file are a lost last sector, however few the end of the file
+/// leaves of it.
 const POWER_LOSS_SECTOR_BYTES: u64 = 512;
+
+/// The most bytes a structural fault found by the walk at one offset can stand for: a frame's
+/// magic (4 bytes) or a block header (3). Zeros anywhere in them explain the fault.
+const STRUCTURAL_DAMAGE_BYTES_MAX: u64 = 4;
+
+/// The end of the bytes a structural fault the walk found at `at` can stand for.
+fn structural_damage_end(at: usize) -> u64 {
+    at as u64 + STRUCTURAL_DAMAGE_BYTES_MAX
+}
 
 /// The largest tail that can be one write unit's frame, and the largest frame a scan reads
 /// to check it: one oversize record's unit, compressed.
@@ -412,8 +422,8 @@ fn zstd_unit_bytes_max() -> u64 {
 }
 
 /// Whether the walk from `from` to the end finds no corruption (the frames complete, the last
-/// one torn, or a power-loss hole after the last complete one): what the whole-file walk
-/// would have concluded about the rest. Only called on a tail already bounded by one unit.
+/// one torn, or a power-loss hole where a frame breaks): what the whole-file walk would have
+/// concluded about the rest. Only called on a tail already bounded by one unit.
 fn walk_ends_torn_or_clean(source: &mut dyn Source, from: u64) -> io::Result<bool> {
     let file_len = source.len();
     let mut at = from;
@@ -421,44 +431,57 @@ fn walk_ends_torn_or_clean(source: &mut dyn Source, from: u64) -> io::Result<boo
         match walk_one(source, at)? {
             FrameEnd::Complete(frame) => at = frame.end as u64,
             FrameEnd::Torn => return Ok(true),
-            // As the whole-file walk: bad bytes after the last complete frame are a torn tail
-            // only as a power-loss hole.
-            FrameEnd::Corrupt(..) => return zstd_tail_is_hole(source, at),
+            FrameEnd::Corrupt(bad, _) => return hole_explains(source, at, structural_damage_end(bad)),
         }
     }
     Ok(true)
 }
 
-/// Whether the tail from `from` (the end of the last good frame) is a power-loss hole.
-fn zstd_tail_is_hole(source: &mut dyn Source, from: u64) -> io::Result<bool> {
-    zstd_rest_is_hole(source, from)
-}
-
-/// Whether everything from `from` to the end holds zero bytes and could be one write unit: at
-/// most one oversize record's frame.
-fn zstd_rest_is_hole(source: &mut dyn Source, from: u64) -> io::Result<bool> {
+/// Whether a power-loss hole explains damage in the frame that starts at `from`, the first
+/// one the scan cannot vouch for, whose damage lies before `damage_end` (its end, when its
+/// checksum or decompression failed; past the bytes the walk broke on, otherwise).
+///
+/// Each write unit is one frame, fsynced before the next is written, so a power loss can
+/// leave its zeros in the last frame only: everything from `from` to the end must fit one
+/// unit, and the zeros must begin inside the damaged frame itself. Zeros further on (the
+/// last unit's hole) say nothing about a frame before it: a complete frame whose checksum
+/// fails is corruption wherever it sits, unless it holds the hole.
+fn hole_explains(source: &mut dyn Source, from: u64, damage_end: u64) -> io::Result<bool> {
     let file_len = source.len();
     if file_len - from > zstd_unit_bytes_max() {
         return Ok(false);
     }
-    Ok(is_zstd_power_loss_hole(&read_range(source, from, file_len)?, from))
+    let tail = read_range(source, from, file_len)?;
+    let within = if crate::testing::bugs::planted("hole-past-the-damaged-frame") {
+        tail.len()
+    } else {
+        usize::try_from(damage_end.saturating_sub(from)).unwrap_or(usize::MAX).min(tail.len())
+    };
+    Ok(hole_starts_within(&tail, from, within))
 }
 
-/// Whether `tail` (which starts at byte `from` of the file) holds zero bytes and could be one
-/// write unit.
-fn is_zstd_power_loss_hole(tail: &[u8], from: u64) -> bool {
-    // Compressed bytes hold stray zeros of their own; a hole is a run of them (or a tail of
-    // nothing else), or zeros from a sector boundary to the end of the file: the write's last
-    // sector lost, cut short by the end of the file (a frame's own bytes end in its checksum,
-    // whose trailing zeros could start anywhere but a boundary only by chance).
-    let zero_run = [0u8; ZSTD_HOLE_ZERO_BYTES_MIN];
-    let trailing_zeros = tail.iter().rev().take_while(|&&b| b == 0).count();
-    let zeros_from = from + (tail.len() - trailing_zeros) as u64;
-    let lost_last_sector = trailing_zeros > 0 && zeros_from % POWER_LOSS_SECTOR_BYTES == 0;
-    if !(tail.iter().all(|&b| b == 0) || lost_last_sector || memchr::memmem::find(tail, &zero_run).is_some()) {
+/// Whether `tail` (which starts at byte `from` of the file and fits one unit) holds a
+/// power-loss hole that starts in its first `within` bytes: a run of
+/// [`ZSTD_HOLE_ZERO_BYTES_MIN`] zeros, or zeros over a sector boundary to the end of the file
+/// (the write's last sector lost, cut short by the end of the file), or nothing but zeros.
+fn hole_starts_within(tail: &[u8], from: u64, within: usize) -> bool {
+    if crate::testing::bugs::planted("holes-are-corrupt") {
         return false;
     }
-    !crate::testing::bugs::planted("holes-are-corrupt") && tail.len() as u64 <= zstd_unit_bytes_max()
+    // Compressed bytes hold stray zeros of their own, and a frame's checksum may end in some:
+    // the zeros that end the file count from the first of them, and are a lost sector when
+    // they cover a sector boundary (stray zeros before the boundary included).
+    let trailing_zeros = tail.iter().rev().take_while(|&&b| b == 0).count();
+    let zeros_from = tail.len() - trailing_zeros;
+    let file_end = from + tail.len() as u64;
+    let boundary = (from + zeros_from as u64).next_multiple_of(POWER_LOSS_SECTOR_BYTES);
+    let lost_last_sector = trailing_zeros > 0 && boundary < file_end;
+    if (zeros_from == 0 || lost_last_sector) && zeros_from < within {
+        return true;
+    }
+    // The earliest run of zeros long enough to be a hole, searched only where it could start.
+    let searched = &tail[..within.saturating_add(ZSTD_HOLE_ZERO_BYTES_MIN - 1).min(tail.len())];
+    memchr::memmem::find(searched, &[0u8; ZSTD_HOLE_ZERO_BYTES_MIN]).is_some_and(|at| at < within)
 }
 
 /// The decompressed content of a complete frame, which must carry a checksum and end in a
