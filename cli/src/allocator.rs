@@ -9,7 +9,7 @@
 //! ahead: fine for a sweep or a recovery, which reuse it at once, but an agent streaming a
 //! 15 MiB answer then peaked near 150 MB, most of it freed buffers still resident. The agent
 //! commands return freed memory at once and commit arenas on demand instead (measured in
-//! docs/benchmarks.md: ~107 MB, within 64 MiB + 3× the answer); everything else keeps the
+//! docs/internals/benchmarks.md: ~107 MB, within 64 MiB + 3× the answer); everything else keeps the
 //! defaults, which the sweep's and recovery's speed was measured with.
 
 use libmimalloc_sys as mi;
