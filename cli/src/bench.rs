@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::bench::run_all_with;
+use faultline_sim::cli::bench::run_all_with;
 
 /// Arguments of `faultline bench`.
 #[derive(Debug, Args)]
@@ -17,7 +17,7 @@ pub struct BenchArgs {
     json: bool,
     /// Only this group of figures (memory, append, write-behind, recovery, adapter, simulator,
     /// postgres).
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(faultline_sim::bench::GROUPS))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(faultline_sim::cli::bench::GROUPS))]
     only: Option<String>,
 }
 

@@ -4,8 +4,9 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::production::{self, PgStore, LEASE_MS_DEFAULT, SCHEMA_VERSION};
+use faultline_runtime::production::{self, PgStore, SCHEMA_VERSION};
 use faultline_runtime::seams::Seams;
+use faultline_runtime::store::LEASE_MS_DEFAULT;
 
 use super::exit;
 

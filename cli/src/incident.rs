@@ -89,8 +89,8 @@ pub fn run(args: &ScenarioArgs) -> ExitCode {
     };
     let quiet = fault_free(&scenario);
     let replayed = match &agent {
-        Some(agent) => faultline_sim::world::run_agent(&quiet, 0, agent),
-        None => faultline_sim::world::run(&quiet, 0),
+        Some(agent) => faultline_sim::run_agent(&quiet, 0, agent),
+        None => faultline_sim::run(&quiet, 0),
     };
     let reproduction = compare(&records, &replayed);
     let text = scenario.to_toml();

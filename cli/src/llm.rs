@@ -104,7 +104,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
         ));
     }
     let files = if args.path.is_dir() {
-        match faultline_sim::conformance::recordings(&args.path) {
+        match faultline_sim::cli::conformance::recordings(&args.path) {
             Ok(files) if files.is_empty() => return fail(format!("{}: no .sse files", args.path.display())),
             Ok(files) => files,
             Err(e) => return fail(e),
@@ -118,7 +118,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
             Ok(body) => body,
             Err(e) => return fail(format!("{}: {e}", file.display())),
         };
-        let verdict = match faultline_sim::conformance::conform(&args.python, file, &body) {
+        let verdict = match faultline_sim::cli::conformance::conform(&args.python, file, &body) {
             Ok(verdict) => verdict,
             Err(e) => return fail(e),
         };

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use faultline_sim::world::real::{self, parity, FsFaultArm, HostArgs, RealOptions};
+use faultline_sim::cli::{self as host, FsFaultArm, HostArgs};
+use faultline_sim::real::{self, Parity, RealOptions};
 use faultline_sim::Scenario;
 
 /// Arguments of the hidden `faultline real-agent-host` (one incarnation of a real run's agent;
@@ -38,15 +39,15 @@ pub struct AgentHostArgs {
 /// `faultline real-agent-host`. The crash arming comes from the environment, which only this
 /// binary reads: the library never arms a crash by default.
 pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
-    if let Err(e) = faultline_sim::sweep::plant(&args.bug) {
+    if let Err(e) = faultline_sim::hunt::plant(&args.bug) {
         return bad(&e);
     }
     let armed = |var: &str| std::env::var(var).ok().filter(|v| !v.is_empty());
-    let crash_at = match armed(real::CRASH_AT_VAR).map(|v| real::parse_crash_at(&v)).transpose() {
+    let crash_at = match armed(host::CRASH_AT_VAR).map(|v| host::parse_crash_at(&v)).transpose() {
         Ok(c) => c,
         Err(e) => return bad(&e),
     };
-    let fs_faults = match armed(real::FS_FAULT_VAR).map(|v| FsFaultArm::parse_all(&v)).transpose() {
+    let fs_faults = match armed(host::FS_FAULT_VAR).map(|v| FsFaultArm::parse_all(&v)).transpose() {
         Ok(f) => f.unwrap_or_default(),
         Err(e) => return bad(&e),
     };
@@ -62,7 +63,7 @@ pub fn agent_host(args: &AgentHostArgs) -> ExitCode {
         crash_at,
         fs_faults,
     };
-    ExitCode::from(u8::try_from(real::agent_host(&host)).unwrap_or(1))
+    ExitCode::from(u8::try_from(host::agent_host(&host)).unwrap_or(1))
 }
 
 fn bad(e: &str) -> ExitCode {
@@ -85,7 +86,7 @@ pub fn run_one(
     keep: Option<PathBuf>,
     bugs: &[String],
 ) -> ExitCode {
-    if let Some(why) = faultline_sim::world::real::cannot_run_here(scenario) {
+    if let Some(why) = real::cannot_run_here(scenario) {
         eprintln!("faultline run --real: {} cannot run for real here: {why}", scenario.name);
         return exit::code(exit::USAGE);
     }
@@ -137,7 +138,7 @@ pub fn run_one(
 }
 
 /// The parity verdict, with the first difference whole.
-pub fn print_parity(parity: &parity::Parity) {
+pub fn print_parity(parity: &Parity) {
     match &parity.first_difference {
         None if parity.equal => println!("  parity: equal to the simulator ({} records)", parity.real_records),
         None => println!("  parity: DIFFERS: refused (sim, real) = {:?}", parity.refused),

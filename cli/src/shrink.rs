@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use faultline_sim::hunt::plant;
 use faultline_sim::shrink::shrink_agent_with;
-use faultline_sim::sweep::{load, plant};
+use faultline_sim::sweep::load;
 
 /// Arguments of `faultline shrink`.
 #[derive(Debug, Args)]

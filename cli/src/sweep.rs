@@ -8,10 +8,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::sweep::{hunt_with, junit, load, merge, plant, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
+use faultline_sim::cli::junit::junit;
+use faultline_sim::hunt::{hunt_with, plant};
+use faultline_sim::sweep::{load, merge, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
 
 use crate::progress::Progress;
-use faultline_sim::world;
 use faultline_sim::{Scenario, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS};
 
 /// Arguments of `faultline run`.
@@ -218,12 +219,12 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         }
     };
     let run = |scenario: &Scenario, seed| match &agent {
-        Some(agent) => world::run_agent(scenario, seed, agent),
-        None => world::run(scenario, seed),
+        Some(agent) => faultline_sim::run_agent(scenario, seed, agent),
+        None => faultline_sim::run(scenario, seed),
     };
     let result = run(&scenario, args.seed);
     if let Some(path) = &args.html {
-        if let Err(e) = std::fs::write(path, faultline_sim::html::run_page(&result)) {
+        if let Err(e) = std::fs::write(path, faultline_sim::cli::html::run_page(&result)) {
             eprintln!("faultline run: --html {}: {e}", path.display());
             return exit::code(exit::USAGE);
         }
@@ -376,7 +377,7 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
     let mut scenarios = names.iter().map(|name| load(name)).collect::<Result<Vec<_>, _>>()?;
     let real = if args.real {
         // A real run is a few processes and real time: sweep fewer seeds unless told.
-        scenarios.retain(|s| match faultline_sim::world::real::cannot_run_here(s) {
+        scenarios.retain(|s| match faultline_sim::real::cannot_run_here(s) {
             Some(why) => {
                 eprintln!("skipped {}: {why}", s.name);
                 false
@@ -436,10 +437,10 @@ fn sweep_html(summary: &SweepSummary) -> String {
         }
         // Runs are a function of (scenario, seed): re-running gives the failure back whole.
         if let Ok(scenario) = load(&failure.scenario) {
-            timelines.push(world::run(&scenario, failure.seed));
+            timelines.push(faultline_sim::run(&scenario, failure.seed));
         }
     }
-    faultline_sim::html::sweep_page(summary, &timelines)
+    faultline_sim::cli::html::sweep_page(summary, &timelines)
 }
 
 fn print_table(summary: &SweepSummary, jobs: usize) {

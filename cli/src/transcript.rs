@@ -8,8 +8,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use faultline_runtime::event::Record;
 use faultline_runtime::outbox::{Outbox, QueueEvidence};
 use faultline_runtime::production::SqliteOutbox;
-use faultline_runtime::production::{self, PgStore, SqliteStore, LEASE_MS_DEFAULT};
+use faultline_runtime::production::{self, PgStore, SqliteStore};
 use faultline_runtime::report::RecoveryReport;
+use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::{
     inspect_file_keeping, repair_file, FileStore, Format, Inspection, Keep, NoEvidence, OutcomeEvidence, ScanStatus,
     SessionId, Store, Takeover,

@@ -82,7 +82,7 @@
 //!
 //! Every public item has one path: its module, by concern (`agent`, `event`, `llm`,
 //! `outbox`, `store`, `seams`, `secrets`, `production`, `report`), and the crate's error at
-//! the root. `ARCHITECTURE.md` ("The embedder's front door") says what each module is for;
+//! the root. `docs/embedding.md` ("Modules") says what each module is for;
 //! `testing`, what the simulator reaches inside for, exists only with the `testing` feature.
 #![warn(missing_docs)]
 

@@ -117,7 +117,7 @@ mod tests {
             }
         });
         for seed in 0..200 {
-            let entropy = crate::Seed::new(seed).fault("arguments");
+            let entropy = crate::seed::Seed::new(seed).fault("arguments");
             let value = draw(&schema, &entropy);
             let customer = value["customer"].as_str().unwrap();
             assert!((3..=5).contains(&customer.len()), "{value}");

@@ -7,6 +7,7 @@
 //! conversation every time. The integration tests drive the same strategy through proptest's
 //! runner, which also shrinks a failing conversation.
 
+pub use crate::world::seeded::Swarm;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -124,7 +125,7 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
 
 /// The conversation seed `seed` stands for.
 pub fn workload(seed: u64) -> Workload {
-    let mut runner = TestRunner::new_with_rng(Config::default(), crate::Seed::new(seed).workload_rng());
+    let mut runner = TestRunner::new_with_rng(Config::default(), crate::seed::Seed::new(seed).workload_rng());
     workload_strategy().new_tree(&mut runner).expect("the workload strategy never rejects").current()
 }
 
@@ -206,7 +207,7 @@ pub struct UserWorkload {
 pub fn user_workload(seed: u64, schemas: &[faultline_runtime::event::ToolSchema]) -> UserWorkload {
     use faultline_runtime::seams::{Entropy, EntropyExt};
     assert!(!schemas.is_empty(), "an agent under test has tools");
-    let draw = crate::Seed::new(seed).fault("workload/user");
+    let draw = crate::seed::Seed::new(seed).fault("workload/user");
     let below = |n: u64| draw.next_u64() % n;
     let turns = (0..=below(USER_TURNS_MAX))
         .map(|_| {

@@ -2,32 +2,39 @@
 //!
 //! The same runtime code that runs in production runs here inside turmoil: simulated time,
 //! network and filesystem, and randomness derived from one seed. See `ARCHITECTURE.md`.
+//!
+//! The root is the embedder's front door: [`Harness`] runs an [`AgentUnderTest`] (its tools,
+//! its [`Service`]s) over [`Scenario`]s and seeds and reports [`Finding`]s; [`run`] is one run
+//! of one scenario. The modules hold what the `faultline` command and the tests reach for: the
+//! simulated seams and the fault filesystem, the fake model server, the sweep, hunt and
+//! shrink engines, recorded incidents, the real-world harness, and [`cli`], what only the
+//! command line runs.
 
 mod arguments;
-pub mod bench;
-pub mod conformance;
+pub mod cli;
 mod fault_fs;
+mod findings;
 pub mod generate;
 mod harness;
-pub mod html;
+pub mod hunt;
 pub mod incident;
-mod markup;
 pub mod model_server;
+mod oracle;
+pub mod real;
 mod scenario;
-mod seams;
+pub mod seams;
 mod seed;
 pub mod shrink;
 mod stand_in;
 pub mod sweep;
-pub mod world;
+mod world;
 
-pub use fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
-pub use harness::{findings, Finding, Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
+pub use findings::{findings, Finding};
+pub use harness::{Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
+pub use oracle::{Invariant, Kind as InvariantKind, Violation, SOMETIMES};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, RecordedResult, Regression, RotTarget, Scenario, ScenarioInfo,
     ScenarioTool, StoreKind, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
-pub use seams::{sim_epoch, sim_seams, SimClock, SimEntropy, SimFs, SimNet, SimProcess, SIM_EPOCH_MS};
-pub use seed::Seed;
 pub use stand_in::agent_from_file;
-pub use world::{AgentUnderTest, Fate, Service, ServiceFaults, ServiceReceipt};
+pub use world::{run, run_agent, AgentUnderTest, Fate, Receipt, RunResult, Service, ServiceFaults, ServiceReceipt};

@@ -783,6 +783,15 @@ regressions![
 ];
 
 impl Scenario {
+    /// The script the model host serves.
+    pub fn script(&self) -> crate::model_server::Script {
+        crate::model_server::Script {
+            refuse_until_ms: self.model.refuse_until_ms,
+            responses: self.model.responses.clone(),
+            repeat_last: self.model.repeat_last,
+        }
+    }
+
     /// Parses and checks a scenario file.
     pub fn parse(text: &str) -> Result<Scenario, String> {
         let scenario: Scenario = faultline_runtime::llm::from_toml(text).map_err(|e| e.to_string())?;

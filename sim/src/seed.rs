@@ -18,11 +18,6 @@ impl Seed {
         Self(value)
     }
 
-    /// The number a person types to replay the run.
-    pub const fn value(self) -> u64 {
-        self.0
-    }
-
     /// Seed of turmoil's own RNG. turmoil draws from it for message latency between the
     /// configured bounds (equal in every world here, so it picks nothing) and, in its
     /// `unstable-fs`, for how many blocks of an unsynced write survive a crash (the torn

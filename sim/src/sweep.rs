@@ -8,119 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
+use crate::scenario::Scenario;
 use crate::world::{self, RunResult};
 
 /// Seeds per scenario in the default sweep: 30 scenarios x 4 000 seeds = 120 000 runs, under a
 /// minute on this 2-core machine (measured: 47.7 s, ~2 500 runs/s with 2 jobs, dev profile).
 pub const DEFAULT_SEEDS: u64 = 4_000;
-
-/// Plants `bugs` on this thread, or explains why this build cannot.
-pub fn plant(bugs: &[String]) -> Result<(), String> {
-    #[cfg(feature = "planted-bugs")]
-    {
-        for bug in bugs {
-            if !faultline_runtime::testing::bugs::CATALOG.iter().any(|(name, _)| name == bug) {
-                return Err(format!("unknown bug {bug:?} (see `faultline hunt --list`)"));
-            }
-        }
-        let names: Vec<&str> = bugs.iter().map(String::as_str).collect();
-        faultline_runtime::testing::bugs::plant(&names);
-        Ok(())
-    }
-    #[cfg(not(feature = "planted-bugs"))]
-    {
-        if bugs.is_empty() {
-            Ok(())
-        } else {
-            Err("this build has no planted bugs: build with `--features planted-bugs`".into())
-        }
-    }
-}
-
-/// What a hunt found.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Catch {
-    /// The bug.
-    pub bug: String,
-    /// Runs until the first failure (or the whole budget).
-    pub runs: usize,
-    /// Seeds tried (per scenario) until the catch.
-    pub seeds: u64,
-    /// Wall time, ms.
-    pub wall_ms: u64,
-    /// The first failure's replay command, if caught.
-    pub replay: Option<String>,
-    /// The broken invariant.
-    pub invariant: Option<String>,
-}
-
-/// Runs every scenario over seeds `0..budget` with `bugs` planted, stopping at the first
-/// failure. With no bugs this is the clean build's check of the same budget.
-pub fn hunt_bug(bugs: &[String], budget: u64) -> Result<Catch, String> {
-    hunt_bug_with(bugs, budget, |_, _| {})
-}
-
-/// [`hunt_bug`], calling `progress(runs, most)` after every run.
-pub fn hunt_bug_with(bugs: &[String], budget: u64, progress: impl Fn(usize, usize)) -> Result<Catch, String> {
-    hunt_with(bugs, budget, None, progress)
-}
-
-/// Hunts on every built-in scenario, or on `agent` (an embedder's agent under its generated
-/// conversation) when given, with `bugs` planted (none: the first failing seed of the build
-/// as it is), stopping at the first failure.
-pub fn hunt_with(
-    bugs: &[String],
-    budget: u64,
-    agent: Option<&std::sync::Arc<world::AgentUnderTest>>,
-    progress: impl Fn(usize, usize),
-) -> Result<Catch, String> {
-    plant(bugs)?;
-    let scenarios: Vec<Scenario> = match agent {
-        Some(_) => vec![Scenario::built_in(crate::GENERATED).expect("the generated scenario is built in")],
-        None => BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("built-in scenarios parse")).collect(),
-    };
-    let started = Instant::now();
-    let mut runs = 0;
-    let name = bugs.join(",");
-    for seed in 0..budget {
-        for scenario in &scenarios {
-            runs += 1;
-            let result = match agent {
-                Some(agent) => world::run_agent(scenario, seed, agent),
-                None => world::run(scenario, seed),
-            };
-            progress(runs, budget as usize * scenarios.len());
-            if !result.passed() {
-                plant(&[])?;
-                let mut replay = format!("faultline run {} --seed {seed}", result.scenario);
-                for bug in bugs {
-                    replay.push_str(&format!(" --bug {bug}"));
-                }
-                if let Some(agent) = agent {
-                    replay.push_str(&format!(" --agent {}", agent.name()));
-                }
-                return Ok(Catch {
-                    bug: name,
-                    runs,
-                    seeds: seed + 1,
-                    wall_ms: started.elapsed().as_millis() as u64,
-                    replay: Some(replay),
-                    invariant: result.violations.first().map(|v| format!("{}: {}", v.invariant, v.detail)),
-                });
-            }
-        }
-    }
-    plant(&[])?;
-    Ok(Catch {
-        bug: name,
-        runs,
-        seeds: budget,
-        wall_ms: started.elapsed().as_millis() as u64,
-        replay: None,
-        invariant: None,
-    })
-}
 
 /// A scenario by built-in name, or from a `.toml` file (a shrunk regression, say).
 pub fn load(name: &str) -> Result<Scenario, String> {
@@ -151,7 +44,7 @@ pub struct SweepPlan {
     pub full: bool,
     /// Run each (scenario, seed) for real and hold it to parity with the simulator
     /// (`sweep --real`); `None` simulates.
-    pub real: Option<crate::world::real::RealOptions>,
+    pub real: Option<crate::real::RealOptions>,
     /// Run an embedder's agent (its tools, config, provider and services) instead of the
     /// scenarios' own tools (`--agent FILE`, `faultline_sim::Harness`).
     pub agent: Option<std::sync::Arc<crate::world::AgentUnderTest>>,
@@ -266,7 +159,7 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(&(scenario, seed)) = work.get(i) else { return };
                 let result = match (&plan.real, &plan.agent) {
-                    (Some(options), _) => world::real::judged(&plan.scenarios[scenario], seed, options),
+                    (Some(options), _) => crate::real::judged(&plan.scenarios[scenario], seed, options),
                     (None, Some(agent)) => world::run_agent(&plan.scenarios[scenario], seed, agent),
                     (None, None) => world::run(&plan.scenarios[scenario], seed),
                 };
@@ -338,7 +231,7 @@ impl FailureSummary {
         };
         if let Some(agent) = agent {
             summary.replay = format!("{} --agent {}", summary.replay, agent.name());
-            for finding in crate::harness::findings(run, agent) {
+            for finding in crate::findings::findings(run, agent) {
                 summary
                     .tools
                     .extend(finding.tools.into_iter().filter(|t| !summary.tools.contains(t)).collect::<Vec<_>>());
@@ -539,57 +432,10 @@ fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String
             never.push(format!("crash point {point}"));
         }
     }
-    for condition in world::SOMETIMES {
+    for condition in crate::SOMETIMES {
         if !sometimes.contains_key(condition) {
             never.push(format!("sometimes condition {condition}"));
         }
     }
     never
-}
-
-/// XML needs the same escaping as HTML attributes and text.
-use crate::markup::escape as xml_escape;
-
-/// A JUnit report: one test case per run when the summary kept them, otherwise one per
-/// scenario plus one per failing run.
-pub fn junit(summary: &SweepSummary) -> String {
-    let mut cases = String::new();
-    let mut tests = 0usize;
-    let mut case = |class: &str, name: &str, failure: Option<(String, String)>| {
-        tests += 1;
-        cases.push_str(&format!(
-            "  <testcase classname=\"{}\" name=\"{}\" time=\"0\">",
-            xml_escape(class),
-            xml_escape(name)
-        ));
-        if let Some((message, replay)) = failure {
-            cases.push_str(&format!(
-                "<failure message=\"{}\">replay: {}</failure>",
-                xml_escape(&message),
-                xml_escape(&replay)
-            ));
-        }
-        cases.push_str("</testcase>\n");
-    };
-    match &summary.cases {
-        Some(runs) => {
-            for (scenario, seed, failure) in runs {
-                let replay = format!("faultline run {scenario} --seed {seed}");
-                case(scenario, &format!("seed {seed}"), failure.clone().map(|m| (m, replay)));
-            }
-        }
-        None => {
-            for (name, s) in &summary.scenarios {
-                case(name, &format!("{} runs", s.runs), None);
-            }
-            for f in &summary.failures {
-                let message = f.violations.iter().map(|v| format!("{}: {}", v.invariant, v.detail)).collect::<Vec<_>>();
-                case(&f.scenario, &format!("seed {}", f.seed), Some((message.join("; "), f.replay.clone())));
-            }
-        }
-    }
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"faultline sweep\" tests=\"{tests}\" failures=\"{}\">\n{cases}</testsuite>\n",
-        summary.failures.len()
-    )
 }

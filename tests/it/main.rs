@@ -12,6 +12,7 @@ mod outbox;
 mod power_loss;
 mod quickstart;
 mod real;
+mod shipped;
 mod sigkill;
 mod transcript;
 mod your_agent;

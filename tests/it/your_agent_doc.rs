@@ -19,9 +19,11 @@ fn the_your_agent_walkthrough_runs_as_written() {
             Some((command, code)) => (command.trim(), code.trim().parse::<i32>().expect("an exit status")),
             None => (line.as_str(), 0),
         };
+        // The page's own `/tmp/` paths first: the binary's path may lie under /tmp too (a clone
+        // in /tmp/fresh), and must not be rewritten.
         let command = command
-            .replace("./target/debug/faultline", bin.to_str().unwrap())
-            .replace("/tmp/", &format!("{}/", dir.path().display()));
+            .replace("/tmp/", &format!("{}/", dir.path().display()))
+            .replace("./target/debug/faultline", bin.to_str().unwrap());
         let output = Command::new("sh").arg("-c").arg(&command).current_dir(repo_root()).output().unwrap();
         assert_eq!(
             output.status.code(),

@@ -35,7 +35,7 @@ pub use entropy::OsEntropy;
 pub use fs::RealFs;
 pub use net::TokioNet;
 #[cfg(feature = "postgres")]
-pub use pg::{database_password, PgOutbox, PgStore, LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN, SCHEMA_VERSION};
+pub use pg::{database_password, PgOutbox, PgStore, SCHEMA_VERSION};
 pub use platform_roots::platform_roots;
 pub use process::OsProcess;
 pub use proxy_env::proxy_env;

@@ -2,14 +2,14 @@
 //! door (public only with the `testing` feature): the planted-bug switches and the pipeline
 //! stages the property tests and benchmarks drive one by one. Nothing here is needed to embed
 //! the runtime; it is public so that `faultline-sim` can prove the runtime, and may change
-//! without notice.
+//! without notice. The test CA (`TestPki`) needs the `test-pki` feature: test suites only.
 
 pub mod bugs;
 #[cfg(feature = "testing")]
 mod http;
 #[cfg(all(feature = "testing", feature = "postgres"))]
 mod pg_server;
-#[cfg(feature = "testing")]
+#[cfg(feature = "test-pki")]
 mod tls;
 
 pub use crate::agent::assembler::Assembler;
@@ -24,5 +24,5 @@ pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 pub use http::read_http_request;
 #[cfg(all(feature = "testing", feature = "postgres"))]
 pub use pg_server::{PgServer, REQUIRE_POSTGRES_ENV, ROLE as PG_TEST_ROLE};
-#[cfg(feature = "testing")]
+#[cfg(feature = "test-pki")]
 pub use tls::TestPki;

@@ -1,5 +1,6 @@
 //! The single integration-test binary of `faultline-runtime`.
 
+mod api_surface;
 mod create_race;
 mod event_model;
 mod file_store;

@@ -3,7 +3,8 @@
 //! `outbox_contract.rs`).
 
 use faultline_runtime::outbox::Outbox;
-use faultline_runtime::production::{self, PgOutbox, PgStore, LEASE_MS_DEFAULT, SCHEMA_VERSION};
+use faultline_runtime::production::{self, PgOutbox, PgStore, SCHEMA_VERSION};
+use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::{SessionId, Store, Takeover};
 use faultline_runtime::testing::PgServer;
 use faultline_runtime::Error;

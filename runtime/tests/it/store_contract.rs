@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use faultline_runtime::event::*;
-use faultline_runtime::production::{PgStore, SqliteStore, LEASE_MS_DEFAULT};
+use faultline_runtime::production::{PgStore, SqliteStore};
+use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::*;
 use faultline_runtime::testing::PgServer;
 use faultline_runtime::{seams::Process, Error};

@@ -7,7 +7,7 @@ mod script;
 mod server;
 
 pub use recorded::Recorded;
-pub use render::{echo_credential, echoes_credential, sse_body};
-pub use request::header_text;
+pub(crate) use render::{echoes_credential, sse_body};
+pub(crate) use request::header_text;
 pub use script::{Dialect, Frame, Response, Script, FILLER_BYTES_MAX};
 pub use server::{Exchange, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use faultline_runtime::seams::Seams;
 
+pub use crate::fault_fs::{DiskSpace, FaultFs, FsEvent, FsFaults, FsObserver, FsOp, DISK_BLOCK_BYTES};
 pub use clock::{sim_epoch, SimClock, SIM_EPOCH_MS};
 pub use entropy::SimEntropy;
 pub use fs::SimFs;
@@ -30,7 +31,7 @@ pub fn sim_seams(seed: u64, host: &str, incarnation: u64) -> Seams {
         clock: Arc::new(SimClock),
         net: Arc::new(SimNet),
         fs: Arc::new(SimFs),
-        entropy: Arc::new(crate::Seed::new(seed).host(host, incarnation)),
+        entropy: Arc::new(crate::seed::Seed::new(seed).host(host, incarnation)),
         process: Arc::new(SimProcess::new(host, incarnation)),
         probe: Arc::new(faultline_runtime::seams::NoProbe),
         // No OS thread in a simulation: the jobs run in order on the host's thread.

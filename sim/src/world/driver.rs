@@ -6,11 +6,11 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::evidence::{lock, Shared};
 use super::probe::CrashControl;
 use super::seeded::Plan;
-use super::{lock, Shared};
 use crate::model_server::ModelServer;
-use crate::{DiskSpace, FsFaults};
+use crate::seams::{DiskSpace, FsFaults};
 
 /// Simulated ms between a failed start and its restart (a supervisor's back-off).
 const SUPERVISOR_RESTART_MS: u64 = 200;

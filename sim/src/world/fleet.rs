@@ -24,10 +24,15 @@ use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
 use faultline_runtime::store::{MemoryStore, SessionId, Store};
 use tokio_util::sync::CancellationToken;
 
-use super::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
+use super::conclude::RunResult;
+use super::evidence::{fnv1a, lock, Shared, World};
 use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
-use super::{fnv1a, gateway, gateway_token, io_trace, lock, sim_secret, RunResult, Shared, SESSION, SIM_KEY_VAR};
+use super::setup::SESSION;
+use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_URL};
+use super::{gateway, io_trace};
+use crate::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
+use crate::oracle::{self, Invariant, Violation};
 use crate::scenario::{Scenario, Zombie};
 
 /// How often the standby worker, done with the workload, looks whether the zombie stopped.
@@ -42,7 +47,7 @@ fn resolve_pause(zombie: &Zombie, seed: u64) -> Pause {
     // sees the lease run out while the zombie is still stopped.
     let shortest_ms = zombie.lease_ms + zombie.standby_poll_ms + PAUSE_SLACK_MS;
     let (at_ms, pause_ms) = if zombie.from_seed {
-        let draws = crate::Seed::new(seed).fault("zombie");
+        let draws = crate::seed::Seed::new(seed).fault("zombie");
         let at = draws.next_u64() % (zombie.pause_at_ms + 1);
         let length = shortest_ms + draws.next_u64() % (zombie.pause_ms.saturating_sub(shortest_ms) + 1);
         (at, length)
@@ -86,7 +91,7 @@ struct WorkerSetup {
     route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     store: MemoryStore,
     log: SharedLog,
-    stamp: super::Stamp,
+    stamp: super::stamp::Stamp,
     standby_poll_ms: u64,
     /// The zombie's pause (worker `a` only).
     pause: Option<Pause>,
@@ -95,22 +100,22 @@ struct WorkerSetup {
 /// Runs the zombie family: `scenario` with two workers and `zombie`'s pause.
 pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) -> RunResult {
     let pause = resolve_pause(zombie, seed);
-    let mut sim = super::build_sim(plan, seed);
+    let mut sim = super::hosts::build_sim(plan, seed);
     let world: Shared = Arc::default();
     let recorder = io_trace::IoRecorder::new(false);
-    let model_slot = super::host_model(&mut sim, plan, &world, &recorder);
-    let receipts = super::host_gateway(&mut sim, plan, &world, &recorder);
+    let model_slot = super::hosts::host_model(&mut sim, plan, &world, &recorder);
+    let receipts = super::hosts::host_gateway(&mut sim, plan, &world, &recorder);
     let order = lock(&world).order.clone();
-    let stamp: super::Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
+    let stamp: super::stamp::Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
     let log: SharedLog = Arc::default();
-    let clock: Arc<dyn Clock> = Arc::new(crate::SimClock);
-    let database = Arc::new(crate::SimProcess::new("database", 1));
+    let clock: Arc<dyn Clock> = Arc::new(crate::seams::SimClock);
+    let database = Arc::new(crate::seams::SimProcess::new("database", 1));
     let store = MemoryStore::leased(database, clock, zombie.lease_ms).expect("lease within the scenario's range");
     let setup = WorkerSetup {
         worker: Worker::A,
         plan: Arc::new(plan.clone()),
         seed,
-        route: super::resolve_route(super::SIM_MODEL_URL, &plan.provider),
+        route: resolve_route(SIM_MODEL_URL, &plan.provider),
         store,
         log: log.clone(),
         stamp,
@@ -188,14 +193,14 @@ fn conclude(
 ) -> RunResult {
     let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
     let transcript = evidence.transcript.clone().unwrap_or_default();
-    let mut sometimes = super::oracle::sometimes(&transcript);
+    let mut sometimes = oracle::sometimes(&transcript);
     let mut faults_fired = std::collections::BTreeSet::new();
     if evidence.takeover.as_ref().is_some_and(|t| t.from_zombie) {
         faults_fired.insert("zombie".to_owned());
     }
     for family in plan.expect.faults_fired.iter().flatten().filter(|f| !faults_fired.contains(*f)) {
-        violations.push(super::Violation {
-            invariant: super::Invariant::PlannedFaultFired,
+        violations.push(Violation {
+            invariant: Invariant::PlannedFaultFired,
             detail: format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
             at_ms: end_ms,
         });
@@ -205,9 +210,8 @@ fn conclude(
     }
     // No secret of the run in the store, the trace, a model request or an effect's payload.
     let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
-    let world =
-        super::World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..super::World::default() };
-    violations.extend(super::oracle::secrets(&super::oracle::Evidence {
+    let world = World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..World::default() };
+    violations.extend(oracle::secrets(&oracle::Evidence {
         plan,
         seed,
         world: &world,
@@ -244,7 +248,7 @@ fn conclude(
 
 /// The seams of a worker host: the zombie's clock and network stop with it.
 fn worker_seams(setup: &WorkerSetup) -> Seams {
-    let mut seams = crate::sim_seams(setup.seed, setup.worker.host(), 1);
+    let mut seams = crate::seams::sim_seams(setup.seed, setup.worker.host(), 1);
     if let Some(pause) = setup.pause {
         let clock = seams.clock.clone();
         seams.net = Arc::new(PausedNet { inner: seams.net.clone(), clock: clock.clone(), pause });
@@ -412,7 +416,7 @@ struct DispatchTool {
     deliverer: Arc<dyn Deliverer>,
     worker: Worker,
     log: SharedLog,
-    stamp: super::Stamp,
+    stamp: super::stamp::Stamp,
 }
 
 impl Tool for DispatchTool {

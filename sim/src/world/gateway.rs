@@ -27,7 +27,7 @@ pub struct Receipt {
     pub body: String,
     /// Simulation time (ms) it arrived.
     pub at_ms: u64,
-    /// When it arrived in the run's order of events ([`super::Stamp`]): the effect's instant,
+    /// When it arrived in the run's order of events ([`super::stamp::Stamp`]): the effect's instant,
     /// which intent before effect compares with the instant its intent became durable.
     pub stamp: u64,
 }
@@ -39,7 +39,7 @@ pub type Receipts = Arc<Mutex<Vec<Receipt>>>;
 pub async fn serve(
     net: Arc<dyn Net>,
     clock: Arc<dyn Clock>,
-    stamp: super::Stamp,
+    stamp: super::stamp::Stamp,
     addr: &str,
     receipts: Receipts,
     echo: bool,
@@ -52,7 +52,7 @@ pub async fn serve(
 pub async fn serve_on(
     listener: Box<dyn faultline_runtime::seams::Listener>,
     clock: Arc<dyn Clock>,
-    stamp: super::Stamp,
+    stamp: super::stamp::Stamp,
     receipts: Receipts,
     echo: bool,
 ) -> std::io::Result<()> {

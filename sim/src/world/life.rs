@@ -19,8 +19,10 @@ use faultline_runtime::store::{FileStore, Format, SessionId, Store};
 use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Seams};
 use tokio_util::sync::CancellationToken;
 
+use super::gateway;
 use super::seeded::Plan;
-use super::{gateway, gateway_token, provider_file, sim_secret, ProviderFile, SESSION, SIM_KEY_VAR};
+use super::setup::SESSION;
+use super::setup::{gateway_token, provider_file, sim_secret, ProviderFile, SIM_KEY_VAR};
 use crate::scenario::ToolKind;
 
 /// What the user sends while a cancel is under way (`cancel_then_submit`).
@@ -88,7 +90,7 @@ pub(crate) fn session_file(sessions_dir: &std::path::Path, format: Format) -> Pa
 /// `fs` is): every record of the session that becomes durable is reported with its instant.
 /// Its first image is the session file as the incarnation finds it.
 pub(crate) fn watch_disk(
-    faults: &crate::FsFaults,
+    faults: &crate::seams::FsFaults,
     fs: &dyn faultline_runtime::seams::Fs,
     sessions_dir: &std::path::Path,
     format: Format,

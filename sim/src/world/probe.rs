@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use faultline_runtime::seams::{CrashPoint, Probe};
 
-use crate::FsFaults;
+use crate::seams::FsFaults;
 
 /// Shared between the probe (inside the host) and the driver.
 #[derive(Debug, Default)]

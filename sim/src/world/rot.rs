@@ -16,7 +16,7 @@ use faultline_runtime::store::Format;
 use faultline_runtime::{seams::Entropy, seams::Fs, seams::OpenOptions};
 
 use crate::scenario::{RotKind, RotTarget};
-use crate::SimEntropy;
+use crate::seams::SimEntropy;
 
 /// Most bytes one garbage rot overwrites.
 const ROT_BYTES_MAX: u64 = 8;
@@ -244,7 +244,7 @@ mod tests {
     use faultline_runtime::store::ScanStatus;
 
     use super::{rewrite, RotKind};
-    use crate::Seed;
+    use crate::seed::Seed;
 
     /// A valid session: the header line, then a turn's first records.
     fn session() -> Vec<Vec<u8>> {

@@ -10,7 +10,7 @@ use crate::scenario::{
     CrashFault, DiskFull, DiskFullRefuses, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind,
     RotTarget, Scenario, ScenarioTool, StoreKind, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
 };
-use crate::SimEntropy;
+use crate::seams::SimEntropy;
 
 /// The concrete plan of one run.
 #[derive(Debug, Clone)]
@@ -34,7 +34,7 @@ pub struct Plan {
 }
 
 fn stream(seed: u64, family: &str) -> SimEntropy {
-    crate::Seed::new(seed).fault(family)
+    crate::seed::Seed::new(seed).fault(family)
 }
 
 fn pick<'a, T>(entropy: &SimEntropy, items: &'a [T]) -> &'a T {
@@ -409,9 +409,11 @@ impl Swarm {
     fn shape_script(&self, seed: u64, scenario: &Scenario, script: &mut Script) {
         // The budget of the scenario's own policy (a policy without one is not exhausted).
         let retries_max =
-            super::resolve_route(super::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| match route.retry {
-                faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
-                _ => None,
+            super::setup::resolve_route(super::setup::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| {
+                match route.retry {
+                    faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
+                    _ => None,
+                }
             });
         script.responses = self.interleave(seed, std::mem::take(&mut script.responses), retries_max);
         if self.refused {
@@ -441,7 +443,7 @@ impl Swarm {
 
     /// The swarm's crashes, partitions (the agent's services' too), disk faults, rot, full
     /// disk, echo and answer limit, in `faults`.
-    fn add_faults(&self, seed: u64, user: Option<&super::AgentUnderTest>, faults: &mut FaultPlan) {
+    fn add_faults(&self, seed: u64, user: Option<&super::user::AgentUnderTest>, faults: &mut FaultPlan) {
         faults.crashes.extend(self.crash.clone());
         faults.partitions.extend(self.partitions.clone());
         for service in user.map_or(&[][..], |u| u.services()) {
@@ -479,7 +481,7 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
 
 /// Resolves `scenario` for `seed` on `user`'s agent when one is given: a generated
 /// conversation calls the agent's own tools, and the swarm's partitions reach its services.
-pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::AgentUnderTest>) -> Plan {
+pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::AgentUnderTest>) -> Plan {
     let generated;
     let scenario = match (scenario.generated, user) {
         (true, Some(user)) => {
@@ -492,7 +494,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::AgentUnd
         }
         (false, _) => scenario,
     };
-    let mut script = super::script_of(scenario);
+    let mut script = scenario.script();
     let mut faults = scenario.faults.clone();
     if scenario.model.from_seed {
         script =

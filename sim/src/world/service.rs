@@ -72,7 +72,7 @@ impl ServiceFaults {
         if let Some(faults) = service.faults {
             return faults;
         }
-        let draw = crate::Seed::new(seed).fault(&format!("service/{}", service.name));
+        let draw = crate::seed::Seed::new(seed).fault(&format!("service/{}", service.name));
         let rate = || if draw.unit_f64() < 0.5 { 0.0 } else { 0.1 + 0.4 * draw.unit_f64() };
         ServiceFaults { error_rate: rate(), lost_reply_rate: rate() }
     }
@@ -178,7 +178,7 @@ pub(crate) struct Running {
     pub faults: ServiceFaults,
     pub seed: u64,
     pub clock: Arc<dyn Clock>,
-    pub stamp: super::Stamp,
+    pub stamp: super::stamp::Stamp,
     pub receipts: ServiceReceipts,
     /// Simulated ms at which faults stop.
     pub heal_at_ms: u64,
@@ -187,7 +187,8 @@ pub(crate) struct Running {
 /// Serves `running` on `listener` until the host dies.
 pub(crate) async fn serve(listener: Box<dyn Listener>, running: Running) -> std::io::Result<()> {
     let running = Arc::new(running);
-    let draw = Arc::new(crate::Seed::new(running.seed).fault(&format!("service/{}/requests", running.service.name)));
+    let draw =
+        Arc::new(crate::seed::Seed::new(running.seed).fault(&format!("service/{}/requests", running.service.name)));
     let seen: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
     loop {
         let (stream, _) = listener.accept().await?;
@@ -204,7 +205,7 @@ pub(crate) async fn serve(listener: Box<dyn Listener>, running: Running) -> std:
 
 async fn handle(
     running: &Running,
-    draw: &crate::SimEntropy,
+    draw: &crate::seams::SimEntropy,
     seen: &Mutex<BTreeMap<String, String>>,
     request: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {

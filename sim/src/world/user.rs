@@ -132,7 +132,7 @@ impl AgentUnderTest {
 
     /// The tools' schemas, as the model sees them (the queue's tools included).
     pub fn schemas(&self) -> Vec<ToolSchema> {
-        let mut schemas = (self.tools)(&crate::sim_seams(0, "agent", 0)).schemas();
+        let mut schemas = (self.tools)(&crate::seams::sim_seams(0, "agent", 0)).schemas();
         schemas.extend(self.outbox_tools.iter().cloned());
         schemas
     }
@@ -151,7 +151,7 @@ impl AgentUnderTest {
         if self.schemas().is_empty() {
             return Err(format!("agent {}: no tools", self.name));
         }
-        super::resolve_route(super::SIM_MODEL_URL, &self.provider).map(|_| ())
+        super::setup::resolve_route(super::setup::SIM_MODEL_URL, &self.provider).map(|_| ())
     }
 }
 

@@ -164,8 +164,8 @@ fn run_sim(case: &Case) -> Outcome {
         sim.host("model", move || {
             let (script, slot) = (script.clone(), slot.clone());
             async move {
-                let net: Arc<dyn Net> = Arc::new(faultline_sim::SimNet);
-                let clock: Arc<dyn Clock> = Arc::new(faultline_sim::SimClock);
+                let net: Arc<dyn Net> = Arc::new(faultline_sim::seams::SimNet);
+                let clock: Arc<dyn Clock> = Arc::new(faultline_sim::seams::SimClock);
                 let server = ModelServer::start(net, clock, "0.0.0.0:80", script, None).await?;
                 *slot.lock().unwrap() = Some(server);
                 std::future::pending::<()>().await;
@@ -177,7 +177,7 @@ fn run_sim(case: &Case) -> Outcome {
     {
         let (case, result) = (case.clone(), result.clone());
         sim.client("agent", async move {
-            let seams = faultline_sim::sim_seams(11, "agent", 1);
+            let seams = faultline_sim::seams::sim_seams(11, "agent", 1);
             let base = if case.no_server { "http://nobody:80/v1" } else { "http://model:80/v1" };
             let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), credentials(&case));
             let chunks = drive(adapter, route(base, &case), &case).await;

@@ -293,7 +293,7 @@ async fn run_agent(mut seams: Seams, base_url: String, spec: Spec) -> AgentSide 
         None => MemoryStore::new(seams.process.clone()),
         Some(records) => {
             // A previous incarnation of this host wrote them and died without closing.
-            let earlier = MemoryStore::new(Arc::new(faultline_sim::SimProcess::new("agent", 0)));
+            let earlier = MemoryStore::new(Arc::new(faultline_sim::seams::SimProcess::new("agent", 0)));
             let mut log = earlier.create(&id, 0).unwrap();
             log.append(records).unwrap();
             drop(log);
@@ -409,8 +409,8 @@ fn run_sim(spec: &Spec) -> Run {
             let (script, slot) = (script.clone(), slot.clone());
             async move {
                 let server = ModelServer::start(
-                    Arc::new(faultline_sim::SimNet),
-                    Arc::new(faultline_sim::SimClock),
+                    Arc::new(faultline_sim::seams::SimNet),
+                    Arc::new(faultline_sim::seams::SimClock),
                     "0.0.0.0:80",
                     script,
                     None,
@@ -426,7 +426,7 @@ fn run_sim(spec: &Spec) -> Run {
     {
         let (spec, result) = (spec.clone(), result.clone());
         sim.client("agent", async move {
-            let seams = faultline_sim::sim_seams(5, "agent", 1);
+            let seams = faultline_sim::seams::sim_seams(5, "agent", 1);
             *result.lock().unwrap() = Some(run_agent(seams, "http://model:80/v1".into(), spec).await);
             Ok(())
         });
@@ -469,7 +469,7 @@ fn rate_limit_is_retried_once_after_exactly_the_backoff_within_one_step() {
             // T + 500 ms. The request then needs a fresh connection (SYN, SYN-ACK: one round
             // trip of 1 ms hops) and one hop for its bytes, so it lands at T + 502 — not at
             // T + 499, and not late.
-            let retry_at = run.events("llm/retry")[0].time - faultline_sim::SIM_EPOCH_MS;
+            let retry_at = run.events("llm/retry")[0].time - faultline_sim::seams::SIM_EPOCH_MS;
             let arrived_at = run.requests[1].at_ms;
             assert_eq!(arrived_at - retry_at, 502, "turmoil: dispatched at exactly 500 ms after llm/retry");
         }
@@ -1000,7 +1000,7 @@ fn resume_repairs_and_the_model_sees_the_unknown_outcome_without_a_rerun() {
     // A previous run crashed after the durable tool/call of c1, before its result.
     let mut log = Vec::new();
     let mut push = |event: Event, sources: Option<Vec<u64>>| {
-        let mut record = Record::new(log.len() as u64, faultline_sim::SIM_EPOCH_MS, event);
+        let mut record = Record::new(log.len() as u64, faultline_sim::seams::SIM_EPOCH_MS, event);
         record.source_seqs = sources;
         log.push(record);
     };

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use faultline_sim::world::run;
+use faultline_sim::run;
 use faultline_sim::Scenario;
 
 /// Longest a page may take to render, in seconds.
@@ -56,7 +56,7 @@ fn assert_has(dom: &str, what: &str) {
 #[test]
 fn the_timeline_of_a_sigkill_shows_the_crash_the_restart_the_repair_and_the_unknown_closer() {
     let result = run(&Scenario::built_in("sigkill-after-side-effect").unwrap(), 0);
-    let Some(dom) = rendered_dom(&faultline_sim::html::run_page(&result)) else { return };
+    let Some(dom) = rendered_dom(&faultline_sim::cli::html::run_page(&result)) else { return };
     assert_has(&dom, r#"data-ready="yes""#); // the script ran to its end
     for lane in ["agent#1", "agent#2", "model", "gateway", "disk", "faults"] {
         assert_has(&dom, &format!(r#"data-lane="{lane}""#));
@@ -83,7 +83,7 @@ fn planted_bug_timeline_shows_the_violated_invariant() {
     let result = run(&scenario, regression.seed);
     faultline_runtime::testing::bugs::plant(&[]);
     assert!(!result.passed());
-    let Some(dom) = rendered_dom(&faultline_sim::html::run_page(&result)) else { return };
+    let Some(dom) = rendered_dom(&faultline_sim::cli::html::run_page(&result)) else { return };
     assert_has(&dom, r#"data-ready="yes""#);
     assert_has(&dom, r#"data-verdict="FAIL""#);
     assert_has(&dom, r#"data-invariant="at-most-once""#);

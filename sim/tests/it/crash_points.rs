@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use faultline_runtime::event::*;
 use faultline_runtime::store::{FileStore, Format, ScanStatus, SessionId, Store, Takeover};
 use faultline_runtime::{seams::Fs, Error};
-use faultline_sim::{sim_seams, FaultFs, FsFaults, SimFs};
+use faultline_sim::seams::{sim_seams, FaultFs, FsFaults, SimFs};
 
 use crate::support::sim_builder;
 

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeSet;
 
+use faultline_sim::generate::Swarm;
 use faultline_sim::generate::{fault_plan_strategy, workload, workload_strategy};
+use faultline_sim::run;
 use faultline_sim::shrink::{fault_count, materialise};
-use faultline_sim::world::run;
-use faultline_sim::world::seeded::Swarm;
 use faultline_sim::{Scenario, REGRESSION_SCENARIOS};
 use proptest::prelude::*;
 

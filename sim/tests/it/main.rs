@@ -7,6 +7,7 @@ mod browser;
 mod crash_points;
 mod harness_power;
 mod planted;
+mod public_api;
 mod scenarios;
 mod seam_smoke;
 mod support;

@@ -5,7 +5,7 @@
 #![allow(clippy::print_stdout)] // reports seeds-to-catch per bug
 
 use faultline_runtime::testing::bugs::{CATALOG, REAL_ONLY};
-use faultline_sim::sweep::hunt_bug;
+use faultline_sim::hunt::hunt_bug;
 
 /// Seeds per scenario each bug gets (measured: every bug falls at seed 0).
 const BUDGET_SEEDS: u64 = 4;
@@ -44,7 +44,7 @@ fn every_regression_scenario_fails_with_its_planted_bug_and_the_same_invariant()
             continue;
         }
         faultline_runtime::testing::bugs::plant(&[regression.bug.as_str()]);
-        let result = faultline_sim::world::run(&scenario, regression.seed);
+        let result = faultline_sim::run(&scenario, regression.seed);
         faultline_runtime::testing::bugs::plant(&[]);
         assert!(
             result.violations.iter().any(|v| v.invariant == regression.invariant),
@@ -62,7 +62,7 @@ fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() 
     let mixed = faultline_sim::Scenario::built_in("mixed").unwrap();
     faultline_runtime::testing::bugs::plant(&["tool-body-before-flush"]);
     let shrunk = faultline_sim::shrink::shrink(&mixed, 1).expect("seed 1 fails with this bug");
-    let replay = faultline_sim::world::run(&shrunk.scenario, 1);
+    let replay = faultline_sim::run(&shrunk.scenario, 1);
     faultline_runtime::testing::bugs::plant(&[]);
     assert_eq!(shrunk.invariant, "intent-before-effect");
     assert!(shrunk.faults.1 < shrunk.faults.0, "fewer faults: {:?}", shrunk.faults);
@@ -73,7 +73,7 @@ fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() 
         shrunk.messages
     );
     assert!(replay.violations.iter().any(|v| v.invariant == "intent-before-effect"), "the shrunk case still fails");
-    let clean = faultline_sim::world::run(&shrunk.scenario, 1);
+    let clean = faultline_sim::run(&shrunk.scenario, 1);
     assert!(clean.passed(), "and passes on the clean build: {:?}", clean.violations);
 }
 
@@ -123,13 +123,9 @@ fn the_catch_table_names_every_planted_bug_and_only_safety_invariants() {
     let catalog: Vec<&str> = CATALOG.iter().map(|(bug, _)| *bug).collect();
     assert_eq!(named, catalog, "one row per planted bug, in catalog order");
     for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {
-        let known = faultline_sim::world::Invariant::named(invariant)
+        let known = faultline_sim::Invariant::named(invariant)
             .unwrap_or_else(|| panic!("{bug}: no invariant named {invariant}"));
-        assert_eq!(
-            known.kind(),
-            faultline_sim::world::InvariantKind::Safety,
-            "{bug}: {invariant} is not a safety invariant"
-        );
+        assert_eq!(known.kind(), faultline_sim::InvariantKind::Safety, "{bug}: {invariant} is not a safety invariant");
     }
 }
 
@@ -151,7 +147,7 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
         let seeds = RARE_SHAPE_SEEDS.iter().find(|(rare, _)| rare == bug).map_or(INVARIANT_SEEDS, |(_, seeds)| *seeds);
         let caught = scenarios.iter().find_map(|scenario| {
             (0..seeds).find_map(|seed| {
-                let result = faultline_sim::world::run(scenario, seed);
+                let result = faultline_sim::run(scenario, seed);
                 result.violations.iter().any(|v| v.invariant == *invariant).then_some((scenario, seed))
             })
         });
@@ -169,7 +165,7 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
         "not caught by their invariant in {INVARIANT_SEEDS} seeds (rare shapes: {RARE_SHAPE_SEEDS:?}) of mixed and generated: {missed:?}"
     );
     for (bug, scenario, seed) in caught_at {
-        let clean = faultline_sim::world::run(scenario, seed);
+        let clean = faultline_sim::run(scenario, seed);
         assert!(
             clean.passed(),
             "{} seed {seed}, which caught {bug}, fails on the clean build: {:?}",
@@ -186,13 +182,12 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
 fn a_run_that_never_converges_is_still_held_to_the_retry_rules() {
     let scenario = faultline_sim::Scenario::parse(STUCK_AFTER_A_RETRY_AFTER).unwrap();
     faultline_runtime::testing::bugs::plant(&["ignore-retry-after"]);
-    let buggy = faultline_sim::world::run(&scenario, 1);
+    let buggy = faultline_sim::run(&scenario, 1);
     faultline_runtime::testing::bugs::plant(&[]);
-    let names = |result: &faultline_sim::world::RunResult| {
-        result.violations.iter().map(|v| v.invariant.name()).collect::<Vec<_>>()
-    };
+    let names =
+        |result: &faultline_sim::RunResult| result.violations.iter().map(|v| v.invariant.name()).collect::<Vec<_>>();
     assert_eq!(names(&buggy), ["liveness", "retry-after-honoured"], "{:?}", buggy.violations);
-    let clean = faultline_sim::world::run(&scenario, 1);
+    let clean = faultline_sim::run(&scenario, 1);
     assert_eq!(names(&clean), ["liveness"], "the clean build only fails to converge: {:?}", clean.violations);
 }
 
@@ -235,7 +230,7 @@ finish = "tool_calls"
 fn an_acknowledgement_that_precedes_the_write_fools_the_barrier_not_the_disk_witness() {
     let scenario = faultline_sim::Scenario::built_in("intent-before-effect-ack-before-fsync").unwrap();
     faultline_runtime::testing::bugs::plant(&["ack-before-fsync"]);
-    let result = faultline_sim::world::run(&scenario, 1);
+    let result = faultline_sim::run(&scenario, 1);
     faultline_runtime::testing::bugs::plant(&[]);
     let call_seq = result
         .transcript
@@ -265,7 +260,7 @@ fn reporting_a_turn_before_it_is_durable_falls_to_outcome_durable_when_the_disk_
     let scenario = faultline_sim::Scenario::built_in("disk-full-window").unwrap();
     for seed in 0..8 {
         faultline_runtime::testing::bugs::plant(&["outcome-before-durable"]);
-        let buggy = faultline_sim::world::run(&scenario, seed);
+        let buggy = faultline_sim::run(&scenario, seed);
         faultline_runtime::testing::bugs::plant(&[]);
         assert!(buggy.faults_fired.contains("disk-full"), "seed {seed}: the disk filled");
         assert!(
@@ -273,7 +268,7 @@ fn reporting_a_turn_before_it_is_durable_falls_to_outcome_durable_when_the_disk_
             "seed {seed}: {:?}",
             buggy.violations
         );
-        let clean = faultline_sim::world::run(&scenario, seed);
+        let clean = faultline_sim::run(&scenario, seed);
         assert!(clean.passed(), "seed {seed}, clean build: {:?}", clean.violations);
     }
 }

@@ -1,7 +1,7 @@
 //! Every built-in scenario: passes its invariants over several seeds, replays a seed to the
 //! same trace, and recovers the transcript its snapshot records.
 
-use faultline_sim::world::run;
+use faultline_sim::run;
 use faultline_sim::{Scenario, BUILT_IN_SCENARIOS};
 
 fn scenarios() -> Vec<Scenario> {

@@ -111,7 +111,7 @@ fn simulate(sync_dir: bool) -> (SmokeReport, Option<Vec<u8>>, Duration) {
 
     sim.host("echo", || async {
         let (bound_tx, _bound_rx) = tokio::sync::oneshot::channel();
-        echo_server(Arc::new(faultline_sim::SimNet), "0.0.0.0:7000", bound_tx).await?;
+        echo_server(Arc::new(faultline_sim::seams::SimNet), "0.0.0.0:7000", bound_tx).await?;
         Ok(())
     });
     {
@@ -126,7 +126,7 @@ fn simulate(sync_dir: bool) -> (SmokeReport, Option<Vec<u8>>, Duration) {
                     *n += 1;
                     *n
                 };
-                let seams = faultline_sim::sim_seams(7, "agent", life);
+                let seams = faultline_sim::seams::sim_seams(7, "agent", life);
                 let first_life = life == 1;
                 if first_life {
                     seams.fs.create_dir(&dir)?;

@@ -12,7 +12,7 @@ pub fn sim_builder(seed: u64) -> turmoil::Builder {
 pub fn sim_builder_with_tick(seed: u64, tick: Duration) -> turmoil::Builder {
     let mut builder = turmoil::Builder::new();
     builder
-        .epoch(faultline_sim::sim_epoch())
+        .epoch(faultline_sim::seams::sim_epoch())
         .rng_seed(seed)
         .simulation_duration(Duration::from_secs(120))
         .tick_duration(tick)

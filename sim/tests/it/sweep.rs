@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use faultline_runtime::seams::CRASH_POINTS;
 use faultline_sim::sweep::{merge, SweepSummary};
-use faultline_sim::world::SOMETIMES;
+use faultline_sim::SOMETIMES;
 
 fn shard(k: u64, points: &[String], sometimes: &[&str]) -> SweepSummary {
     SweepSummary {

@@ -2,9 +2,10 @@
 //! faithful (it sees every connection and disk operation, and does not change the run), and
 //! the replay of every built-in scenario finishes.
 
-use faultline_sim::bench::twin::{replay, Replayed, Twin};
-use faultline_sim::world::io_trace::DiskOp;
-use faultline_sim::world::{run, run_recorded};
+use faultline_sim::cli::bench::run_recorded;
+use faultline_sim::cli::bench::twin::{replay, Replayed, Twin};
+use faultline_sim::cli::bench::DiskOp;
+use faultline_sim::run;
 use faultline_sim::{Scenario, BUILT_IN_SCENARIOS};
 
 #[test]
@@ -59,7 +60,8 @@ fn a_recorded_run_is_the_same_run_and_its_io_is_what_the_agent_did() {
             _ => None,
         })
         .sum();
-    let header = faultline_runtime::event::SessionHeader::new("sim", faultline_sim::SIM_EPOCH_MS).encode().len() + 1;
+    let header =
+        faultline_runtime::event::SessionHeader::new("sim", faultline_sim::seams::SIM_EPOCH_MS).encode().len() + 1;
     let lines: usize = recorded.transcript.iter().map(|r| r.encode().len() + 1).sum();
     assert_eq!(session_bytes, header + lines, "the session's writes are its header and records, once each");
     // Its names are made durable: every link is followed by a sync of its directory.

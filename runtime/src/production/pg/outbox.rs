@@ -17,10 +17,11 @@ use postgres::types::Type;
 
 use super::link::{classify, Link, Linked};
 use super::schema;
-use super::store::{parse_url, LEASE_MS_DEFAULT};
+use super::store::parse_url;
 use crate::outbox::machine::{self, After, Found, Op};
 use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
 use crate::seams::{Clock, EntropyExt, OwnerIdentity, Process};
+use crate::store::LEASE_MS_DEFAULT;
 use crate::{Error, Result};
 
 const COLUMNS: &str = "execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at";

@@ -27,7 +27,7 @@ use crate::store::{Inspection, Loaded, Opened, OutcomeEvidence, Repair, SessionI
 use crate::{Error, Result};
 
 /// A writer's lease: its bounds and default, shared by every leased backend.
-pub use crate::store::{LEASE_MS_DEFAULT, LEASE_MS_MAX, LEASE_MS_MIN};
+use crate::store::LEASE_MS_DEFAULT;
 
 const SELECT_SESSION: &str = "SELECT header, revision, epoch, owner, coalesce(lease_expires_at > now(), false)
     FROM faultline_sessions WHERE id = $1";
@@ -102,7 +102,7 @@ fn describe(config: &postgres::Config) -> String {
 
 impl PgStore {
     /// Connects to the database at `url` for writing, applying missing schema migrations,
-    /// with writers' leases of `lease_ms` ([`LEASE_MS_MIN`]..=[`LEASE_MS_MAX`]).
+    /// with writers' leases of `lease_ms` ([`LEASE_MS_MIN`](crate::store::LEASE_MS_MIN)..=[`LEASE_MS_MAX`](crate::store::LEASE_MS_MAX)).
     pub fn connect(url: &str, process: Arc<dyn Process>, lease_ms: u64) -> Result<Self> {
         let lease = crate::store::check_lease_ms(lease_ms)?;
         let (config, target) = parse_url(url)?;

@@ -1,0 +1,198 @@
+//! PostgreSQL: durable append at batch 1/16/256 and recovery against SQLite on the same
+//! events, and the delivery queue's deliveries per second with 1, 4 and 8 workers against
+//! one worker. On a throw-away server with fsync on (SQLite runs `synchronous=FULL`), or the
+//! database at `FAULTLINE_DATABASE_URL` when set.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use faultline_runtime::outbox::{Finish, Outbox};
+use faultline_runtime::production::{self, PgOutbox, PgStore, SqliteStore};
+use faultline_runtime::store::LEASE_MS_DEFAULT;
+use faultline_runtime::store::{SessionId, Store};
+use faultline_runtime::testing::PgServer;
+
+use super::*;
+
+/// Rounds per figure (median).
+const PG_ROUNDS: usize = 3;
+
+/// Where the bench's databases come from: the server it started, or the URL it was given
+/// (a fresh schema per figure is then a fresh session id or queue prefix).
+enum Databases {
+    Started(PgServer),
+    Given(String),
+}
+
+impl Databases {
+    fn open() -> Option<Databases> {
+        if let Ok(url) = std::env::var("FAULTLINE_DATABASE_URL") {
+            return Some(Databases::Given(url));
+        }
+        PgServer::start_with(true).ok().map(Databases::Started)
+    }
+
+    fn fresh(&self) -> String {
+        match self {
+            Databases::Started(server) => server.fresh_database(),
+            Databases::Given(url) => url.clone(),
+        }
+    }
+}
+
+/// The figures, or one saying why there are none.
+pub(super) fn postgres(dir: &Path, scale: usize) -> Vec<Figure> {
+    let Some(databases) = Databases::open() else {
+        return vec![figure(
+            "postgres: skipped (no PostgreSQL binaries, no FAULTLINE_DATABASE_URL)",
+            0.0,
+            "-",
+            None,
+            None,
+        )];
+    };
+    // The blocking client may not run inside a runtime: every figure runs on a plain thread.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut out = Vec::new();
+            for (batch, batches) in [(1, 150 * scale), (16, 60 * scale), (256, 10 * scale)] {
+                out.extend(append(dir, &databases, batch, batches));
+            }
+            out.extend(recovery(dir, &databases, 25_000 * scale));
+            out.extend(queue(&databases, 500 * scale));
+            out
+        })
+        .join()
+        .expect("the postgres figures")
+    })
+}
+
+fn id(name: &str) -> SessionId {
+    SessionId::new(name).expect("id")
+}
+
+fn append(dir: &Path, databases: &Databases, batch: usize, batches: usize) -> Vec<Figure> {
+    let seams = production::seams();
+    let records = crate::cli::bench::mix::records(
+        (batch * batches * PG_ROUNDS).div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN),
+    );
+    let records = &records[..batch * batches * PG_ROUNDS];
+    let pg = PgStore::connect(&databases.fresh(), seams.process.clone(), LEASE_MS_DEFAULT).expect("postgres");
+    let sqlite_dir = dir.join(format!("pg-append-sqlite-{batch}"));
+    std::fs::create_dir_all(&sqlite_dir).expect("dir");
+    let sqlite = SqliteStore::open(sqlite_dir.join("s.sqlite"), seams.process.clone()).expect("sqlite");
+    let session = id(&format!("bench-append-{batch}-{}", seams.entropy.as_ref().next_u64() % 1_000_000));
+    let mut logs = [pg.create(&session, 1).expect("create"), sqlite.create(&session, 1).expect("create")];
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..PG_ROUNDS {
+        let range = &records[round * batch * batches..(round + 1) * batch * batches];
+        for turn in 0..2 {
+            let side = (turn + round) % 2;
+            let start = Instant::now();
+            for chunk in range.chunks(batch) {
+                logs[side].append(chunk).expect("append");
+            }
+            rates[side].push(range.len() as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    let [pg_rate, sqlite_rate] = rates.map(median);
+    vec![figure(
+        &format!("postgres append, batch {batch} (against sqlite)"),
+        pg_rate,
+        "events/s",
+        Some(sqlite_rate),
+        None,
+    )]
+}
+
+fn recovery(dir: &Path, databases: &Databases, count: usize) -> Vec<Figure> {
+    let seams = production::seams();
+    let records = crate::cli::bench::mix::records(count.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN));
+    let records = &records[..count.min(records.len())];
+    let pg = PgStore::connect(&databases.fresh(), seams.process.clone(), LEASE_MS_DEFAULT).expect("postgres");
+    let sqlite_dir = dir.join("pg-recovery-sqlite");
+    std::fs::create_dir_all(&sqlite_dir).expect("dir");
+    let sqlite = SqliteStore::open(sqlite_dir.join("s.sqlite"), seams.process.clone()).expect("sqlite");
+    let session = id(&format!("bench-recovery-{}", seams.entropy.as_ref().next_u64() % 1_000_000));
+    let stores: [&dyn Store; 2] = [&pg, &sqlite];
+    for store in stores {
+        let mut log = store.create(&session, 1).expect("create");
+        for chunk in records.chunks(1024) {
+            log.append(chunk).expect("append");
+        }
+        log.close().expect("close");
+    }
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..PG_ROUNDS {
+        for turn in 0..2 {
+            let side = (turn + round) % 2;
+            let start = Instant::now();
+            let inspection = stores[side].inspect(&session).expect("inspect");
+            rates[side].push(records.len() as f64 / start.elapsed().as_secs_f64());
+            assert_eq!(inspection.records.len(), records.len());
+        }
+    }
+    let [pg_rate, sqlite_rate] = rates.map(median);
+    vec![figure(
+        &format!("postgres recovery: load+validate {} events (against sqlite)", records.len()),
+        pg_rate,
+        "events/s",
+        Some(sqlite_rate),
+        None,
+    )]
+}
+
+/// Deliveries per second of `workers` workers (one connection each) claiming and finishing
+/// `items` rows of one queue.
+fn deliveries_per_s(url: &str, workers: usize, items: usize) -> f64 {
+    let seams = production::seams();
+    let open = || -> Arc<dyn Outbox> {
+        Arc::new(
+            PgOutbox::connect(url, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).expect("queue"),
+        )
+    };
+    let prefix = seams.entropy.as_ref().next_u64();
+    let queue = open();
+    for i in 0..items {
+        queue.enqueue(&format!("q{prefix}-{i}"), "payload").expect("enqueue");
+    }
+    let queues: Vec<Arc<dyn Outbox>> = (0..workers).map(|_| open()).collect();
+    let start = Instant::now();
+    let delivered: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = queues
+            .iter()
+            .map(|queue| {
+                s.spawn(move || {
+                    let mut n = 0;
+                    while let Some(claim) = queue.claim_next().expect("claim") {
+                        assert!(queue.finish(&claim.execution_id, Finish::Delivered("ok".into())).expect("finish"));
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("worker")).sum()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(delivered, items, "each row delivered once");
+    items as f64 / elapsed
+}
+
+fn queue(databases: &Databases, items: usize) -> Vec<Figure> {
+    let mut out = Vec::new();
+    let one = median((0..PG_ROUNDS).map(|_| deliveries_per_s(&databases.fresh(), 1, items)).collect());
+    out.push(figure("postgres queue: deliveries, 1 worker", one, "deliveries/s", None, None));
+    for workers in [4, 8] {
+        let rate = median((0..PG_ROUNDS).map(|_| deliveries_per_s(&databases.fresh(), workers, items)).collect());
+        out.push(figure(
+            &format!("postgres queue: deliveries, {workers} workers (against 1)"),
+            rate,
+            "deliveries/s",
+            Some(one),
+            None,
+        ));
+    }
+    out
+}

@@ -1,0 +1,187 @@
+//! The simulator: scenario runs per second, and a run against its bare turmoil twin.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// Simulator: runs/s per core for the default mix and `mixed`, simulated/wall time, and the
+/// bare turmoil twin of every run, interleaved run by run (`twin.rs`): a plain turmoil sim
+/// with the same topology, tick and simulated time replaying the run's recorded I/O — the same
+/// connections with the same writes on each side, the same disk operations on the same paths
+/// with the same sizes — and nothing above the seams. The first, byte-less twin (one `GET /`
+/// answered `ok` per exchange, a 512-byte append per two disk operations) is measured beside
+/// it, for comparison with the figures measured against it before 2026-12-02.
+pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
+    use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
+    let scenarios: Vec<Scenario> =
+        BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
+    let (mut runs, mut sim_ms) = (0u64, 0u64);
+    let (mut wall, mut twin_wall, mut byte_less_wall) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    // Per scenario (run, twin): where the ratio is lost.
+    let mut by_scenario = vec![(Duration::ZERO, Duration::ZERO); scenarios.len()];
+    for seed in 0..seeds {
+        for (i, scenario) in scenarios.iter().enumerate() {
+            // The I/O to replay comes from a recorded run of the same seed (the same run: one
+            // seed fixes it); the timed run records nothing.
+            let (recorded, io) = crate::world::run_recorded(scenario, seed);
+            let twin =
+                crate::cli::bench::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
+            let byte_less = BareWork {
+                tick_ms: scenario.tick_ms,
+                model_requests: recorded.model_requests,
+                gateway_requests: recorded.gateway_requests,
+                appends: (recorded.fs_ops / 2) as usize,
+                sim_ms: recorded.sim_ms,
+            };
+            let timed_run = || {
+                let start = Instant::now();
+                let result = crate::world::run(scenario, seed);
+                (start.elapsed(), result)
+            };
+            let timed_twin = || {
+                let start = Instant::now();
+                crate::cli::bench::twin::replay(seed, &twin);
+                start.elapsed()
+            };
+            // The side that goes first alternates run by run.
+            let (took, result, twin_took) = if (seed + i as u64) % 2 == 0 {
+                let (took, result) = timed_run();
+                (took, result, timed_twin())
+            } else {
+                let twin_took = timed_twin();
+                let (took, result) = timed_run();
+                (took, result, twin_took)
+            };
+            assert_eq!(result.trace_hash, recorded.trace_hash, "a seed replays the same run");
+            let start = Instant::now();
+            bare_turmoil(seed, byte_less);
+            byte_less_wall += start.elapsed();
+            wall += took;
+            twin_wall += twin_took;
+            by_scenario[i].0 += took;
+            by_scenario[i].1 += twin_took;
+            runs += 1;
+            sim_ms += result.sim_ms;
+        }
+    }
+    let mix_rate = runs as f64 / wall.as_secs_f64();
+    let twin_rate = runs as f64 / twin_wall.as_secs_f64();
+    let byte_less_rate = runs as f64 / byte_less_wall.as_secs_f64();
+    let mixed = Scenario::built_in("mixed").expect("mixed");
+    let start = Instant::now();
+    for seed in 0..seeds * 4 {
+        crate::world::run(&mixed, seed);
+    }
+    let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
+    let mut costliest: Vec<(usize, Duration, Duration)> =
+        by_scenario.iter().enumerate().map(|(i, &(run, twin))| (i, run, twin)).collect();
+    costliest.sort_by_key(|&(_, run, twin)| std::cmp::Reverse(run.saturating_sub(twin)));
+    let mut figures = vec![
+        figure(
+            "simulator: default mix, runs per second (one core)",
+            mix_rate,
+            "runs/s",
+            Some(twin_rate),
+            Some(("≤ 1.5× its bare turmoil twin (ratio ≥ 0.67)", 1.0 / 1.5)),
+        ),
+        figure(
+            "  against the byte-less twin of 055b8a5 (counts only, no bytes)",
+            mix_rate,
+            "runs/s",
+            Some(byte_less_rate),
+            None,
+        ),
+        figure_at_least(
+            "simulator: mixed scenario (one core)",
+            mixed_rate,
+            "runs/s",
+            None,
+            ("≥ 100 runs/s/core", 100.0),
+        ),
+        figure("simulator: simulated / wall time", sim_ms as f64 / 1e3 / wall.as_secs_f64(), "×", None, None),
+    ];
+    // The scenarios whose runs cost the most beyond their twins, and their share of the whole
+    // mix's excess: where a cut moves the ratio.
+    let excess = wall.saturating_sub(twin_wall).as_secs_f64().max(f64::MIN_POSITIVE);
+    for &(i, run, twin) in costliest.iter().take(SIMULATOR_COSTLIEST_SHOWN) {
+        let share = run.saturating_sub(twin).as_secs_f64() / excess * 100.0;
+        figures.push(figure(
+            &format!("  {} ({share:.0} % of the excess)", scenarios[i].name),
+            seeds as f64 / run.as_secs_f64(),
+            "runs/s",
+            Some(seeds as f64 / twin.as_secs_f64()),
+            None,
+        ));
+    }
+    figures
+}
+
+/// How many scenarios the simulator group names as costliest beyond their twins.
+pub(super) const SIMULATOR_COSTLIEST_SHOWN: usize = 6;
+
+/// The work of one scenario run, for the byte-less twin: counts only.
+#[derive(Debug, Clone, Copy)]
+pub struct BareWork {
+    /// The scenario's tick.
+    pub tick_ms: u64,
+    /// HTTP exchanges with the model host.
+    pub model_requests: usize,
+    /// HTTP exchanges with the gateway host.
+    pub gateway_requests: usize,
+    /// Simulated-fs appends, each followed by an fsync.
+    pub appends: usize,
+    /// Simulated time the run lasts.
+    pub sim_ms: u64,
+}
+
+/// The byte-less twin (the bench's baseline until 2026-12-02): a plain turmoil simulation
+/// with the scenario's topology (an `agent` client, `model` and `gateway` hyper servers)
+/// doing `work` — as many exchanges (`GET /` answered `ok`), a 512-byte append and fsync per
+/// two disk operations, the same tick and simulated time — and nothing else.
+pub fn bare_turmoil(seed: u64, work: BareWork) {
+    use http_body_util::{BodyExt, Full};
+    let mut sim = crate::cli::bench::twin::twin_sim(seed, work.tick_ms, work.sim_ms);
+    for server in ["model", "gateway"] {
+        sim.host(server, || async {
+            let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;
+            loop {
+                let (stream, _) = listener.accept().await?;
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(bytes::Bytes::from_static(
+                            b"ok",
+                        ))))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    }
+    sim.client("agent", async move {
+        let targets = std::iter::repeat_n("model", work.model_requests)
+            .chain(std::iter::repeat_n("gateway", work.gateway_requests));
+        for target in targets {
+            let stream = turmoil::net::TcpStream::connect((target, 80)).await?;
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+            tokio::spawn(connection);
+            let response = sender
+                .send_request(hyper::Request::get("/").header("host", target).body(Full::new(bytes::Bytes::new()))?)
+                .await?;
+            let _ = response.into_body().collect().await?;
+        }
+        turmoil::fs::shim::std::fs::create_dir_all("/data")?;
+        let mut file = turmoil::fs::shim::std::fs::OpenOptions::new().create(true).append(true).open("/data/log")?;
+        for _ in 0..work.appends {
+            std::io::Write::write_all(&mut file, &[b'x'; 512])?;
+            file.sync_all()?;
+        }
+        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(work.sim_ms).saturating_sub(elapsed)).await;
+        Ok(())
+    });
+    sim.run().expect("bare sim");
+}

@@ -1,0 +1,187 @@
+//! The fleet's checker (FAILURE-LEASE-EPOCH): once a worker's session was taken over, no
+//! record and no tool dispatch of it lands — nothing comes from a fenced epoch. Plus what any
+//! converged run owes: a valid log, every turn closed, every message answered, each effect at
+//! most once.
+//!
+//! Evidence, none of it the runtime's word: the instant the harness saw the takeover succeed
+//! and the log as the new worker found it; every record each worker's agent accepted and
+//! every tool body the runtime started, stamped by the harness as they happened; the
+//! gateway's receipts; the store read back after both workers stopped.
+
+use std::collections::BTreeMap;
+
+use faultline_runtime::event::{Event, Record, Validator};
+
+use super::evidence::Found;
+use super::invariant::{Invariant, Violation};
+use crate::world::gateway::Receipt;
+use crate::world::seeded::Plan;
+
+/// A worker host of the fleet world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Worker {
+    /// Runs the workload first; the one stopped past its lease.
+    A,
+    /// Stands by and takes over.
+    B,
+}
+
+impl Worker {
+    /// Its turmoil host name.
+    pub(crate) fn host(self) -> &'static str {
+        match self {
+            Worker::A => "worker-a",
+            Worker::B => "worker-b",
+        }
+    }
+}
+
+/// A tool body the runtime started, as the harness's tool saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct Dispatch {
+    pub worker: Worker,
+    pub execution_id: String,
+    /// In the run's order of events.
+    pub stamp: u64,
+    pub at_ms: u64,
+}
+
+/// Worker `b`'s open succeeding, as the harness saw it.
+#[derive(Debug, Clone)]
+pub(crate) struct Takeover {
+    /// In the run's order of events: from here on `a`'s epoch is fenced.
+    pub stamp: u64,
+    pub at_ms: u64,
+    /// The log as `b` found it (repair included).
+    pub found: Vec<Record>,
+    /// Whether `a` was still running (stopped) rather than done and released.
+    pub from_zombie: bool,
+}
+
+/// What the fleet world gathered.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetEvidence {
+    /// Every record a worker's agent accepted, stamped as its subscriber saw it.
+    pub accepted: Vec<(Worker, Record, u64)>,
+    pub dispatches: Vec<Dispatch>,
+    pub takeover: Option<Takeover>,
+    /// The store read back once both workers stopped (`None`: the workload never converged).
+    pub transcript: Option<Vec<Record>>,
+    /// Worker `a` was told a write of its was refused as fenced (coverage only).
+    pub zombie_fenced: bool,
+}
+
+/// Judges a fleet run.
+pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt], end_ms: u64) -> Vec<Violation> {
+    let mut found = Found::default();
+    if let Some(takeover) = &evidence.takeover {
+        dispatches_after(evidence, takeover, &mut found);
+        if let Some(transcript) = &evidence.transcript {
+            records_after(evidence, takeover, transcript, &mut found);
+        }
+    }
+    at_most_once(receipts, &mut found);
+    converged(evidence, plan, end_ms, &mut found);
+    found.0
+}
+
+/// No tool body of `a` started after `b` took over (its dispatch would be a fenced one).
+fn dispatches_after(evidence: &FleetEvidence, takeover: &Takeover, found: &mut Found) {
+    for late in evidence.dispatches.iter().filter(|d| d.worker == Worker::A && d.stamp > takeover.stamp) {
+        found.fail(
+            Invariant::FencedEpoch,
+            format!(
+                "worker-a dispatched {} at {} ms, after worker-b took the session over at {} ms",
+                late.execution_id, late.at_ms, takeover.at_ms
+            ),
+            late.at_ms,
+        );
+    }
+}
+
+/// The log keeps what `b` found, and everything after it is a record `b` accepted: none of
+/// `a`'s records lands once its epoch is fenced.
+fn records_after(evidence: &FleetEvidence, takeover: &Takeover, transcript: &[Record], found: &mut Found) {
+    let kept = takeover.found.len().min(transcript.len());
+    if transcript[..kept] != takeover.found[..kept] || transcript.len() < takeover.found.len() {
+        found.fail(
+            Invariant::FencedEpoch,
+            format!(
+                "the log worker-b found at its takeover ({} records) is not a prefix of the final one ({} records)",
+                takeover.found.len(),
+                transcript.len()
+            ),
+            takeover.at_ms,
+        );
+        return;
+    }
+    let by = |worker: Worker| -> BTreeMap<u64, Vec<&Record>> {
+        let mut by_seq: BTreeMap<u64, Vec<&Record>> = BTreeMap::new();
+        for (_, record, _) in evidence.accepted.iter().filter(|(w, _, _)| *w == worker) {
+            by_seq.entry(record.seq).or_default().push(record);
+        }
+        by_seq
+    };
+    let (from_b, from_a) = (by(Worker::B), by(Worker::A));
+    for record in &transcript[kept..] {
+        if from_b.get(&record.seq).is_some_and(|rs| rs.contains(&record)) {
+            continue;
+        }
+        let whose = if from_a.get(&record.seq).is_some_and(|rs| rs.contains(&record)) {
+            "worker-a's (its epoch fenced by the takeover)"
+        } else {
+            "no worker's"
+        };
+        found.fail(
+            Invariant::FencedEpoch,
+            format!(
+                "seq {} ({}) in the final log is {whose} record, landed after the takeover",
+                record.seq,
+                record.event.type_name()
+            ),
+            takeover.at_ms,
+        );
+    }
+}
+
+/// Each execution reaches the gateway at most once.
+fn at_most_once(receipts: &[Receipt], found: &mut Found) {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for receipt in receipts {
+        let count = seen.entry(receipt.execution_id.as_str()).or_default();
+        *count += 1;
+        if *count == 2 {
+            found.fail(
+                Invariant::AtMostOnce,
+                format!("execution {} reached the gateway twice", receipt.execution_id),
+                receipt.at_ms,
+            );
+        }
+    }
+}
+
+/// The final log is valid, every turn closed, every message of the plan in it.
+fn converged(evidence: &FleetEvidence, plan: &Plan, end_ms: u64, found: &mut Found) {
+    let Some(transcript) = &evidence.transcript else {
+        found.fail(
+            Invariant::Liveness,
+            format!("no liveness: the standby worker did not finish the workload within {} ms", plan.budget_ms),
+            end_ms,
+        );
+        return;
+    };
+    if let Err(e) = Validator::validate_all(transcript) {
+        found.fail(Invariant::LogInvariants, format!("the final log breaks an invariant: {e}"), end_ms);
+    }
+    if let Some(turn) = super::liveness::open_turn(transcript) {
+        found.fail(Invariant::TurnClosed, format!("turn {turn} is still open at the end"), end_ms);
+    }
+    let users = transcript.iter().filter(|r| matches!(r.event, Event::UserMessage(_))).count();
+    if users != plan.messages.len() {
+        found.fail(
+            Invariant::Liveness,
+            format!("{users} user messages in the final log, the workload has {}", plan.messages.len()),
+            end_ms,
+        );
+    }
+}

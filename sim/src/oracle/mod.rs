@@ -1,0 +1,56 @@
+//! The oracle (SPEC §10): the invariants checked after every run, as a catalog
+//! ([`Invariant`]: a name, what it protects, the evidence it reads) and one checker per
+//! concern. A violation names its invariant, where (a seq or an execution id) and when.
+//!
+//! Each checker reads evidence the runtime cannot touch — the gateway's receipts, the model
+//! server's request log, what was acknowledged durable outside the host, the harness's own
+//! record of the faults it applied — and never a bound or a count from the runtime's records.
+
+mod durability;
+mod effects;
+mod evidence;
+mod expectations;
+pub(crate) mod fencing;
+mod invariant;
+mod limits;
+mod liveness;
+mod refusal;
+mod retries;
+mod secrets;
+mod served;
+mod services;
+mod sometimes;
+
+pub(crate) use evidence::Evidence;
+use evidence::Found;
+pub use invariant::{Invariant, Kind, Violation};
+pub(super) use sometimes::sometimes;
+pub use sometimes::SOMETIMES;
+
+/// The secret-leak check alone: the fleet world (`fleet.rs`) has no disk witness, its own
+/// checker for the rest, and the same secrets to keep.
+pub(super) fn secrets(evidence: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = Found::default();
+    secrets::check(evidence, &mut found);
+    found.0
+}
+
+/// Judges a finished run: every checker, in catalog order of concern. A run whose recovery
+/// refused its log, or whose workload never converged, has no transcript to judge, and still
+/// gets every check that needs none: its secrets, effects, retries and durability evidence.
+pub(super) fn judge(evidence: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = Found::default();
+    secrets::check(evidence, &mut found);
+    refusal::check(evidence, &mut found);
+    if evidence.world.refused.is_none() {
+        liveness::check(evidence, &mut found);
+    }
+    durability::check(evidence, &mut found);
+    limits::check(evidence, &mut found);
+    effects::check(evidence, &mut found);
+    services::check(evidence, &mut found);
+    retries::check(evidence, &mut found);
+    expectations::check_table(evidence, &mut found);
+    expectations::check_faults_fired(evidence, &mut found);
+    found.0
+}

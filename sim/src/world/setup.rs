@@ -1,0 +1,82 @@
+//! The simulated host's set-up: where the agent keeps its files, the model host it calls and
+//! the provider file it reads its route from, the network's latency, and the secrets of a run
+//! (the provider key and the gateway token, derived from the seed).
+
+use std::collections::BTreeMap;
+
+use faultline_runtime::llm::{from_toml, ProviderConfig};
+
+/// Where the agent keeps its sessions on the simulated disk.
+pub(crate) const SESSIONS_DIR: &str = "/data/sessions";
+/// The agent's delivery-queue journal.
+pub(crate) const OUTBOX_PATH: &str = "/data/outbox.jsonl";
+/// The simulated session id.
+pub(crate) const SESSION: &str = "sim";
+/// The sector a power loss loses whole, in bytes.
+pub(crate) const POWER_LOSS_SECTOR_BYTES: u64 = 512;
+/// Simulated network latency per hop.
+pub(crate) const LATENCY_MS: u64 = 1;
+
+/// The agent's provider configuration file, as the simulated agent reads it.
+#[derive(serde::Deserialize)]
+pub(crate) struct ProviderFile {
+    pub(crate) provider: ProviderConfig,
+}
+
+/// The simulated model host's base URL.
+pub(crate) const SIM_MODEL_URL: &str = "http://model:80/v1";
+
+/// The agent's provider file: the model host at `base_url` plus the scenario's extra lines.
+pub(crate) fn provider_file(base_url: &str, extra: &str) -> String {
+    format!(
+        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
+    )
+}
+
+/// The gateway token of a run (what the delivery queue's receiver authenticates with).
+pub fn gateway_token(seed: u64) -> String {
+    format!("GATEWAYCANARY{seed:016x}token")
+}
+
+/// The variable the simulated agent reads its provider key from.
+pub(crate) const SIM_KEY_VAR: &str = "SIM_API_KEY";
+
+/// The provider key of a run: derived from the seed, and shaped like no known key format so
+/// that only scrubbing by value (never a pattern) can keep it out of what the agent writes.
+pub fn sim_secret(seed: u64) -> String {
+    format!("LEAKCANARY{seed:016x}plainKey")
+}
+
+/// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
+/// once per run: every incarnation reads the same file.
+///
+/// Parsing the TOML was ~5 % of a sweep (the world, the swarm's draw and the oracle each
+/// resolve the same text, thousands of runs over a few dozen distinct files), so each thread
+/// keeps what it resolved, keyed by the whole text: the same text always resolves the same.
+pub(crate) fn resolve_route(
+    base_url: &str,
+    provider: &str,
+) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
+    type Routes = BTreeMap<(String, String), Result<faultline_runtime::llm::ResolvedProvider, String>>;
+    thread_local! {
+        static RESOLVED: std::cell::RefCell<Routes> = const { std::cell::RefCell::new(BTreeMap::new()) };
+    }
+    let key = (base_url.to_owned(), provider.to_owned());
+    if let Some(route) = RESOLVED.with_borrow(|routes| routes.get(&key).cloned()) {
+        return route;
+    }
+    let route = from_toml::<ProviderFile>(&provider_file(base_url, provider))
+        .and_then(|f| f.provider.resolve("provider"))
+        .map_err(|e| e.to_string());
+    RESOLVED.with_borrow_mut(|routes| {
+        // A generated workload draws its own files: the memo is a cache, not a record.
+        if routes.len() >= RESOLVED_ROUTES_MAX {
+            routes.clear();
+        }
+        routes.insert(key, route.clone());
+    });
+    route
+}
+
+/// Provider files a sweep thread keeps resolved (the built-in scenarios have a few dozen).
+pub(crate) const RESOLVED_ROUTES_MAX: usize = 256;
