@@ -97,12 +97,14 @@ pub enum Error {
         holder: String,
     },
     /// A record whose encoded line exceeds the reader's limit; nothing of its batch was written.
-    #[error("record seq {seq} is {bytes} bytes encoded, above the {max}-byte record limit; nothing was written", max = crate::store::RECORD_LINE_BYTES_MAX)]
+    #[error("record seq {seq} is {bytes} bytes encoded, above the {max}-byte record limit; nothing was written")]
     RecordTooLarge {
         /// The record's seq.
         seq: u64,
         /// Its encoded line length.
         bytes: u64,
+        /// The record limit it was held to (`store::RECORD_LINE_BYTES_MAX`).
+        max: u64,
     },
     /// A batch that does not continue the log (wrong seq or empty).
     #[error("batch refused: {0}")]

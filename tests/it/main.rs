@@ -7,6 +7,7 @@ mod disk_full;
 mod fleet;
 mod hostile;
 mod incident;
+mod layout;
 mod llm;
 mod outbox;
 mod power_loss;

@@ -54,22 +54,6 @@ impl Usage {
         self.cache_hit_tokens = sum(self.cache_hit_tokens, other.cache_hit_tokens);
         self.cache_miss_tokens = sum(self.cache_miss_tokens, other.cache_miss_tokens);
     }
-
-    /// The usage every attempt of every turn in `records` reported (failed attempts were
-    /// billed too), per turn and for the whole log.
-    pub fn of_records(records: &[super::Record]) -> (std::collections::BTreeMap<u32, Usage>, Usage) {
-        let mut per_turn: std::collections::BTreeMap<u32, Usage> = std::collections::BTreeMap::new();
-        let mut total = Usage::default();
-        for record in records {
-            if let super::Event::AssistantChunk(chunk) = &record.event {
-                if let Chunk::Usage { usage } = &chunk.chunk {
-                    per_turn.entry(chunk.turn).or_default().add(usage);
-                    total.add(usage);
-                }
-            }
-        }
-        (per_turn, total)
-    }
 }
 
 /// How a stream ended.

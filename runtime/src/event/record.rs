@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 
 use super::payload::*;
+use super::Usage;
 
 /// An event whose type this build does not know, kept only because it was marked ignorable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,8 +243,8 @@ impl Record {
     /// classify, `data` before `type`, an escaped key, an unknown type) takes the two-pass
     /// path, which is the reference.
     pub fn decode(line: &str) -> Result<Record, RecordError> {
-        if let Some(record) = super::canonical_delta::decode_str(line) {
-            return Ok(record);
+        if let Some((seq, time, chunk)) = super::canonical_delta::decode_str(line) {
+            return Ok(Record::new(seq, time, Event::AssistantChunk(chunk)));
         }
         match Self::decode_one_pass(line) {
             Some(record) => Ok(record),
@@ -256,8 +257,8 @@ impl Record {
     /// ASCII), so a recovery does not validate each line twice; anything it cannot read whole
     /// goes the reference way, which refuses a line that is not UTF-8 by saying so.
     pub fn decode_bytes(line: &[u8]) -> Result<Record, DecodeBytesError> {
-        if let Some(record) = super::canonical_delta::decode(line) {
-            return Ok(record);
+        if let Some((seq, time, chunk)) = super::canonical_delta::decode(line) {
+            return Ok(Record::new(seq, time, Event::AssistantChunk(chunk)));
         }
         let mut deserializer = serde_json::Deserializer::from_slice(line);
         let one_pass = serde::Deserializer::deserialize_map(&mut deserializer, OnePass).ok().flatten();
@@ -341,6 +342,25 @@ impl Serialize for Record {
             map.serialize_entry("ignorable", &true)?;
         }
         map.end()
+    }
+}
+
+/// What a log says of the tokens it cost.
+impl Usage {
+    /// The usage every attempt of every turn in `records` reported (failed attempts were
+    /// billed too), per turn and for the whole log.
+    pub fn of_records(records: &[Record]) -> (std::collections::BTreeMap<u32, Usage>, Usage) {
+        let mut per_turn: std::collections::BTreeMap<u32, Usage> = std::collections::BTreeMap::new();
+        let mut total = Usage::default();
+        for record in records {
+            if let Event::AssistantChunk(chunk) = &record.event {
+                if let super::Chunk::Usage { usage } = &chunk.chunk {
+                    per_turn.entry(chunk.turn).or_default().add(usage);
+                    total.add(usage);
+                }
+            }
+        }
+        (per_turn, total)
     }
 }
 

@@ -9,6 +9,7 @@ mod drain;
 mod evidence;
 mod journal;
 pub(crate) mod machine;
+mod queue;
 mod redact;
 mod tool;
 
@@ -17,11 +18,11 @@ use serde::{Deserialize, Serialize};
 pub use drain::{drain, enqueue_and_wait, Deliverer, DeliveryError, DrainReport, WaitOutcome};
 pub use evidence::QueueEvidence;
 pub use journal::JournalOutbox;
+pub use queue::Outbox;
 pub use redact::redact;
 pub use tool::OutboxTool;
 
 use crate::seams::OwnerIdentity;
-use crate::Result;
 
 /// Longest payload accepted, in bytes (1 MiB).
 pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
@@ -140,49 +141,6 @@ pub enum Resolution {
     Resend,
 }
 
-/// A durable delivery queue. Every method's transition is durable when it returns `Ok`.
-pub trait Outbox: Send + Sync {
-    /// This queue's owner identity (recorded on claims).
-    fn identity(&self) -> OwnerIdentity;
-
-    /// Adds a pending row; the first payload for an id wins; a tombstoned id inserts nothing.
-    fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued>;
-
-    /// Atomically claims the oldest `pending` row for this owner.
-    fn claim_next(&self) -> Result<Option<Claim>>;
-
-    /// Finishes a row this owner is delivering. Fenced on `status = delivering AND owner =
-    /// me`: returns `false` (changing nothing) otherwise. Delivered and failed rows drop their
-    /// payload.
-    fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool>;
-
-    /// One row.
-    fn get(&self, execution_id: &str) -> Result<Option<Delivery>>;
-
-    /// Rows (optionally of one status), oldest first.
-    fn list(&self, status: Option<DeliveryStatus>) -> Result<Vec<Delivery>>;
-
-    /// Turns `delivering` rows whose owner is gone — another process that exited, or a claim
-    /// of this queue that its drain dropped unfinished — into `unknown` ("exited during
-    /// delivery; outcome unknown; not retried"). Returns their ids.
-    fn recover_abandoned(&self) -> Result<Vec<String>>;
-
-    /// Marks a claim of this queue as no longer handled (its drain stopped between the send
-    /// and `finish`). The next `recover_abandoned` makes it `unknown`.
-    fn abandon(&self, execution_id: &str);
-
-    /// Turns a `delivering` row into `unknown`, or a never-claimed `pending` row into `failed`
-    /// when `cause` is [`SettleCause::CancelledBeforeSend`]. Returns the resulting status.
-    fn settle(&self, execution_id: &str, cause: SettleCause, reason: &str) -> Result<Option<DeliveryStatus>>;
-
-    /// Moves terminal rows last changed before `before_ms` to tombstones. Returns how many.
-    fn prune(&self, before_ms: u64) -> Result<usize>;
-
-    /// An operator resolves an `unknown` row. A resend enqueues `<id>#resend-<n>` (a new id,
-    /// never the old one) with the original payload and returns it.
-    fn resolve(&self, execution_id: &str, resolution: Resolution) -> Result<Option<String>>;
-}
-
 /// Why a row is settled without a receipt (the closed set `settle` decides on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -233,7 +191,7 @@ pub(crate) fn clip(text: &str) -> String {
 }
 
 /// Checks an execution id and payload before they are stored.
-pub(crate) fn check_enqueue(execution_id: &str, payload: &str) -> Result<(), OutboxError> {
+pub(crate) fn check_enqueue(execution_id: &str, payload: &str) -> std::result::Result<(), OutboxError> {
     if execution_id.is_empty()
         || execution_id.len() > EXECUTION_ID_BYTES_MAX
         || execution_id.chars().any(char::is_control)

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::BoxFuture;
+use super::future::BoxFuture;
 
 /// A point on a clock's monotonic timeline, measured from that clock's origin.
 ///

@@ -10,25 +10,21 @@ mod clock;
 mod compute;
 mod entropy;
 mod fs;
+mod future;
 mod net;
 mod probe;
 mod process;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 pub use clock::{Clock, Monotonic};
 pub use compute::{Compute, Sequential};
 pub use entropy::{Entropy, EntropyExt};
 pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
+pub use future::BoxFuture;
 pub use net::{ByteStream, Listener, Net};
 pub use probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
 pub use process::{Liveness, OwnerIdentity, Process};
-
-/// A boxed, sendable future: the return type of every asynchronous seam operation, so that
-/// the traits stay object-safe and a whole world of seams can be passed as `Arc<dyn _>`.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One world's worth of seams, cheap to clone and handed to every runtime component.
 #[derive(Clone)]

@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::BoxFuture;
+use super::future::BoxFuture;
 
 /// A connected, bidirectional byte stream (a TCP connection in both worlds).
 pub trait ByteStream: AsyncRead + AsyncWrite + Unpin + Send {}

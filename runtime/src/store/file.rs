@@ -261,7 +261,7 @@ impl FileStore {
 impl Store for FileStore {
     fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>> {
         if self.format == Format::Zstd && !cfg!(feature = "zstd") {
-            return Err(Error::Unsupported { id: id.to_string(), reason: super::ZSTD_NOT_BUILT.into() });
+            return Err(Error::Unsupported { id: id.to_string(), reason: super::scan::ZSTD_NOT_BUILT.into() });
         }
         create_dir_all_durable(&self.seams, &self.root)?;
         let dir = self.root.join(id.as_str());

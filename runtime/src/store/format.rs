@@ -279,14 +279,14 @@ impl FrameCompressor {
 }
 
 /// Without the `zstd` feature no compressor exists: a file store refuses the zstd format
-/// before it encodes anything ([`super::ZSTD_NOT_BUILT`]), so none is ever made.
+/// before it encodes anything ([`super::scan::ZSTD_NOT_BUILT`]), so none is ever made.
 #[cfg(not(feature = "zstd"))]
 struct FrameCompressor;
 
 #[cfg(not(feature = "zstd"))]
 impl FrameCompressor {
     fn new() -> Self {
-        panic!("{}: a file store refuses the zstd format before encoding", super::ZSTD_NOT_BUILT)
+        panic!("{}: a file store refuses the zstd format before encoding", super::scan::ZSTD_NOT_BUILT)
     }
 
     fn compress_into(&mut self, _text: &[u8], _out: &mut Vec<u8>) {

@@ -67,7 +67,7 @@ pub fn json_escaped_bytes(text: &str) -> usize {
 /// before it writes.
 pub(crate) fn check_record_line(seq: u64, line_bytes: usize) -> crate::Result<()> {
     if line_bytes > RECORD_LINE_BYTES_MAX {
-        return Err(crate::Error::RecordTooLarge { seq, bytes: line_bytes as u64 });
+        return Err(crate::Error::RecordTooLarge { seq, bytes: line_bytes as u64, max: RECORD_LINE_BYTES_MAX as u64 });
     }
     Ok(())
 }

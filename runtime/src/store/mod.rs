@@ -20,6 +20,7 @@ mod repair;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod rows;
 pub(crate) mod scan;
+mod source;
 mod write_behind;
 mod writer;
 pub(crate) mod zstd_frames;
@@ -60,9 +61,6 @@ pub(crate) use writer::{LogMedium, SessionWriter};
 use crate::event::{Record, SessionHeader};
 use crate::seams::OwnerIdentity;
 use crate::Result;
-
-/// Why this build refuses a `.jsonl.zst` session: it was compiled without the `zstd` feature.
-pub(crate) const ZSTD_NOT_BUILT: &str = "the zstd format needs the `zstd` cargo feature, which this build lacks";
 
 /// Whether opening a session may take it over from a previous owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! frame are *corrupt*. Whether a complete frame's content is intact is checked afterwards,
 //! by decompressing it with its content checksum.
 
-use super::scan::Source;
+use super::source::Source;
 
 /// Little-endian zstd frame magic `0xFD2FB528`.
 const FRAME_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];

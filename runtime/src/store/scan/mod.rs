@@ -22,6 +22,11 @@ use super::limits::{torn_unit_bytes_max, RECORD_LINE_BYTES_MAX};
 use crate::event::{Event, HeaderError, Record, SessionHeader, Validator};
 use crate::seams::{Compute, FsFile, Sequential};
 
+pub(crate) use super::source::Source;
+
+/// Why this build refuses a `.jsonl.zst` session: it was compiled without the `zstd` feature.
+pub(crate) const ZSTD_NOT_BUILT: &str = "the zstd format needs the `zstd` cargo feature, which this build lacks";
+
 /// What a scan concluded about the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -158,27 +163,6 @@ impl Scan {
             &self.last_turn
         };
         (committed.iter().chain(&self.recovered).cloned().collect(), last)
-    }
-}
-
-/// Bytes a scan reads by offset: a file through the `Fs` seam, or bytes in memory.
-pub(crate) trait Source {
-    /// Bytes in all.
-    fn len(&self) -> u64;
-    /// Up to `buf.len()` bytes at `offset` (0 only at the end).
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
-}
-
-impl Source for &[u8] {
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
-    }
-
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(<[u8]>::len(self));
-        let n = buf.len().min(<[u8]>::len(self) - start);
-        buf[..n].copy_from_slice(&self[start..start + n]);
-        Ok(n)
     }
 }
 
@@ -499,7 +483,7 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, _keep: Keep<'_>, _compute:
 
 #[cfg(not(feature = "zstd"))]
 fn without_zstd(file_len: u64) -> Scan {
-    Scan::refused(ScanStatus::Unsupported, 0, crate::store::ZSTD_NOT_BUILT, file_len)
+    Scan::refused(ScanStatus::Unsupported, 0, ZSTD_NOT_BUILT, file_len)
 }
 
 /// Longest decompressed content accepted from one frame: the largest unit the writer makes,

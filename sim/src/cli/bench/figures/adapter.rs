@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::*;
+use super::figure::*;
 
 /// Interleaved rounds of the adapter figure (the median round counts).
 pub(super) const ADAPTER_ROUNDS: usize = 5;

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use super::*;
+use super::figure::*;
 
 /// Median 4 KiB write+fsync latency, the floor under every durable append.
 pub(super) fn fsync_latency(dir: &Path) -> f64 {

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use super::*;
+use super::figure::*;
 
 /// Peak memory of `faultline transcript inspect` on a JSONL transcript of about `bytes` bytes
 /// (the turn mix, written line by line): measured as the child process's maximum resident set

@@ -13,7 +13,7 @@ use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::{SessionId, Store};
 use faultline_runtime::testing::PgServer;
 
-use super::*;
+use super::figure::*;
 
 /// Rounds per figure (median).
 const PG_ROUNDS: usize = 3;

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use super::*;
+use super::figure::*;
 
 /// Recovery on the turn mix (`mix.rs`), as `transcript inspect` does it (stream, scan, decode
 /// on every core, validate, closers; nothing kept): against the fastest honest way to read the

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::figure::*;
 
 /// Simulator: runs/s per core for the default mix and `mixed`, simulated/wall time, and the
 /// bare turmoil twin of every run, interleaved run by run (`twin.rs`): a plain turmoil sim

@@ -6,7 +6,7 @@ use faultline_runtime::store::{FileStore, Format, SessionId, Store, WriteBehind,
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::*;
+use super::figure::*;
 
 /// Chunks a model paced producer emits per second (a fast model streams ~100 tokens/s; this
 /// is a few dozen streams at once).
