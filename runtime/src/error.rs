@@ -1,6 +1,6 @@
 //! The runtime's error type.
 
-use crate::event::{HeaderError, RecordError, Violation};
+use crate::event::{HeaderError, LogViolation, RecordError};
 use crate::store::InvalidSessionId;
 
 /// Everything that can go wrong in the runtime, one variant per kind of cause.
@@ -23,7 +23,7 @@ pub enum Error {
     Header(#[from] HeaderError),
     /// A log invariant is broken.
     #[error("log invariant violated: {0}")]
-    Invariant(#[from] Violation),
+    Invariant(#[from] LogViolation),
     /// A session id failed validation.
     #[error(transparent)]
     InvalidSessionId(#[from] InvalidSessionId),

@@ -29,20 +29,20 @@ pub const SECRET_BYTES_MAX: usize = 8 * 1024;
 /// The set of secret values this process holds. Cheap to clone; clones share the set.
 #[derive(Clone, Default)]
 pub struct Scrubber {
-    values: Arc<RwLock<Vec<Secret>>>,
+    values: Arc<RwLock<Vec<HeldSecret>>>,
 }
 
 /// One registered value and its searcher, built once: every stored record and every streamed
 /// delta is searched for every value (`str::contains` set up a two-way search per call, ~4 %
 /// of a run storing large tool outputs).
-struct Secret {
+struct HeldSecret {
     text: String,
     finder: memchr::memmem::Finder<'static>,
 }
 
-impl Secret {
-    fn new(text: &str) -> Secret {
-        Secret { text: text.to_owned(), finder: memchr::memmem::Finder::new(text.as_bytes()).into_owned() }
+impl HeldSecret {
+    fn new(text: &str) -> HeldSecret {
+        HeldSecret { text: text.to_owned(), finder: memchr::memmem::Finder::new(text.as_bytes()).into_owned() }
     }
 
     fn is_in(&self, text: &str) -> bool {
@@ -62,7 +62,7 @@ impl Scrubber {
         Self::default()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Secret>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<HeldSecret>> {
         self.values.read().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -83,9 +83,9 @@ impl Scrubber {
         if values.len() + needed > SECRETS_COUNT_MAX {
             return false;
         }
-        values.push(Secret::new(value));
+        values.push(HeldSecret::new(value));
         if escaped != value {
-            values.push(Secret::new(escaped));
+            values.push(HeldSecret::new(escaped));
         }
         // Longest first, so a secret that contains another is replaced whole.
         values.sort_by_key(|v| std::cmp::Reverse(v.text.len()));

@@ -34,7 +34,7 @@ pub use harness::{Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use oracle::{Invariant, Kind as InvariantKind, Violation, SOMETIMES};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, RecordedResult, Regression, RotTarget, Scenario, ScenarioInfo,
-    ScenarioTool, StoreKind, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
+    ScenarioTool, SessionFormat, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use stand_in::agent_from_file;
 pub use world::{run, run_agent, AgentUnderTest, Fate, Receipt, RunResult, Service, ServiceFaults, ServiceReceipt};

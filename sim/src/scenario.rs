@@ -41,8 +41,8 @@ pub struct Scenario {
     pub tool_concurrency: Option<usize>,
     /// Where the session lives (default `jsonl`); a `faults.from_seed` scenario's swarm may
     /// draw `zstd` instead.
-    #[serde(default, skip_serializing_if = "StoreKind::is_default")]
-    pub store: StoreKind,
+    #[serde(default, skip_serializing_if = "SessionFormat::is_default")]
+    pub store: SessionFormat,
     /// The model's script.
     #[serde(default)]
     pub model: ModelPlan,
@@ -286,7 +286,7 @@ impl ToolKind {
 /// (SQLite does its own file I/O, below any seam the simulator replaces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum StoreKind {
+pub enum SessionFormat {
     /// `session.jsonl`.
     #[default]
     Jsonl,
@@ -294,17 +294,17 @@ pub enum StoreKind {
     Zstd,
 }
 
-impl StoreKind {
+impl SessionFormat {
     /// The file format.
     pub fn format(self) -> faultline_runtime::store::Format {
         match self {
-            StoreKind::Jsonl => faultline_runtime::store::Format::Jsonl,
-            StoreKind::Zstd => faultline_runtime::store::Format::Zstd,
+            SessionFormat::Jsonl => faultline_runtime::store::Format::Jsonl,
+            SessionFormat::Zstd => faultline_runtime::store::Format::Zstd,
         }
     }
 
     fn is_default(&self) -> bool {
-        *self == StoreKind::Jsonl
+        *self == SessionFormat::Jsonl
     }
 }
 

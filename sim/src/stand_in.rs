@@ -46,7 +46,7 @@ enum Kind {
 
 /// One command tool's stand-in, as decided from the file.
 #[derive(Debug, Clone)]
-struct Plan {
+struct StandInPlan {
     schema: ToolSchema,
     kind: Kind,
     latency_ms: u64,
@@ -120,7 +120,7 @@ fn at_most_once_advice(tool: &str, dedup: bool, retries: u32) -> String {
 }
 
 /// The stand-in of each tool, with a service host name of its own for those that need one.
-fn plans(tools: &[CommandToolConfig]) -> Vec<Plan> {
+fn plans(tools: &[CommandToolConfig]) -> Vec<StandInPlan> {
     let mut hosts: Vec<String> = Vec::new();
     tools
         .iter()
@@ -153,7 +153,7 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<Plan> {
                 error_rate: sim.failure_rate.unwrap_or(0.0),
                 lost_reply_rate: sim.timeout_rate.unwrap_or(0.0),
             });
-            Plan {
+            StandInPlan {
                 schema: ToolSchema {
                     name: tool.name.clone(),
                     description: tool.description.clone(),
@@ -171,7 +171,7 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<Plan> {
 }
 
 /// One line for the report: what stands in for `tool`, and where that came from.
-fn describe(plan: &Plan, tool: &CommandToolConfig) -> String {
+fn describe(plan: &StandInPlan, tool: &CommandToolConfig) -> String {
     let from = if tool.sim.is_some() {
         "[tools.sim]".to_owned()
     } else {
@@ -199,14 +199,14 @@ fn describe(plan: &Plan, tool: &CommandToolConfig) -> String {
 
 /// A command tool's stand-in on one host incarnation's seams.
 struct StandIn {
-    plan: Plan,
+    plan: StandInPlan,
     http: ToolHttp,
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
 }
 
 impl StandIn {
-    fn new(plan: Plan, seams: &Seams) -> Self {
+    fn new(plan: StandInPlan, seams: &Seams) -> Self {
         Self { plan, http: ToolHttp::new(seams), clock: seams.clock.clone(), entropy: seams.entropy.clone() }
     }
 

@@ -45,7 +45,7 @@ struct Wire<'a> {
 }
 
 #[derive(Deserialize)]
-struct Probe {
+struct HeaderProbe {
     #[serde(rename = "type")]
     type_name: String,
     version: serde_json::Value,
@@ -59,7 +59,7 @@ impl SessionHeader {
 
     /// Parses a header line, telling "unsupported version" apart from "malformed".
     pub fn decode(line: &str) -> Result<SessionHeader, HeaderError> {
-        let probe: Probe = serde_json::from_str(line).map_err(|e| HeaderError::Malformed(e.to_string()))?;
+        let probe: HeaderProbe = serde_json::from_str(line).map_err(|e| HeaderError::Malformed(e.to_string()))?;
         if probe.type_name != "session" {
             return Err(HeaderError::Malformed(format!(
                 "first record has type {:?}, expected \"session\"",

@@ -23,7 +23,7 @@ pub use payload::{
 };
 pub use record::{DecodeBytesError, Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
 pub(crate) use texts::any_text;
-pub use validate::{Rule, Validator, Violation};
+pub use validate::{LogViolation, Rule, Validator};
 
 /// How an attempt's terminal chunk ended, as far as citations care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -136,7 +136,7 @@ pub enum Rule {
 /// A broken invariant and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("seq {seq}: {rule}")]
-pub struct Violation {
+pub struct LogViolation {
     /// The seq of the offending record.
     pub seq: u64,
     /// The rule it broke.
@@ -218,7 +218,7 @@ impl Validator {
     }
 
     /// Validates a whole sequence of records.
-    pub fn validate_all<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Validator, Violation> {
+    pub fn validate_all<'a>(records: impl IntoIterator<Item = &'a Record>) -> Result<Validator, LogViolation> {
         let mut validator = Validator::new();
         for record in records {
             // The validator is dropped on error: no copy per record to keep it unchanged.
@@ -249,9 +249,9 @@ impl Validator {
 
     /// Checks `record` against everything seen so far and, if it is valid, absorbs it. On
     /// error the validator is unchanged.
-    pub fn push(&mut self, record: &Record) -> Result<(), Violation> {
+    pub fn push(&mut self, record: &Record) -> Result<(), LogViolation> {
         let mut next = self.clone();
-        next.apply(record).map_err(|rule| Violation { seq: record.seq, rule })?;
+        next.apply(record).map_err(|rule| LogViolation { seq: record.seq, rule })?;
         *self = next;
         Ok(())
     }
@@ -259,8 +259,8 @@ impl Validator {
     /// [`Validator::push`] without the copy that keeps the validator unchanged on error: for
     /// callers that discard it after an error anyway (a batch check on a copy, a scan that
     /// stops at the first problem). Saves a clone of the open step's state per record.
-    pub fn push_in_place(&mut self, record: &Record) -> Result<(), Violation> {
-        self.apply(record).map_err(|rule| Violation { seq: record.seq, rule })
+    pub fn push_in_place(&mut self, record: &Record) -> Result<(), LogViolation> {
+        self.apply(record).map_err(|rule| LogViolation { seq: record.seq, rule })
     }
 
     fn apply(&mut self, record: &Record) -> Result<(), Rule> {

@@ -4,14 +4,14 @@ use faultline_runtime::event::*;
 
 use crate::support::*;
 
-fn validate(log: &Log) -> Result<Validator, Violation> {
+fn validate(log: &Log) -> Result<Validator, LogViolation> {
     Validator::validate_all(&log.records)
 }
 
 /// Asserts that the log's last record, and only it, breaks `rule`.
 fn assert_last_breaks(log: &Log, rule: Rule) {
     let violation = validate(log).expect_err("the log must be refused");
-    assert_eq!(violation, Violation { seq: log.records.len() as u64 - 1, rule });
+    assert_eq!(violation, LogViolation { seq: log.records.len() as u64 - 1, rule });
     assert!(violation.to_string().starts_with(&format!("seq {}: ", log.records.len() - 1)));
 }
 
@@ -39,7 +39,7 @@ fn seq_must_be_contiguous() {
     let mut log = open_step();
     log.records[1].seq = 2;
     let violation = validate(&log).unwrap_err();
-    assert_eq!(violation, Violation { seq: 2, rule: Rule::SeqGap { expected: 1, found: 2 } });
+    assert_eq!(violation, LogViolation { seq: 2, rule: Rule::SeqGap { expected: 1, found: 2 } });
 }
 
 #[test]

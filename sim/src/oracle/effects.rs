@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use faultline_runtime::event::{ErrorCode, Event};
 
-use super::evidence::{Evidence, Found};
+use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
 
 /// The receipts against the synced `tool/call`s, whether or not the run converged or its
 /// log was refused: no liveness and no refusal excuse an effect without its intent. What
 /// the transcript says of each effect is held to the receipts when there is a transcript.
-pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     let (receipts, end_ms) = (evidence.receipts, evidence.end_ms);
     let calls = synced_calls(evidence);
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -72,7 +72,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
 pub(super) type SyncedCall<'a> = (&'a crate::world::evidence::Synced, &'a faultline_runtime::event::ToolCall);
 
 /// Every `tool/call` the disk witness saw synced, by execution id, at its earliest instant.
-pub(super) fn synced_calls<'a>(evidence: &Evidence<'a>) -> BTreeMap<String, SyncedCall<'a>> {
+pub(super) fn synced_calls<'a>(evidence: &RunEvidence<'a>) -> BTreeMap<String, SyncedCall<'a>> {
     let mut calls: BTreeMap<String, SyncedCall<'a>> = BTreeMap::new();
     for synced in evidence.world.synced_records() {
         if let Event::ToolCall(call) = &synced.record.event {
@@ -92,7 +92,7 @@ pub(super) fn execution_id(turn: u32, step: u32, call_id: &str) -> String {
 
 /// What the transcript says of each side effect agrees with the gateway: an ok result was
 /// received; a call that never started, was never dispatched or was refused was not.
-fn results_against_receipts(evidence: &Evidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut Found) {
+fn results_against_receipts(evidence: &RunEvidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut Found) {
     let Some(records) = evidence.transcript() else { return };
     let end_ms = evidence.end_ms;
     let id = execution_id;

@@ -11,7 +11,7 @@ use crate::world::gateway::Receipt;
 use crate::world::seeded::Plan;
 
 /// Everything the oracle reads about one finished run, in either world.
-pub(crate) struct Evidence<'a> {
+pub(crate) struct RunEvidence<'a> {
     pub plan: &'a Plan,
     pub seed: u64,
     pub world: &'a World,
@@ -29,7 +29,7 @@ pub(crate) struct Evidence<'a> {
     pub end_ms: u64,
 }
 
-impl Evidence<'_> {
+impl RunEvidence<'_> {
     /// The recovered transcript of a run that converged; `None` when recovery refused the
     /// log or the workload never converged (then only the checks that need no transcript
     /// apply).

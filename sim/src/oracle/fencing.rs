@@ -48,7 +48,7 @@ pub(crate) struct Dispatch {
 
 /// Worker `b`'s open succeeding, as the harness saw it.
 #[derive(Debug, Clone)]
-pub(crate) struct Takeover {
+pub(crate) struct TakeoverSeen {
     /// In the run's order of events: from here on `a`'s epoch is fenced.
     pub stamp: u64,
     pub at_ms: u64,
@@ -64,7 +64,7 @@ pub(crate) struct FleetEvidence {
     /// Every record a worker's agent accepted, stamped as its subscriber saw it.
     pub accepted: Vec<(Worker, Record, u64)>,
     pub dispatches: Vec<Dispatch>,
-    pub takeover: Option<Takeover>,
+    pub takeover: Option<TakeoverSeen>,
     /// The store read back once both workers stopped (`None`: the workload never converged).
     pub transcript: Option<Vec<Record>>,
     /// Worker `a` was told a write of its was refused as fenced (coverage only).
@@ -86,7 +86,7 @@ pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt],
 }
 
 /// No tool body of `a` started after `b` took over (its dispatch would be a fenced one).
-fn dispatches_after(evidence: &FleetEvidence, takeover: &Takeover, found: &mut Found) {
+fn dispatches_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, found: &mut Found) {
     for late in evidence.dispatches.iter().filter(|d| d.worker == Worker::A && d.stamp > takeover.stamp) {
         found.fail(
             Invariant::FencedEpoch,
@@ -101,7 +101,7 @@ fn dispatches_after(evidence: &FleetEvidence, takeover: &Takeover, found: &mut F
 
 /// The log keeps what `b` found, and everything after it is a record `b` accepted: none of
 /// `a`'s records lands once its epoch is fenced.
-fn records_after(evidence: &FleetEvidence, takeover: &Takeover, transcript: &[Record], found: &mut Found) {
+fn records_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, transcript: &[Record], found: &mut Found) {
     let kept = takeover.found.len().min(transcript.len());
     if transcript[..kept] != takeover.found[..kept] || transcript.len() < takeover.found.len() {
         found.fail(

@@ -21,15 +21,15 @@ mod served;
 mod services;
 mod sometimes;
 
-pub(crate) use evidence::Evidence;
 use evidence::Found;
+pub(crate) use evidence::RunEvidence;
 pub use invariant::{Invariant, Kind, Violation};
 pub(super) use sometimes::sometimes;
 pub use sometimes::SOMETIMES;
 
 /// The secret-leak check alone: the fleet world (`fleet.rs`) has no disk witness, its own
 /// checker for the rest, and the same secrets to keep.
-pub(super) fn secrets(evidence: &Evidence<'_>) -> Vec<Violation> {
+pub(super) fn secrets(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
     found.0
@@ -38,7 +38,7 @@ pub(super) fn secrets(evidence: &Evidence<'_>) -> Vec<Violation> {
 /// Judges a finished run: every checker, in catalog order of concern. A run whose recovery
 /// refused its log, or whose workload never converged, has no transcript to judge, and still
 /// gets every check that needs none: its secrets, effects, retries and durability evidence.
-pub(super) fn judge(evidence: &Evidence<'_>) -> Vec<Violation> {
+pub(super) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
     refusal::check(evidence, &mut found);

@@ -6,10 +6,10 @@
 //! effect). Checked whether or not the run converged: a leak is a safety violation, never
 //! excused as "no liveness".
 
-use super::evidence::{Evidence, Found};
+use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
 
-pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     let secrets = [
         ("the provider key", crate::world::setup::sim_secret(evidence.seed)),
         ("the gateway token", crate::world::setup::gateway_token(evidence.seed)),
@@ -27,7 +27,7 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
 }
 
 /// Reports every place `secret` appears in; whether it appeared anywhere.
-fn leaks_of(what: &str, secret: &str, evidence: &Evidence<'_>, found: &mut Found) -> bool {
+fn leaks_of(what: &str, secret: &str, evidence: &RunEvidence<'_>, found: &mut Found) -> bool {
     let before = found.0.len();
     let mut leak =
         |place: String| found.fail(Invariant::SecretLeak, format!("{what} appears in {place}"), evidence.end_ms);

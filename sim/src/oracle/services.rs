@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use faultline_runtime::event::{ErrorCode, Event};
 
 use super::effects::{execution_id, synced_calls};
-use super::evidence::{Evidence, Found};
+use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
 
 /// The services' records against the synced `tool/call`s and the transcript.
-pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     if evidence.service_receipts.is_empty() {
         return;
     }
@@ -70,7 +70,11 @@ pub(super) fn check(evidence: &Evidence<'_>, found: &mut Found) {
 
 /// A call the transcript says never started (or was aborted before dispatch) has no effect
 /// on any service.
-fn never_started_but_received(evidence: &Evidence<'_>, effects: &BTreeMap<(&str, &str), Vec<u64>>, found: &mut Found) {
+fn never_started_but_received(
+    evidence: &RunEvidence<'_>,
+    effects: &BTreeMap<(&str, &str), Vec<u64>>,
+    found: &mut Found,
+) {
     let Some(records) = evidence.transcript() else { return };
     for record in records {
         let Event::ToolResult(result) = &record.event else { continue };

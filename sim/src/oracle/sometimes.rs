@@ -82,7 +82,7 @@ mod tests {
     fn an_unknown_outcome_counts_as_reconciled_by_its_structured_name_not_its_words() {
         let reconciled = unknown(DELIVERY_UNKNOWN_NAME, "the queue was consulted");
         assert!(sometimes(&[reconciled]).contains("unknown-reconciled-from-queue"));
-        let narrated = unknown("outcome_unknown", "Evidence: the delivery record x is unknown");
+        let narrated = unknown("outcome_unknown", "RunEvidence: the delivery record x is unknown");
         assert!(!sometimes(&[narrated]).contains("unknown-reconciled-from-queue"));
     }
 }

@@ -126,7 +126,7 @@ pub fn run(scenario: &Scenario, seed: u64, options: &RealOptions) -> Result<Real
         .build()
         .map_err(|e| format!("a tokio runtime: {e}"))?;
     let started = monotonic_ns();
-    let run = runtime.block_on(Harness::new(scenario, seed, options, &dir, scenario_file).run())?;
+    let run = runtime.block_on(RealWorld::new(scenario, seed, options, &dir, scenario_file).run())?;
     let wall_ms = (monotonic_ns() - started) / 1_000_000;
     Ok(RealRun { wall_ms, ..run })
 }
@@ -200,7 +200,7 @@ enum LifeEnd {
     Died(String),
 }
 
-struct Harness<'a> {
+struct RealWorld<'a> {
     scenario: &'a Scenario,
     plan: seeded::Plan,
     seed: u64,
@@ -226,7 +226,7 @@ struct Harness<'a> {
     keep: bool,
 }
 
-impl<'a> Harness<'a> {
+impl<'a> RealWorld<'a> {
     fn new(scenario: &'a Scenario, seed: u64, options: &RealOptions, dir: &Path, scenario_file: PathBuf) -> Self {
         let plan = seeded::resolve(scenario, seed);
         let clock = Arc::new(ScaledClock::new(monotonic_ns(), scenario.real.time_scale));

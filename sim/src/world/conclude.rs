@@ -171,7 +171,7 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
     if plan.faults.gateway_echo && !receipts.is_empty() {
         faults_fired.insert("echoed-secret".to_owned());
     }
-    let violations = oracle::judge(&oracle::Evidence {
+    let violations = oracle::judge(&oracle::RunEvidence {
         plan,
         seed,
         world: &world,

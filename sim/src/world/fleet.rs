@@ -211,7 +211,7 @@ fn conclude(
     // No secret of the run in the store, the trace, a model request or an effect's payload.
     let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
     let world = World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..World::default() };
-    violations.extend(oracle::secrets(&oracle::Evidence {
+    violations.extend(oracle::secrets(&oracle::RunEvidence {
         plan,
         seed,
         world: &world,
@@ -392,7 +392,7 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     let from = if from_zombie { "from the stopped worker-a" } else { "after worker-a released it" };
     note(&setup.log, format!("worker-b opened the session {from} ({} records)", found.len()));
     log_of(&setup.log).evidence.takeover =
-        Some(fencing::Takeover { stamp, at_ms: now_ms(), found: found.clone(), from_zombie });
+        Some(fencing::TakeoverSeen { stamp, at_ms: now_ms(), found: found.clone(), from_zombie });
     let renewing = renew_leases(&store, &seams);
     let done = found.iter().filter(|r| matches!(&r.event, Event::UserMessage(_))).count();
     let owed: Vec<String> = setup.plan.messages.iter().skip(done).cloned().collect();

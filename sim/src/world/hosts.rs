@@ -44,7 +44,7 @@ pub(crate) fn first_life_faults(plan: &seeded::Plan, seed: u64) -> FsFaults {
     }
     if fs.power_loss_hole {
         faults.hole_on_crash(crate::seed::Seed::new(seed).fault("hole").next_u64());
-        if plan.store == crate::scenario::StoreKind::Zstd {
+        if plan.store == crate::scenario::SessionFormat::Zstd {
             // Compressed bytes have no lines: a power loss loses whole sectors.
             faults.holes_in_sectors(POWER_LOSS_SECTOR_BYTES);
         }

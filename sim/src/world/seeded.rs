@@ -8,7 +8,8 @@ use faultline_runtime::{seams::Entropy, seams::EntropyExt};
 use crate::model_server::{Dialect, Frame, Response, Script};
 use crate::scenario::{
     CrashFault, DiskFull, DiskFullRefuses, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind,
-    RotTarget, Scenario, ScenarioTool, StoreKind, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX, PARTITION_MS_MAX,
+    RotTarget, Scenario, ScenarioTool, SessionFormat, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX,
+    PARTITION_MS_MAX,
 };
 use crate::seams::SimEntropy;
 
@@ -25,7 +26,7 @@ pub struct Plan {
     pub tools: Vec<ScenarioTool>,
     pub tool_concurrency: usize,
     /// Where the session lives.
-    pub store: StoreKind,
+    pub store: SessionFormat,
     pub script: Script,
     pub faults: FaultPlan,
     pub expect: Expectations,
@@ -508,7 +509,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
         swarm.shape_script(seed, scenario, &mut script);
         swarm.add_faults(seed, user, &mut faults);
         if swarm.zstd {
-            store = StoreKind::Zstd;
+            store = SessionFormat::Zstd;
         }
         faults.from_seed = false;
     }
