@@ -356,105 +356,115 @@ fn chat(args: &ChatArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
-        use tokio::io::AsyncBufReadExt;
         use tokio::signal::unix::{signal, SignalKind};
         let mut interrupt = match signal(SignalKind::interrupt()) {
             Ok(interrupt) => interrupt,
             Err(e) => return bad(format!("installing the Ctrl-C handler: {e}")),
         };
         let seams = production::seams();
-        let exists = args.session.as_deref().is_some_and(|s| {
-            let (kind, database) = store_of(args, &config);
-            open_store(kind, &args.session_dir, &database, &seams, None)
-                .ok()
-                .and_then(|store| SessionId::new(s).ok().map(|id| (store, id)))
-                .is_some_and(|(store, id)| store.list().is_ok_and(|ids| ids.contains(&id)))
-        });
+        let exists = session_exists(args, &config, &seams);
         let started = match start_agent(&seams, &config, args, exists) {
             Ok(started) => Arc::new(started),
             Err(e) => return bad(e),
         };
         let printer = tokio::spawn(print_stream(started.agent.clone()));
-        // The watcher: polls the file and applies changes between requests.
-        let watcher = {
-            let (started, path) = (started.clone(), args.config.clone());
-            tokio::spawn(async move {
-                let mut last = look(&path);
-                loop {
-                    tokio::time::sleep(Duration::from_millis(CONFIG_POLL_MS)).await;
-                    let now = look(&path);
-                    if now != last {
-                        println!("{}", reload(&path, &now, &started));
-                        let _ = std::io::stdout().flush();
-                        last = now;
-                    }
-                }
-            })
-        };
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-        // One entry per turn not kept at its end: whether it was recorded to its end (and so
-        // may still be written by closing).
-        let mut unkept: Vec<bool> = Vec::new();
-        loop {
-            let line = tokio::select! {
-                line = lines.next_line() => line,
-                _ = interrupt.recv() => continue, // Ctrl-C at the prompt cancels nothing
-            };
-            let Ok(Some(line)) = line else { break };
-            if line.trim().is_empty() {
-                continue;
-            }
-            if let Err(e) = started.agent.submit(line) {
-                eprintln!("faultline agent chat: {e}");
-                break;
-            }
-            // Ctrl-C cancels the turn, not the program.
-            tokio::select! {
-                () = started.agent.when_idle() => {}
-                _ = interrupt.recv() => {
-                    started.agent.cancel();
-                    started.agent.when_idle().await;
-                }
-            }
-            if let Some(outcome) = started.agent.last_outcome() {
-                if outcome.kept {
-                    println!("[turn {}: {}]", outcome.turn, outcome.reason.kind());
-                } else {
-                    println!("[turn {}: NOT KEPT: {}]", outcome.turn, failure_text(&outcome.reason));
-                    unkept.push(outcome.reached.is_some());
-                }
-                let usage = started.agent.session_usage();
-                println!("[tokens: {} this turn, {} this session]", outcome.usage.total_tokens, usage.total_tokens);
-                let _ = std::io::stdout().flush();
-            }
-        }
+        let watcher = watch_config(started.clone(), args.config.clone());
+        let unkept = converse(&started, &mut interrupt).await;
         watcher.abort();
         let disposed = started.agent.dispose().await;
         printer.abort();
-        match disposed {
-            // Closing flushed everything the agent accepted: a turn not kept at its end but
-            // recorded to it is on disk now. One that never reached its end is not.
-            Ok(()) if unkept.iter().all(|reached| *reached) => {
-                if !unkept.is_empty() {
-                    eprintln!(
-                        "faultline agent chat: closing the session wrote the turns that were not kept at their end"
-                    );
-                }
-                ExitCode::SUCCESS
-            }
-            Ok(()) => {
-                eprintln!("faultline agent chat: a turn could not be recorded to its end and is not kept");
-                exit::code(exit::NOT_KEPT)
-            }
-            Err(e) => {
-                eprintln!(
-                    "faultline agent chat: closing session {} failed, so not everything is kept: {e}",
-                    started.id
-                );
-                exit::code(exit::NOT_KEPT)
+        chat_exit(disposed, &unkept, &started.id)
+    })
+}
+
+/// Whether the session `args` names is already in its store (then chat resumes it).
+fn session_exists(args: &SessionArgs, config: &ResolvedAgentFile, seams: &faultline_runtime::seams::Seams) -> bool {
+    args.session.as_deref().is_some_and(|s| {
+        let (kind, database) = store_of(args, config);
+        open_store(kind, &args.session_dir, &database, seams, None)
+            .ok()
+            .and_then(|store| SessionId::new(s).ok().map(|id| (store, id)))
+            .is_some_and(|(store, id)| store.list().is_ok_and(|ids| ids.contains(&id)))
+    })
+}
+
+/// The watcher: polls the agent file and applies changes between requests.
+fn watch_config(started: Arc<Started>, path: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = look(&path);
+        loop {
+            tokio::time::sleep(Duration::from_millis(CONFIG_POLL_MS)).await;
+            let now = look(&path);
+            if now != last {
+                println!("{}", reload(&path, &now, &started));
+                let _ = std::io::stdout().flush();
+                last = now;
             }
         }
     })
+}
+
+/// One turn per line of stdin until it ends; Ctrl-C cancels the turn, not the program.
+/// Returns, per turn not kept at its end, whether it was recorded to its end (and so may
+/// still be written by closing).
+async fn converse(started: &Started, interrupt: &mut tokio::signal::unix::Signal) -> Vec<bool> {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut unkept: Vec<bool> = Vec::new();
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line,
+            _ = interrupt.recv() => continue, // Ctrl-C at the prompt cancels nothing
+        };
+        let Ok(Some(line)) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Err(e) = started.agent.submit(line) {
+            eprintln!("faultline agent chat: {e}");
+            break;
+        }
+        tokio::select! {
+            () = started.agent.when_idle() => {}
+            _ = interrupt.recv() => {
+                started.agent.cancel();
+                started.agent.when_idle().await;
+            }
+        }
+        if let Some(outcome) = started.agent.last_outcome() {
+            if outcome.kept {
+                println!("[turn {}: {}]", outcome.turn, outcome.reason.kind());
+            } else {
+                println!("[turn {}: NOT KEPT: {}]", outcome.turn, failure_text(&outcome.reason));
+                unkept.push(outcome.reached.is_some());
+            }
+            let usage = started.agent.session_usage();
+            println!("[tokens: {} this turn, {} this session]", outcome.usage.total_tokens, usage.total_tokens);
+            let _ = std::io::stdout().flush();
+        }
+    }
+    unkept
+}
+
+/// The chat's exit: success when closing flushed everything the agent accepted (a turn not
+/// kept at its end but recorded to it is on disk now); not kept otherwise.
+fn chat_exit(disposed: faultline_runtime::Result<()>, unkept: &[bool], id: &SessionId) -> ExitCode {
+    match disposed {
+        Ok(()) if unkept.iter().all(|reached| *reached) => {
+            if !unkept.is_empty() {
+                eprintln!("faultline agent chat: closing the session wrote the turns that were not kept at their end");
+            }
+            ExitCode::SUCCESS
+        }
+        Ok(()) => {
+            eprintln!("faultline agent chat: a turn could not be recorded to its end and is not kept");
+            exit::code(exit::NOT_KEPT)
+        }
+        Err(e) => {
+            eprintln!("faultline agent chat: closing session {id} failed, so not everything is kept: {e}");
+            exit::code(exit::NOT_KEPT)
+        }
+    }
 }
 
 /// A turn end's failure in a line (`CODE: message`), or its kind.

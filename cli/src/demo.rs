@@ -75,6 +75,70 @@ pub fn run(args: DemoArgs) -> ExitCode {
     }
 }
 
+/// Steps 1 to 3: the agent runs with the hanging tool (its config `hanging`), and is
+/// SIGKILLed once the side effect is in `dir`'s sent.log.
+fn kill_after_the_side_effect(exe: &Path, hanging: &Path, dir: &Path) -> Result<(), String> {
+    let mut child = Command::new(exe)
+        .args(["agent", "run", "--config"])
+        .arg(hanging)
+        .arg("--session-dir")
+        .arg(dir.join("sessions"))
+        .args(["--session", "demo", "--prompt", "Tell the team the release is out."])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting the agent: {e}"))?;
+    let started = Instant::now();
+    while sent_lines(dir) == 0 {
+        if started.elapsed() > Duration::from_secs(SIDE_EFFECT_WAIT_S) {
+            let _ = child.kill();
+            return Err("the agent never reached its side effect".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    say(&format!(
+        "2. The message went out (sent.log has {} line). The agent has not recorded the result yet.",
+        sent_lines(dir)
+    ));
+    child.kill().map_err(|e| e.to_string())?;
+    child.wait().map_err(|e| e.to_string())?;
+    say(&format!("3. SIGKILL. Process {} is gone mid-call.\n", child.id()));
+    Ok(())
+}
+
+/// Step 4: what the transcript kept, and the closers repair would append.
+fn show_what_repair_would_write(seams: &faultline_runtime::seams::Seams, path: &Path) -> Result<(), String> {
+    let inspection = inspect_file(seams, path).map_err(|e| e.to_string())?;
+    say(&format!(
+        "4. The transcript survived: {} committed records, status {:?}, last turn open: {}.",
+        inspection.records.len(),
+        inspection.status,
+        inspection.open_turn
+    ));
+    say("   Crash repair would append:");
+    for closer in &inspection.closers {
+        say(&summarise(closer));
+    }
+    say("   The tool/call was durable *before* the message went out, so repair knows the call started");
+    say("   and writes TOOL_OUTCOME_UNKNOWN: it may or may not have happened. It is never re-run blindly.\n");
+    Ok(())
+}
+
+/// The model's two answers: call `send_message`, then, after the crash, refuse to resend.
+fn demo_script() -> Script {
+    Script {
+        refuse_until_ms: 0,
+        responses: vec![
+            Response::tool_call("call_1", "send_message", "{\"text\":\"The release is out.\"}"),
+            Response::text(&[
+                "I can't tell whether the message went out before the crash, so I won't send it again. ",
+                "Please check the channel first.",
+            ]),
+        ],
+        repeat_last: true,
+    }
+}
+
 fn demo(args: DemoArgs) -> Result<(), String> {
     let seams = production::seams();
     let dir =
@@ -89,19 +153,8 @@ fn demo(args: DemoArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let script = Script {
-        refuse_until_ms: 0,
-        responses: vec![
-            Response::tool_call("call_1", "send_message", "{\"text\":\"The release is out.\"}"),
-            Response::text(&[
-                "I can't tell whether the message went out before the crash, so I won't send it again. ",
-                "Please check the channel first.",
-            ]),
-        ],
-        repeat_last: true,
-    };
     let server = runtime
-        .block_on(ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", script, None))
+        .block_on(ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", demo_script(), None))
         .map_err(|e| format!("starting the fake model server: {e}"))?;
     let base_url = format!("http://{}/v1", server.addr());
     let sessions = dir.join("sessions");
@@ -110,47 +163,9 @@ fn demo(args: DemoArgs) -> Result<(), String> {
     say("faultline demo: an agent with a side effect, killed at the worst moment.\n");
     say(&format!("1. A fake model server listens on {} and will ask the agent to call send_message.", server.addr()));
     say("   The tool appends to sent.log (the side effect), then hangs, as a slow network call would.");
-    let hanging = config(&dir, &base_url, true).map_err(|e| e.to_string())?;
-    let mut child = Command::new(&exe)
-        .args(["agent", "run", "--config"])
-        .arg(&hanging)
-        .arg("--session-dir")
-        .arg(&sessions)
-        .args(["--session", "demo", "--prompt", "Tell the team the release is out."])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("starting the agent: {e}"))?;
-    let started = Instant::now();
-    while sent_lines(&dir) == 0 {
-        if started.elapsed() > Duration::from_secs(SIDE_EFFECT_WAIT_S) {
-            let _ = child.kill();
-            return Err("the agent never reached its side effect".into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    say(&format!(
-        "2. The message went out (sent.log has {} line). The agent has not recorded the result yet.",
-        sent_lines(&dir)
-    ));
-    child.kill().map_err(|e| e.to_string())?;
-    child.wait().map_err(|e| e.to_string())?;
-    say(&format!("3. SIGKILL. Process {} is gone mid-call.\n", child.id()));
-
+    kill_after_the_side_effect(&exe, &config(&dir, &base_url, true).map_err(|e| e.to_string())?, &dir)?;
     let path = sessions.join("demo").join("session.jsonl");
-    let inspection = inspect_file(&seams, &path).map_err(|e| e.to_string())?;
-    say(&format!(
-        "4. The transcript survived: {} committed records, status {:?}, last turn open: {}.",
-        inspection.records.len(),
-        inspection.status,
-        inspection.open_turn
-    ));
-    say("   Crash repair would append:");
-    for closer in &inspection.closers {
-        say(&summarise(closer));
-    }
-    say("   The tool/call was durable *before* the message went out, so repair knows the call started");
-    say("   and writes TOOL_OUTCOME_UNKNOWN: it may or may not have happened. It is never re-run blindly.\n");
+    show_what_repair_would_write(&seams, &path)?;
 
     let resume = config(&dir, &base_url, false).map_err(|e| e.to_string())?;
     let resumed = Command::new(&exe)
@@ -167,10 +182,10 @@ fn demo(args: DemoArgs) -> Result<(), String> {
     }
     say("5. Resumed (repair first, then the next turn). The model read the unknown outcome and answered:");
     say(&format!("   \"{}\"\n", String::from_utf8_lossy(&resumed.stdout).trim()));
-    let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-    let scan = faultline_runtime::testing::scan_jsonl(&bytes);
+    let repaired = inspect_file(&seams, &path).map_err(|e| e.to_string())?;
     say("6. The repaired transcript's tail (streamed chunks left out):");
-    let shown: Vec<&Record> = scan.records.iter().filter(|r| !matches!(r.event, Event::AssistantChunk(_))).collect();
+    let shown: Vec<&Record> =
+        repaired.records.iter().filter(|r| !matches!(r.event, Event::AssistantChunk(_))).collect();
     for record in &shown[shown.len().saturating_sub(12)..] {
         say(&summarise(record));
     }

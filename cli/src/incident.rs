@@ -103,13 +103,21 @@ pub fn run(args: &ScenarioArgs) -> ExitCode {
         }
         None => print!("{text}"),
     }
-    let reproduced = reproduction.equal && replayed.passed();
-    if reproduced {
+    report_reproduction(&reproduction, &replayed, out.as_deref())
+}
+
+/// Whether the fault-free run reproduced the recording, for a person; exit 0 only if it did.
+fn report_reproduction(
+    reproduction: &faultline_sim::incident::Reproduction,
+    replayed: &faultline_sim::RunResult,
+    out: Option<&std::path::Path>,
+) -> ExitCode {
+    if reproduction.equal && replayed.passed() {
         eprintln!(
             "the fault-free run reproduces the recording: {} records ({}) match",
             reproduction.compared, reproduction.compared_what
         );
-        let file = out.as_ref().map_or("FILE".to_owned(), |p| p.display().to_string());
+        let file = out.map_or("FILE".to_owned(), |p| p.display().to_string());
         eprintln!("sweep it under every fault family: faultline sweep --scenario {file} --seeds 0..100");
         return exit::code(exit::OK);
     }

@@ -157,121 +157,136 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 /// Runs `faultline outbox ...`.
 pub fn run(args: &OutboxArgs) -> ExitCode {
     match &args.command {
-        OutboxCommand::List { db, status, json } => {
-            let status = match status.as_deref().map(|s| DeliveryStatus::parse(s).ok_or(s)) {
-                None => None,
-                Some(Ok(status)) => Some(status),
-                Some(Err(bad)) => {
-                    return fail(format!(
-                        "--status {bad:?}: expected pending, delivering, delivered, failed or unknown"
-                    ))
-                }
-            };
-            let outbox = match open_read_only(db) {
-                Ok(outbox) => outbox,
-                Err(code) => return code,
-            };
-            match outbox.list(status) {
-                Ok(rows) => {
-                    for row in rows {
-                        if *json {
-                            println!("{}", serde_json::to_string(&row).expect("rows serialise"));
-                        } else {
-                            let note = row.error.or(row.result).unwrap_or_default();
-                            println!("{:<11} {}  {}", row.status.to_string(), row.execution_id, note);
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
-        }
+        OutboxCommand::List { db, status, json } => list(db, status.as_deref(), *json),
         OutboxCommand::Resolve { db, execution_id, delivered, failed, resend } => {
-            let resolution = match (delivered, failed, resend) {
-                (true, None, false) => Resolution::Delivered,
-                (false, Some(reason), false) => Resolution::Failed(reason.clone()),
-                (false, None, true) => Resolution::Resend,
-                _ => return fail("give exactly one of --delivered, --failed REASON, --resend"),
-            };
-            let outbox = match open(db) {
-                Ok(outbox) => outbox,
-                Err(code) => return code,
-            };
-            match outbox.resolve(execution_id, resolution) {
-                Ok(Some(new_id)) => {
-                    println!("{execution_id}: resent as {new_id}");
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => {
-                    println!("{execution_id}: resolved");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
+            resolve(db, execution_id, (*delivered, failed.as_deref(), *resend))
         }
-        OutboxCommand::Drain { db, command } => {
-            let outbox = match open(db) {
-                Ok(outbox) => outbox,
-                Err(code) => return code,
-            };
-            let hidden = faultline_runtime::agent::PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
-            let deliverer = CommandDeliverer::new(command.clone()).with_env(ToolEnv::hiding(hidden));
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => runtime,
-                Err(e) => return fail(e),
-            };
-            match runtime.block_on(drain(outbox.as_ref(), &deliverer)) {
-                Ok(report) => {
-                    for id in &report.recovered_unknown {
-                        println!("unknown    {id}  (abandoned mid-delivery; not resent: verify the receiver)");
-                    }
-                    for (label, ids) in
-                        [("delivered", &report.delivered), ("failed", &report.failed), ("unknown", &report.unknown)]
-                    {
-                        for id in ids {
-                            println!("{label:<10} {id}");
-                        }
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
+        OutboxCommand::Drain { db, command } => drain_with(db, command),
+        OutboxCommand::Enqueue { db, execution_id } => enqueue(db, execution_id),
+        OutboxCommand::Claim { db } => claim(db),
+    }
+}
+
+/// `outbox list`: the rows, oldest first, of one status or all.
+fn list(db: &QueueAt, status: Option<&str>, json: bool) -> ExitCode {
+    let status = match status.map(|s| DeliveryStatus::parse(s).ok_or(s)) {
+        None => None,
+        Some(Ok(status)) => Some(status),
+        Some(Err(bad)) => {
+            return fail(format!("--status {bad:?}: expected pending, delivering, delivered, failed or unknown"))
         }
-        OutboxCommand::Enqueue { db, execution_id } => {
-            let mut payload = String::new();
-            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut payload) {
-                return fail(e);
-            }
-            let outbox = match open(db) {
-                Ok(outbox) => outbox,
-                Err(code) => return code,
-            };
-            match outbox.enqueue(execution_id, &payload) {
-                Ok(result) => {
-                    println!("{execution_id}: {result:?}");
-                    ExitCode::SUCCESS
+    };
+    let outbox = match open_read_only(db) {
+        Ok(outbox) => outbox,
+        Err(code) => return code,
+    };
+    match outbox.list(status) {
+        Ok(rows) => {
+            for row in rows {
+                if json {
+                    println!("{}", serde_json::to_string(&row).expect("rows serialise"));
+                } else {
+                    let note = row.error.or(row.result).unwrap_or_default();
+                    println!("{:<11} {}  {}", row.status.to_string(), row.execution_id, note);
                 }
-                Err(e) => fail(e),
             }
+            ExitCode::SUCCESS
         }
-        OutboxCommand::Claim { db } => {
-            let outbox = match open(db) {
-                Ok(outbox) => outbox,
-                Err(code) => return code,
-            };
-            match outbox.claim_next() {
-                Ok(Some(claim)) => {
-                    println!("claimed {}", claim.execution_id);
-                    let _ = std::io::Write::flush(&mut std::io::stdout());
-                    for _ in std::io::stdin().lock().lines() {}
-                    ExitCode::SUCCESS
-                }
-                Ok(None) => {
-                    println!("nothing pending");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e),
-            }
+        Err(e) => fail(e),
+    }
+}
+
+/// `outbox resolve`: an operator's decision on an `unknown` row.
+fn resolve(db: &QueueAt, execution_id: &str, (delivered, failed, resend): (bool, Option<&str>, bool)) -> ExitCode {
+    let resolution = match (delivered, failed, resend) {
+        (true, None, false) => Resolution::Delivered,
+        (false, Some(reason), false) => Resolution::Failed(reason.to_owned()),
+        (false, None, true) => Resolution::Resend,
+        _ => return fail("give exactly one of --delivered, --failed REASON, --resend"),
+    };
+    let outbox = match open(db) {
+        Ok(outbox) => outbox,
+        Err(code) => return code,
+    };
+    match outbox.resolve(execution_id, resolution) {
+        Ok(Some(new_id)) => {
+            println!("{execution_id}: resent as {new_id}");
+            ExitCode::SUCCESS
         }
+        Ok(None) => {
+            println!("{execution_id}: resolved");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `outbox drain -- COMMAND`: every pending row delivered by the receiver command.
+fn drain_with(db: &QueueAt, command: &[String]) -> ExitCode {
+    let outbox = match open(db) {
+        Ok(outbox) => outbox,
+        Err(code) => return code,
+    };
+    let hidden = faultline_runtime::agent::PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+    let deliverer = CommandDeliverer::new(command.to_vec()).with_env(ToolEnv::hiding(hidden));
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(e),
+    };
+    match runtime.block_on(drain(outbox.as_ref(), &deliverer)) {
+        Ok(report) => {
+            for id in &report.recovered_unknown {
+                println!("unknown    {id}  (abandoned mid-delivery; not resent: verify the receiver)");
+            }
+            for (label, ids) in
+                [("delivered", &report.delivered), ("failed", &report.failed), ("unknown", &report.unknown)]
+            {
+                for id in ids {
+                    println!("{label:<10} {id}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `outbox enqueue ID`: a row with the payload read from stdin.
+fn enqueue(db: &QueueAt, execution_id: &str) -> ExitCode {
+    let mut payload = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut payload) {
+        return fail(e);
+    }
+    let outbox = match open(db) {
+        Ok(outbox) => outbox,
+        Err(code) => return code,
+    };
+    match outbox.enqueue(execution_id, &payload) {
+        Ok(result) => {
+            println!("{execution_id}: {result:?}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `outbox claim`: claims the oldest pending row and holds it until stdin closes.
+fn claim(db: &QueueAt) -> ExitCode {
+    let outbox = match open(db) {
+        Ok(outbox) => outbox,
+        Err(code) => return code,
+    };
+    match outbox.claim_next() {
+        Ok(Some(claim)) => {
+            println!("claimed {}", claim.execution_id);
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            for _ in std::io::stdin().lock().lines() {}
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            println!("nothing pending");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
     }
 }

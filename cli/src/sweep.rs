@@ -229,23 +229,8 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
             return exit::code(exit::USAGE);
         }
     }
-    let mut divergence = None;
-    if args.check_determinism {
-        let again = run(&scenario, args.seed);
-        if again.trace != result.trace {
-            let line = result
-                .trace
-                .iter()
-                .zip(&again.trace)
-                .position(|(a, b)| a != b)
-                .unwrap_or(result.trace.len().min(again.trace.len()));
-            divergence = Some(format!(
-                "traces diverge at line {line}: {:?} vs {:?}",
-                result.trace.get(line).cloned().unwrap_or_default(),
-                again.trace.get(line).cloned().unwrap_or_default()
-            ));
-        }
-    }
+    let divergence =
+        args.check_determinism.then(|| divergence(&result.trace, &run(&scenario, args.seed).trace)).flatten();
     if args.json {
         let mut value = serde_json::to_value(&result).expect("results serialise");
         if !args.trace {
@@ -255,6 +240,37 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         value["deterministic"] = serde_json::json!(args.check_determinism.then_some(divergence.is_none()));
         println!("{value}");
     } else {
+        print_run(args, &result, agent.as_deref(), divergence.as_deref());
+    }
+    if result.passed() && divergence.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        exit::code(exit::FAILED)
+    }
+}
+
+/// Where a second run's trace first differs from the first's, if it does.
+fn divergence(first: &[String], again: &[String]) -> Option<String> {
+    if again == first {
+        return None;
+    }
+    let line = first.iter().zip(again).position(|(a, b)| a != b).unwrap_or(first.len().min(again.len()));
+    Some(format!(
+        "traces diverge at line {line}: {:?} vs {:?}",
+        first.get(line).cloned().unwrap_or_default(),
+        again.get(line).cloned().unwrap_or_default()
+    ))
+}
+
+/// A run for a person: the trace if asked, the verdict, each violation, and for an agent file
+/// its stand-ins and what would have prevented each finding.
+fn print_run(
+    args: &RunArgs,
+    result: &faultline_sim::RunResult,
+    agent: Option<&faultline_sim::AgentUnderTest>,
+    divergence: Option<&str>,
+) {
+    {
         if args.trace {
             for line in &result.trace {
                 println!("{line}");
@@ -272,23 +288,18 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
             for line in agent.stand_ins() {
                 println!("  stand-in {line}");
             }
-            for finding in faultline_sim::findings(&result, agent) {
+            for finding in faultline_sim::findings(result, agent) {
                 if let Some(hint) = finding.hint {
                     println!("  would have prevented it: {hint}");
                 }
             }
         }
         if args.check_determinism {
-            match &divergence {
+            match divergence {
                 None => println!("deterministic: the second run produced the same trace"),
                 Some(d) => println!("NOT deterministic: {d}"),
             }
         }
-    }
-    if result.passed() && divergence.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        exit::code(exit::FAILED)
     }
 }
 

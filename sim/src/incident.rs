@@ -20,43 +20,63 @@ use crate::world::RunResult;
 const PROVIDER: &str = "idle_timeout_ms = 1000\n[provider.retry_policy]\nmax_retries = 6\n\
                         [provider.retry_policy.backoff]\ninitial_delay_ms = 100\nmax_delay_ms = 2000\njitter_ratio = 0.1\n";
 
-/// The scenario of a recorded session's committed `records`, called `name`.
-pub fn scenario_from_records(name: &str, records: &[Record]) -> Result<Scenario, String> {
-    let by_seq: BTreeMap<u64, &Record> = records.iter().map(|r| (r.seq, r)).collect();
-    let mut messages = Vec::new();
-    let mut responses = Vec::new();
-    let mut tools: BTreeMap<String, ScenarioTool> = BTreeMap::new();
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    for record in records {
-        match &record.event {
-            Event::UserMessage(m) => messages.push(text_of(&serde_json::to_value(&m.message).unwrap_or_default())),
-            Event::RequestHeader(h) => note_schemas(&serde_json::to_value(h).unwrap_or_default(), &mut tools),
-            Event::AssistantMessage(_) => {
-                let chunks: Vec<&Chunk> = record
-                    .source_seqs
-                    .iter()
-                    .flatten()
-                    .filter_map(|seq| by_seq.get(seq))
-                    .filter_map(|r| if let Event::AssistantChunk(c) = &r.event { Some(&c.chunk) } else { None })
-                    .collect();
-                responses.push(response_of(&chunks));
+/// What a recorded session holds for a scenario: the user's messages, the model's committed
+/// answers, and the tools it called with how each call was answered.
+#[derive(Default)]
+struct Recording {
+    messages: Vec<String>,
+    responses: Vec<crate::model_server::Response>,
+    tools: BTreeMap<String, ScenarioTool>,
+}
+
+impl Recording {
+    fn of(records: &[Record]) -> Recording {
+        let by_seq: BTreeMap<u64, &Record> = records.iter().map(|r| (r.seq, r)).collect();
+        let mut names: BTreeMap<String, String> = BTreeMap::new();
+        let mut recording = Recording::default();
+        recording.read(records, &by_seq, &mut names);
+        recording
+    }
+
+    fn read(&mut self, records: &[Record], by_seq: &BTreeMap<u64, &Record>, names: &mut BTreeMap<String, String>) {
+        for record in records {
+            match &record.event {
+                Event::UserMessage(m) => {
+                    self.messages.push(text_of(&serde_json::to_value(&m.message).unwrap_or_default()))
+                }
+                Event::RequestHeader(h) => note_schemas(&serde_json::to_value(h).unwrap_or_default(), &mut self.tools),
+                Event::AssistantMessage(_) => {
+                    let chunks: Vec<&Chunk> = record
+                        .source_seqs
+                        .iter()
+                        .flatten()
+                        .filter_map(|seq| by_seq.get(seq))
+                        .filter_map(|r| if let Event::AssistantChunk(c) = &r.event { Some(&c.chunk) } else { None })
+                        .collect();
+                    self.responses.push(response_of(&chunks));
+                }
+                Event::ToolCall(call) => {
+                    names.insert(call.call_id.clone(), call.name.clone());
+                    self.tools.entry(call.name.clone()).or_insert_with(|| recorded_tool(&call.name));
+                }
+                Event::ToolResult(result) => {
+                    let Some(tool) = names.get(&result.call_id).and_then(|n| self.tools.get_mut(n)) else { continue };
+                    let value = serde_json::to_value(result).unwrap_or_default();
+                    tool.results.push(RecordedResult {
+                        call_id: result.call_id.clone(),
+                        text: text_of(&value),
+                        error: result.error.as_ref().map(|e| e.code.to_string()),
+                    });
+                }
+                _ => {}
             }
-            Event::ToolCall(call) => {
-                names.insert(call.call_id.clone(), call.name.clone());
-                tools.entry(call.name.clone()).or_insert_with(|| recorded_tool(&call.name));
-            }
-            Event::ToolResult(result) => {
-                let Some(tool) = names.get(&result.call_id).and_then(|n| tools.get_mut(n)) else { continue };
-                let value = serde_json::to_value(result).unwrap_or_default();
-                tool.results.push(RecordedResult {
-                    call_id: result.call_id.clone(),
-                    text: text_of(&value),
-                    error: result.error.as_ref().map(|e| e.code.to_string()),
-                });
-            }
-            _ => {}
         }
     }
+}
+
+/// The scenario of a recorded session's committed `records`, called `name`.
+pub fn scenario_from_records(name: &str, records: &[Record]) -> Result<Scenario, String> {
+    let Recording { messages, responses, tools } = Recording::of(records);
     if messages.is_empty() {
         return Err("the session holds no user message: nothing to replay".into());
     }

@@ -104,6 +104,35 @@ fn variants(s: &Scenario) -> Vec<Scenario> {
             v.faults.partitions.remove(i);
         });
     }
+    fewer_faults(s, &mut with);
+    // An earlier crash: a lower hit, a lower disk operation.
+    for i in 0..s.faults.crashes.len() {
+        if s.faults.crashes[i].hit > 1 {
+            with(&|v| v.faults.crashes[i].hit -= 1);
+        }
+    }
+    if let Some(op) = s.faults.fs.as_ref().and_then(|fs| fs.crash_before_op).filter(|op| *op > 0) {
+        with(&|v| v.faults.fs.as_mut().expect("present").crash_before_op = Some(op / 2));
+        with(&|v| v.faults.fs.as_mut().expect("present").crash_before_op = Some(op - 1));
+    }
+    for i in 0..s.faults.partitions.len() {
+        let p = &s.faults.partitions[i];
+        if p.to_ms - p.from_ms > 100 {
+            with(&|v| {
+                let p = &mut v.faults.partitions[i];
+                p.to_ms = p.from_ms + (p.to_ms - p.from_ms) / 2;
+            });
+        }
+    }
+    out
+}
+
+/// What takes a change to `s` and keeps the variant it makes.
+type AddVariant<'a> = dyn FnMut(&dyn Fn(&mut Scenario)) + 'a;
+
+/// Variants of `s` with one fault (a disk fault, a cancel, a config update, a refusal
+/// window, a failing or any response) fewer, each handed to `with`.
+fn fewer_faults(s: &Scenario, with: &mut AddVariant<'_>) {
     if let Some(fs) = &s.faults.fs {
         with(&|v| v.faults.fs = None);
         if fs.fail_op.is_some() {
@@ -141,26 +170,6 @@ fn variants(s: &Scenario) -> Vec<Scenario> {
             v.model.responses.remove(i);
         });
     }
-    // An earlier crash: a lower hit, a lower disk operation.
-    for i in 0..s.faults.crashes.len() {
-        if s.faults.crashes[i].hit > 1 {
-            with(&|v| v.faults.crashes[i].hit -= 1);
-        }
-    }
-    if let Some(op) = s.faults.fs.as_ref().and_then(|fs| fs.crash_before_op).filter(|op| *op > 0) {
-        with(&|v| v.faults.fs.as_mut().expect("present").crash_before_op = Some(op / 2));
-        with(&|v| v.faults.fs.as_mut().expect("present").crash_before_op = Some(op - 1));
-    }
-    for i in 0..s.faults.partitions.len() {
-        let p = &s.faults.partitions[i];
-        if p.to_ms - p.from_ms > 100 {
-            with(&|v| {
-                let p = &mut v.faults.partitions[i];
-                p.to_ms = p.from_ms + (p.to_ms - p.from_ms) / 2;
-            });
-        }
-    }
-    out
 }
 
 /// Shrinks the failing run `scenario` at `seed`. Fails if the run passes, or if its

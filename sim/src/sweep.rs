@@ -361,27 +361,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
     let mut covered = BTreeSet::new();
     for (i, shard) in shards.iter().enumerate() {
         let which = format!("report {} (shard {})", i + 1, shard.shard);
-        if shard.shards_total == 0 || shard.shards_covered.is_empty() || shard.seeds.is_empty() {
-            return Err(format!("{which} does not say which slice it covers (written by an older faultline?)"));
-        }
-        if let Some(k) = shard.shards_covered.iter().find(|k| **k == 0 || **k > shard.shards_total) {
-            return Err(format!("{which} claims shard {k} of {}", shard.shards_total));
-        }
-        if shard.real != first.real {
-            return Err(format!("{which} differs from report 1 in whether it ran for real"));
-        }
-        if shard.full != first.full {
-            return Err(format!("{which} differs from report 1 in whether it swept every built-in scenario"));
-        }
-        if shard.scenario_names != first.scenario_names {
-            return Err(format!("{which} swept other scenarios than report 1"));
-        }
-        if shard.seeds != first.seeds || shard.shards_total != first.shards_total {
-            return Err(format!(
-                "{which} sliced other seeds ({} in {} shards) than report 1 ({} in {} shards)",
-                shard.seeds, shard.shards_total, first.seeds, first.shards_total
-            ));
-        }
+        same_sweep(&which, shard, first)?;
         for k in &shard.shards_covered {
             if !covered.insert(*k) {
                 return Err(format!("{which} overlaps another report: shard {k}/{} appears twice", shard.shards_total));
@@ -422,6 +402,33 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         merged.never_fired = never_fired(&merged.crash_point_hits, &merged.sometimes_reached);
     }
     Ok(merged)
+}
+
+/// Refuses a shard report (`which`) of another sweep than `first`'s, or one that does not say
+/// which slice it covers.
+fn same_sweep(which: &str, shard: &SweepSummary, first: &SweepSummary) -> Result<(), String> {
+    if shard.shards_total == 0 || shard.shards_covered.is_empty() || shard.seeds.is_empty() {
+        return Err(format!("{which} does not say which slice it covers (written by an older faultline?)"));
+    }
+    if let Some(k) = shard.shards_covered.iter().find(|k| **k == 0 || **k > shard.shards_total) {
+        return Err(format!("{which} claims shard {k} of {}", shard.shards_total));
+    }
+    if shard.real != first.real {
+        return Err(format!("{which} differs from report 1 in whether it ran for real"));
+    }
+    if shard.full != first.full {
+        return Err(format!("{which} differs from report 1 in whether it swept every built-in scenario"));
+    }
+    if shard.scenario_names != first.scenario_names {
+        return Err(format!("{which} swept other scenarios than report 1"));
+    }
+    if shard.seeds != first.seeds || shard.shards_total != first.shards_total {
+        return Err(format!(
+            "{which} sliced other seeds ({} in {} shards) than report 1 ({} in {} shards)",
+            shard.seeds, shard.shards_total, first.seeds, first.shards_total
+        ));
+    }
+    Ok(())
 }
 
 /// The declared sites (crash points, sometimes conditions) missing from `hits`.

@@ -33,6 +33,20 @@ struct PlannedCall {
     arguments: String,
 }
 
+impl PlannedCall {
+    /// The calls an answer requests, in the model's order.
+    fn all_of(message: &Message) -> Vec<PlannedCall> {
+        message
+            .tool_calls()
+            .map(|(id, name, arguments)| PlannedCall {
+                call_id: id.to_owned(),
+                name: name.to_owned(),
+                arguments: arguments.to_owned(),
+            })
+            .collect()
+    }
+}
+
 /// How a turn ended: the outcome for the embedder, and the error that left the turn open
 /// (an append refused before its `turn/end`), if one did.
 pub(super) struct Ended {
@@ -171,17 +185,7 @@ impl TurnCtx<'_> {
                 system: self.shared.config.system.clone(),
                 tools: self.shared.tools().schemas(),
             };
-            let reason = if !self.shared.header_written() {
-                Some(if self.history.last_header.is_some() { HeaderReason::Resume } else { HeaderReason::Initial })
-            } else if self.history.last_header.as_ref() != Some(&prefix) {
-                Some(HeaderReason::Change)
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                self.emit(Event::RequestHeader(RequestHeader { header: prefix.clone(), reason }), None).await?;
-                self.shared.mark_header_written();
-            }
+            self.write_header(&prefix).await?;
             // Model path checkpoint: the request prefix is durable before dispatch.
             match self.checkpoint().await {
                 Ok(()) => {}
@@ -203,14 +207,7 @@ impl TurnCtx<'_> {
                         return Ok(reason);
                     }
                 };
-            let calls: Vec<PlannedCall> = message
-                .tool_calls()
-                .map(|(id, name, arguments)| PlannedCall {
-                    call_id: id.to_owned(),
-                    name: name.to_owned(),
-                    arguments: arguments.to_owned(),
-                })
-                .collect();
+            let calls = PlannedCall::all_of(&message);
             let (sources, finish_reason) = finish;
             let message = Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage });
             self.answer = Some(self.emit_shared(message, Some(sources)).await?);
@@ -229,6 +226,23 @@ impl TurnCtx<'_> {
             }
         }
         unreachable!("the step loop returns")
+    }
+
+    /// The request prefix, written before the first dispatch of a session (`initial`, or
+    /// `resume` after a restart) and again only when it changes.
+    async fn write_header(&mut self, prefix: &RequestPrefix) -> Result<()> {
+        let reason = if !self.shared.header_written() {
+            Some(if self.history.last_header.is_some() { HeaderReason::Resume } else { HeaderReason::Initial })
+        } else if self.history.last_header.as_ref() != Some(prefix) {
+            Some(HeaderReason::Change)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            self.emit(Event::RequestHeader(RequestHeader { header: prefix.clone(), reason }), None).await?;
+            self.shared.mark_header_written();
+        }
+        Ok(())
     }
 
     fn budget_exhausted(&self, limit: u32) -> TurnEndReason {
@@ -279,35 +293,8 @@ impl TurnCtx<'_> {
             } else {
                 Vec::new()
             };
-            let mut finish = None;
-            let mut answer_bytes = 0usize;
-            while let Some(mut chunk) = stream.next().await {
-                // FAILURE-LIMITS-AGREE: an answer that would not fit one record ends the attempt
-                // here, before the chunk that overflows is appended.
-                answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
-                let limit = self.shared.config.answer_bytes_max;
-                if answer_bytes > limit && !crate::testing::bugs::planted("no-answer-limit") {
-                    chunk = Chunk::finish(response_too_large(answer_bytes, limit));
-                }
-                if let Chunk::Usage { usage } = &chunk {
-                    self.usage.add(usage);
-                }
-                let done = assembler.push(&chunk);
-                let seq = self
-                    .emit(Event::AssistantChunk(AssistantChunk { turn: self.turn, step, attempt, chunk }), None)
-                    .await?;
-                if seqs.is_empty() {
-                    crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::MidStream)
-                        .await;
-                }
-                seqs.push(seq);
-                if let Some(reason) = done {
-                    finish = Some(reason);
-                    break;
-                }
-            }
+            let finish = self.consume(&mut stream, (step, attempt), &mut assembler, &mut seqs).await?;
             drop(stream);
-            let finish = finish.expect("a model stream always ends in finish");
             let failure = match &finish {
                 FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => {
                     let (message, usage) = assembler.finish();
@@ -340,38 +327,85 @@ impl TurnCtx<'_> {
                     // One id per (turn, step): deterministic and unique within the session, and
                     // it draws nothing from Entropy, whose stream belongs to the jitter.
                     let id = retry_id.get_or_insert_with(|| format!("r{}.{step}", self.turn)).clone();
-                    let max_retries = match &route.retry {
-                        crate::llm::RetryPolicy::Normal { max_retries, .. } => Some(*max_retries),
-                        crate::llm::RetryPolicy::Always { .. } => None,
-                    };
-                    let event = LlmRetry {
-                        retry_id: id.clone(),
-                        turn: self.turn,
-                        step,
-                        provider: route.name.clone(),
-                        mode: route.retry.mode().to_owned(),
-                        policy_key: route.retry.policy_key(),
-                        retry,
-                        max_retries,
-                        delay_ms,
-                        failure,
-                    };
-                    self.emit(Event::LlmRetry(Box::new(event)), None).await?;
-                    tracing::info!(step, retry, delay_ms, "retrying the step");
-                    tokio::select! {
-                        biased;
-                        () = self.cancel.cancelled() => return Ok(Err(self.aborted())),
-                        () = self.shared.seams.clock.sleep(Duration::from_millis(delay_ms)) => {}
+                    if !self.retry_after_wait(route, (step, retry, delay_ms), id, failure).await? {
+                        return Ok(Err(self.aborted()));
                     }
-                    self.emit(
-                        Event::LlmRetryStarted(LlmRetryStarted { retry_id: id, turn: self.turn, step, retry }),
-                        None,
-                    )
-                    .await?;
                 }
             }
         }
         unreachable!("the attempt loop returns")
+    }
+
+    /// Streams one attempt's chunks into the log and `assembler` (their seqs into `seqs`) up
+    /// to the one terminal finish; an answer above the limit ends the attempt there.
+    async fn consume(
+        &mut self,
+        stream: &mut crate::llm::ModelStream,
+        (step, attempt): (u32, u32),
+        assembler: &mut Assembler,
+        seqs: &mut Vec<u64>,
+    ) -> Result<FinishReason> {
+        let mut answer_bytes = 0usize;
+        while let Some(mut chunk) = stream.next().await {
+            // FAILURE-LIMITS-AGREE: an answer that would not fit one record ends the attempt
+            // here, before the chunk that overflows is appended.
+            answer_bytes = answer_bytes.saturating_add(answer_bytes_of(&chunk));
+            let limit = self.shared.config.answer_bytes_max;
+            if answer_bytes > limit && !crate::testing::bugs::planted("no-answer-limit") {
+                chunk = Chunk::finish(response_too_large(answer_bytes, limit));
+            }
+            if let Chunk::Usage { usage } = &chunk {
+                self.usage.add(usage);
+            }
+            let done = assembler.push(&chunk);
+            let seq = self
+                .emit(Event::AssistantChunk(AssistantChunk { turn: self.turn, step, attempt, chunk }), None)
+                .await?;
+            if seqs.is_empty() {
+                crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::MidStream).await;
+            }
+            seqs.push(seq);
+            if let Some(reason) = done {
+                return Ok(reason);
+            }
+        }
+        unreachable!("a model stream always ends in finish")
+    }
+
+    /// FAILURE-RETRY-EXECUTOR's order: `llm/retry` appended, the cancellable wait, then
+    /// `llm/retry-started`. Returns `false` when the wait was cancelled (nothing more written).
+    async fn retry_after_wait(
+        &mut self,
+        route: &crate::llm::ResolvedProvider,
+        (step, retry, delay_ms): (u32, u32, u64),
+        retry_id: String,
+        failure: Failure,
+    ) -> Result<bool> {
+        let max_retries = match &route.retry {
+            crate::llm::RetryPolicy::Normal { max_retries, .. } => Some(*max_retries),
+            crate::llm::RetryPolicy::Always { .. } => None,
+        };
+        let event = LlmRetry {
+            retry_id: retry_id.clone(),
+            turn: self.turn,
+            step,
+            provider: route.name.clone(),
+            mode: route.retry.mode().to_owned(),
+            policy_key: route.retry.policy_key(),
+            retry,
+            max_retries,
+            delay_ms,
+            failure,
+        };
+        self.emit(Event::LlmRetry(Box::new(event)), None).await?;
+        tracing::info!(step, retry, delay_ms, "retrying the step");
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Ok(false),
+            () = self.shared.seams.clock.sleep(Duration::from_millis(delay_ms)) => {}
+        }
+        self.emit(Event::LlmRetryStarted(LlmRetryStarted { retry_id, turn: self.turn, step, retry }), None).await?;
+        Ok(true)
     }
 
     /// The bounded parallel pool (FAILURE-TOOL-DRAIN): on abort start nothing new, drain what
@@ -407,14 +441,9 @@ impl TurnCtx<'_> {
                 }
                 Err(Checkpoint::Failed(error)) => {
                     let why = self.shared.seams.secrets.scrub(&error.to_string());
-                    immediate.push((
-                        i,
-                        CallOutcome::error(
-                            ErrorCode::AbortedBeforeDispatch,
-                            "checkpoint_failed",
-                            format!("not run: its intent could not be made durable ({why})"),
-                        ),
-                    ));
+                    let not_run = format!("not run: its intent could not be made durable ({why})");
+                    immediate
+                        .push((i, CallOutcome::error(ErrorCode::AbortedBeforeDispatch, "checkpoint_failed", not_run)));
                     undispatched_from = i + 1;
                     stop = Some(self.checkpoint_failure(&error));
                     break;
@@ -424,34 +453,52 @@ impl TurnCtx<'_> {
                 .await;
             match self.prepare(step, call) {
                 Err(outcome) => immediate.push((i, outcome)),
-                Ok((tool, invocation)) => {
-                    let cancel = self.cancel.clone();
-                    let clock = self.shared.seams.clock.clone();
-                    let secrets = &self.shared.seams.secrets;
-                    let span = tracing::info_span!(
-                        "tool",
-                        step,
-                        name = %secrets.scrub(&call.name),
-                        call_id = %secrets.scrub(&call.call_id)
-                    );
-                    dispatched.push((
-                        i,
-                        tokio::spawn(
-                            async move {
-                                let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
-                                drop(permit);
-                                let code = outcome.error.as_ref().map(|e| e.code.to_string());
-                                tracing::info!(error = code.as_deref().unwrap_or("none"), "tool call ended");
-                                outcome
-                            }
-                            .instrument(span),
-                        ),
-                    ));
-                }
+                Ok((tool, invocation)) => dispatched.push((i, self.spawn_call(step, call, (tool, invocation), permit))),
             }
         }
-        // Drain: every dispatched call is awaited, whatever happened to the turn.
-        let mut outcomes: Vec<(usize, CallOutcome)> = immediate;
+        self.drain_and_commit(step, &calls, immediate, dispatched, undispatched_from).await?;
+        if stop.is_none() && self.cancel.is_cancelled() {
+            stop = Some(self.aborted());
+        }
+        Ok(stop)
+    }
+
+    /// Runs a call's body on a task of its own under its cooperative deadline, holding its
+    /// place in the pool until it ends.
+    fn spawn_call(
+        &self,
+        step: u32,
+        call: &PlannedCall,
+        (tool, invocation): (Arc<dyn super::Tool>, ToolInvocation),
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> tokio::task::JoinHandle<CallOutcome> {
+        let cancel = self.cancel.clone();
+        let clock = self.shared.seams.clock.clone();
+        let secrets = &self.shared.seams.secrets;
+        let span = tracing::info_span!("tool", step, name = %secrets.scrub(&call.name), call_id = %secrets.scrub(&call.call_id));
+        tokio::spawn(
+            async move {
+                let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
+                drop(permit);
+                let code = outcome.error.as_ref().map(|e| e.code.to_string());
+                tracing::info!(error = code.as_deref().unwrap_or("none"), "tool call ended");
+                outcome
+            }
+            .instrument(span),
+        )
+    }
+
+    /// The drain: every dispatched call is awaited, whatever happened to the turn; results are
+    /// committed in model order, then every call never dispatched gets its ordered
+    /// `tool/call` and `ABORTED_BEFORE_DISPATCH` result.
+    async fn drain_and_commit(
+        &mut self,
+        step: u32,
+        calls: &[PlannedCall],
+        mut outcomes: Vec<(usize, CallOutcome)>,
+        dispatched: Vec<(usize, tokio::task::JoinHandle<CallOutcome>)>,
+        undispatched_from: usize,
+    ) -> Result<()> {
         for (i, handle) in dispatched {
             let outcome = handle
                 .await
@@ -466,10 +513,7 @@ impl TurnCtx<'_> {
             self.emit_call(step, call).await?;
             self.commit_result(step, call, CallOutcome::aborted_before_dispatch()).await?;
         }
-        if stop.is_none() && self.cancel.is_cancelled() {
-            stop = Some(self.aborted());
-        }
-        Ok(stop)
+        Ok(())
     }
 
     /// Records the durable intent of `call` (its `tool/call`).

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{ChunkFinish, ErrorCode, Event, Record};
+use super::{AssistantMessage, ChunkFinish, ErrorCode, Event, Record, StepRef, ToolCall, ToolResult};
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -272,90 +272,106 @@ impl Validator {
             return Err(Rule::SourcesNotAllowed { type_name: record.event.type_name().to_owned() });
         }
         match &record.event {
-            Event::TurnStart(start) => {
-                if let Some(open) = &self.open {
-                    return Err(Rule::NestedTurn { open: open.turn, found: start.turn });
-                }
-                if start.turn != self.last_turn + 1 {
-                    return Err(Rule::TurnNumber { expected: self.last_turn + 1, found: start.turn });
-                }
-                self.last_turn = start.turn;
-                self.open = Some(OpenTurn { turn: start.turn, last_step: 0, step: None });
-            }
-            Event::TurnEnd(end) => {
-                let open = self.open.as_ref().filter(|t| t.turn == end.turn);
-                let open = open.ok_or(Rule::TurnEndMismatch { open: self.open_turn(), found: end.turn })?;
-                if let Some(step) = &open.step {
-                    return Err(Rule::TurnEndWithOpenStep { step: step.step });
-                }
-                self.open = None;
-            }
-            Event::StepStart(at) => {
-                let turn = self.turn_mut("step/start")?;
-                check_turn(turn, "step/start", at.turn, at.step)?;
-                if let Some(step) = &turn.step {
-                    return Err(Rule::NestedStep { open: step.step, found: at.step });
-                }
-                if at.step != turn.last_step + 1 {
-                    return Err(Rule::StepNumber { expected: turn.last_step + 1, found: at.step });
-                }
-                turn.last_step = at.step;
-                turn.step = Some(OpenStep { step: at.step, ..OpenStep::default() });
-            }
+            Event::TurnStart(start) => self.turn_start(start.turn),
+            Event::TurnEnd(end) => self.turn_end(end.turn),
+            Event::StepStart(at) => self.step_start(at),
             Event::StepEnd(at) => {
                 self.step_mut("step/end", at.turn, at.step)?;
                 if let Some(turn) = self.open.as_mut() {
                     turn.step = None;
                 }
+                Ok(())
             }
-            Event::UserMessage(_) | Event::RequestHeader(_) => {
-                self.turn_mut(record.event.type_name())?;
-            }
+            Event::UserMessage(_) | Event::RequestHeader(_) => self.turn_mut(record.event.type_name()).map(|_| ()),
             Event::AssistantChunk(chunk) => {
                 let step = self.step_mut("assistant/chunk", chunk.turn, chunk.step)?;
                 step.chunk_attempts.insert(record.seq, chunk.attempt);
                 if let Some(ChunkFinish::Failed) = ChunkFinish::of(&chunk.chunk) {
                     step.failed_attempts.insert(chunk.attempt);
                 }
+                Ok(())
             }
             Event::AssistantMessage(message) => {
-                let step = self.step_mut("assistant/message", message.turn, message.step)?;
-                if step.has_message {
-                    return Err(Rule::DuplicateAssistantMessage);
-                }
-                check_citations(step, record.source_seqs.as_deref().unwrap_or_default())?;
-                step.has_message = true;
-                step.requested = message.message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
+                self.assistant_message(message, record.source_seqs.as_deref().unwrap_or_default())
             }
-            Event::ToolCall(call) => {
-                let step = self.step_mut("tool/call", call.turn, call.step)?;
-                if !step.requested.contains(&call.call_id) {
-                    return Err(Rule::ToolCallNotRequested { call_id: call.call_id.clone() });
-                }
-                if !step.called.insert(call.call_id.clone()) {
-                    return Err(Rule::DuplicateToolCall { call_id: call.call_id.clone() });
-                }
-            }
-            Event::ToolResult(result) => {
-                let step = self.step_mut("tool/result", result.turn, result.step)?;
-                let not_started = result.error.as_ref().is_some_and(|e| e.code == ErrorCode::ToolNotStarted);
-                let known =
-                    step.called.contains(&result.call_id) || (not_started && step.requested.contains(&result.call_id));
-                if !known {
-                    return Err(Rule::ToolResultWithoutCall { call_id: result.call_id.clone() });
-                }
-                if !step.answered.insert(result.call_id.clone()) {
-                    return Err(Rule::DuplicateToolResult { call_id: result.call_id.clone() });
-                }
-            }
-            Event::LlmRetry(retry) => {
-                self.step_mut("llm/retry", retry.turn, retry.step)?;
-            }
+            Event::ToolCall(call) => self.tool_call(call),
+            Event::ToolResult(result) => self.tool_result(result),
+            Event::LlmRetry(retry) => self.step_mut("llm/retry", retry.turn, retry.step).map(|_| ()),
             Event::LlmRetryStarted(started) => {
-                self.step_mut("llm/retry-started", started.turn, started.step)?;
+                self.step_mut("llm/retry-started", started.turn, started.step).map(|_| ())
             }
             // An ignorable record of an unknown type constrains nothing.
-            Event::Unknown(_) => {}
+            Event::Unknown(_) => Ok(()),
+        }
+    }
+
+    fn turn_start(&mut self, turn: u32) -> Result<(), Rule> {
+        if let Some(open) = &self.open {
+            return Err(Rule::NestedTurn { open: open.turn, found: turn });
+        }
+        if turn != self.last_turn + 1 {
+            return Err(Rule::TurnNumber { expected: self.last_turn + 1, found: turn });
+        }
+        self.last_turn = turn;
+        self.open = Some(OpenTurn { turn, last_step: 0, step: None });
+        Ok(())
+    }
+
+    fn turn_end(&mut self, turn: u32) -> Result<(), Rule> {
+        let open = self.open.as_ref().filter(|t| t.turn == turn);
+        let open = open.ok_or(Rule::TurnEndMismatch { open: self.open_turn(), found: turn })?;
+        if let Some(step) = &open.step {
+            return Err(Rule::TurnEndWithOpenStep { step: step.step });
+        }
+        self.open = None;
+        Ok(())
+    }
+
+    fn step_start(&mut self, at: &StepRef) -> Result<(), Rule> {
+        let turn = self.turn_mut("step/start")?;
+        check_turn(turn, "step/start", at.turn, at.step)?;
+        if let Some(step) = &turn.step {
+            return Err(Rule::NestedStep { open: step.step, found: at.step });
+        }
+        if at.step != turn.last_step + 1 {
+            return Err(Rule::StepNumber { expected: turn.last_step + 1, found: at.step });
+        }
+        turn.last_step = at.step;
+        turn.step = Some(OpenStep { step: at.step, ..OpenStep::default() });
+        Ok(())
+    }
+
+    fn assistant_message(&mut self, message: &AssistantMessage, sources: &[u64]) -> Result<(), Rule> {
+        let step = self.step_mut("assistant/message", message.turn, message.step)?;
+        if step.has_message {
+            return Err(Rule::DuplicateAssistantMessage);
+        }
+        check_citations(step, sources)?;
+        step.has_message = true;
+        step.requested = message.message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
+        Ok(())
+    }
+
+    fn tool_call(&mut self, call: &ToolCall) -> Result<(), Rule> {
+        let step = self.step_mut("tool/call", call.turn, call.step)?;
+        if !step.requested.contains(&call.call_id) {
+            return Err(Rule::ToolCallNotRequested { call_id: call.call_id.clone() });
+        }
+        if !step.called.insert(call.call_id.clone()) {
+            return Err(Rule::DuplicateToolCall { call_id: call.call_id.clone() });
+        }
+        Ok(())
+    }
+
+    fn tool_result(&mut self, result: &ToolResult) -> Result<(), Rule> {
+        let step = self.step_mut("tool/result", result.turn, result.step)?;
+        let not_started = result.error.as_ref().is_some_and(|e| e.code == ErrorCode::ToolNotStarted);
+        let known = step.called.contains(&result.call_id) || (not_started && step.requested.contains(&result.call_id));
+        if !known {
+            return Err(Rule::ToolResultWithoutCall { call_id: result.call_id.clone() });
+        }
+        if !step.answered.insert(result.call_id.clone()) {
+            return Err(Rule::DuplicateToolResult { call_id: result.call_id.clone() });
         }
         Ok(())
     }

@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use super::classify::classify_status;
 use super::config::{resolve_credential, Credentials, ResolvedProvider};
 use super::normalise::Normaliser;
+use super::proxy::Proxy;
 use super::sse::{SseDecoder, SseItem};
+use super::tls::ClientConfig;
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
 use crate::seams::{Clock, Fs, Net};
 use crate::{secrets::Scrubber, secrets::StreamScrubber};
@@ -296,6 +298,29 @@ impl ModelStream {
             // Before the request leaves: whatever comes back may quote it.
             self.adapter.secrets.register(key.expose());
         }
+        let (tls, proxy) = self.transport()?;
+        let request = self.request_with(key.as_ref().map(|k| k.expose()))?;
+        let idle = self.route.idle_timeout;
+        let exchange = exchange(self.adapter.net.clone(), self.route.endpoint.clone(), proxy, tls, request);
+        let (send, task) = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Err(aborted()),
+            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "connection")),
+            result = exchange => result?,
+        };
+        self.connection = Some(task);
+        let response = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Err(aborted()),
+            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "response")),
+            response = send => response.map_err(|e| error(ErrorCode::Transport, format!("sending the request: {e}")))?,
+        };
+        self.stream_body(response).await
+    }
+
+    /// The route's TLS configuration (for `https://`) and proxy, the proxy's credentials
+    /// registered as secrets before anything leaves.
+    fn transport(&self) -> Result<(Option<Arc<ClientConfig>>, Option<Proxy>), FinishReason> {
         let tls = if self.route.endpoint.tls {
             let config = self
                 .adapter
@@ -316,58 +341,28 @@ impl ModelStream {
                 self.adapter.secrets.register(authorization);
             }
         }
-        let endpoint = self.route.endpoint.clone();
+        Ok((tls, proxy))
+    }
+
+    /// The request, with the body this call was given and the credential in its header.
+    fn request_with(&mut self, key: Option<&str>) -> Result<Request<Full<Bytes>>, FinishReason> {
+        let endpoint = &self.route.endpoint;
         let mut request = Request::post(endpoint.chat_path())
             .header(header::HOST, endpoint.authority())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "text/event-stream");
-        if let Some(key) = &key {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {}", key.expose()));
+        if let Some(key) = key {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {key}"));
         }
         let body = self.request.take().unwrap_or_default();
-        let request = request
+        request
             .body(Full::new(body))
-            .map_err(|e| error(ErrorCode::Unknown, format!("could not build the request: {e}")))?;
+            .map_err(|e| error(ErrorCode::Unknown, format!("could not build the request: {e}")))
+    }
 
-        let net = self.adapter.net.clone();
-        let idle = self.route.idle_timeout;
-        let exchange = async {
-            let first_hop = proxy.as_ref().map_or_else(|| endpoint.authority(), |p| p.authority.clone());
-            let what = if proxy.is_some() { "proxy " } else { "" };
-            let mut stream = net
-                .connect(&first_hop)
-                .await
-                .map_err(|e| error(ErrorCode::Transport, format!("connect to {what}{first_hop}: {e}")))?;
-            if let Some(proxy) = &proxy {
-                stream = super::proxy::tunnel(stream, proxy, &endpoint.authority())
-                    .await
-                    .map_err(|(code, message)| error(code, message))?;
-            }
-            if let Some(config) = tls {
-                stream =
-                    super::tls::connect(config, &endpoint.host, stream).await.map_err(|f| error(f.code, f.message))?;
-            }
-            let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| error(ErrorCode::Transport, format!("HTTP handshake: {e}")))?;
-            let task = tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok::<_, FinishReason>((sender.send_request(request), task))
-        };
-        let (send, task) = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => return Err(aborted()),
-            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "connection")),
-            result = exchange => result?,
-        };
-        self.connection = Some(task);
-        let response = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => return Err(aborted()),
-            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "response")),
-            response = send => response.map_err(|e| error(ErrorCode::Transport, format!("sending the request: {e}")))?,
-        };
+    /// The body of a 2xx event stream; any other answer as its classified failure, its error
+    /// body and request ids scrubbed of held secrets.
+    async fn stream_body(&self, response: hyper::Response<Incoming>) -> Result<Incoming, FinishReason> {
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             // A `chat.completion` JSON object is what an endpoint sends for `stream: false`
@@ -378,7 +373,7 @@ impl ModelStream {
                     ErrorCode::MalformedResponse,
                     format!(
                         "{} answered with a non-streaming JSON reply (HTTP {status}, application/json); faultline reads server-sent event streams only (stream: true)",
-                        endpoint.authority()
+                        self.route.endpoint.authority()
                     ),
                 ));
             }
@@ -476,3 +471,39 @@ impl ModelStream {
         Ok(())
     }
 }
+
+/// Connects (through the proxy's tunnel, then TLS, when the route has them), shakes hands and
+/// sends `request`: the response to await and the connection's task.
+async fn exchange(
+    net: Arc<dyn Net>,
+    endpoint: super::endpoint::Endpoint,
+    proxy: Option<Proxy>,
+    tls: Option<Arc<ClientConfig>>,
+    request: Request<Full<Bytes>>,
+) -> Result<(ResponseFuture, tokio::task::JoinHandle<()>), FinishReason> {
+    let first_hop = proxy.as_ref().map_or_else(|| endpoint.authority(), |p| p.authority.clone());
+    let what = if proxy.is_some() { "proxy " } else { "" };
+    let mut stream = net
+        .connect(&first_hop)
+        .await
+        .map_err(|e| error(ErrorCode::Transport, format!("connect to {what}{first_hop}: {e}")))?;
+    if let Some(proxy) = &proxy {
+        stream = super::proxy::tunnel(stream, proxy, &endpoint.authority())
+            .await
+            .map_err(|(code, message)| error(code, message))?;
+    }
+    if let Some(config) = tls {
+        stream = super::tls::connect(config, &endpoint.host, stream).await.map_err(|f| error(f.code, f.message))?;
+    }
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| error(ErrorCode::Transport, format!("HTTP handshake: {e}")))?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((Box::pin(sender.send_request(request)), task))
+}
+
+/// A request on its way: the response, or the transport's error.
+type ResponseFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = hyper::Result<hyper::Response<Incoming>>> + Send>>;

@@ -62,73 +62,28 @@ pub(crate) fn apply_env(command: &mut tokio::process::Command, policy: &ToolEnv)
 }
 
 async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: CancellationToken) -> ToolOutput {
-    let mut command = tokio::process::Command::new(&config.command[0]);
-    apply_env(&mut command, &config.env());
-    command
-        .args(&config.command[1..])
-        .env("FAULTLINE_SESSION_ID", &invocation.session)
-        .env("FAULTLINE_CALL_ID", &invocation.call_id)
-        .env("FAULTLINE_EXECUTION_ID", &invocation.execution_id)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match command.spawn() {
+    let mut child = match command_for(&config, &invocation).spawn() {
         Ok(child) => child,
         Err(e) => return ToolOutput::Failed(format!("could not start {:?}: {e}", config.command[0])),
     };
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
     let arguments = invocation.arguments.to_string();
     let mut stdin = child.stdin.take();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let feed = async move {
         if let Some(stdin) = stdin.as_mut() {
             let _ = stdin.write_all(arguments.as_bytes()).await;
             let _ = stdin.shutdown().await;
         }
     };
-    // Both pipes are drained at once: a command that fills one while we wait on the other
-    // would otherwise block forever.
-    let collect = async move {
-        let read_out = async {
-            let mut out = Vec::new();
-            if let Some(stdout) = stdout.as_mut() {
-                let _ = stdout.take((TOOL_OUTPUT_BYTES_MAX + 1) as u64).read_to_end(&mut out).await;
-                // Keep reading past the cap (discarding) so the command never blocks on a full pipe.
-                let _ = tokio::io::copy(stdout, &mut tokio::io::sink()).await;
-            }
-            out
-        };
-        let read_err = async {
-            let mut err = Vec::new();
-            if let Some(stderr) = stderr.as_mut() {
-                let _ = stderr.take(STDERR_BYTES_MAX as u64).read_to_end(&mut err).await;
-                let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
-            }
-            err
-        };
-        tokio::join!(read_out, read_err)
-    };
     let work = async {
-        let ((), (out, err)) = tokio::join!(feed, collect);
+        let ((), (out, err)) = tokio::join!(feed, collect(stdout, stderr));
         let status = child.wait().await;
         (status, out, err)
     };
     tokio::pin!(work);
     tokio::select! {
-        (status, out, err) = &mut work => {
-            let stdout = String::from_utf8_lossy(&out).into_owned();
-            match status {
-                Ok(status) if status.success() => ToolOutput::Ok(stdout),
-                Ok(status) => {
-                    let stderr = String::from_utf8_lossy(&err);
-                    ToolOutput::Failed(format!("command exited with {status}: {}", stderr.trim()))
-                }
-                Err(e) => ToolOutput::Failed(format!("waiting for the command: {e}")),
-            }
-        }
+        (status, out, err) = &mut work => output_of(status, &out, &err),
         () = cancel.cancelled() => {
             // SIGTERM the whole group, give it a grace period, then SIGKILL — and still wait
             // for it: an abandoned process may still be performing its side effect.
@@ -148,5 +103,62 @@ async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: Canc
             }
             ToolOutput::Aborted("the command was stopped (SIGTERM, then SIGKILL after the grace period)".into())
         }
+    }
+}
+
+/// The tool's command in a process group of its own, with the environment its policy
+/// allows, the call's ids, and all three pipes.
+fn command_for(config: &CommandToolConfig, invocation: &ToolInvocation) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&config.command[0]);
+    apply_env(&mut command, &config.env());
+    command
+        .args(&config.command[1..])
+        .env("FAULTLINE_SESSION_ID", &invocation.session)
+        .env("FAULTLINE_CALL_ID", &invocation.call_id)
+        .env("FAULTLINE_EXECUTION_ID", &invocation.execution_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    command
+}
+
+/// Both pipes drained at once (a command that fills one while we wait on the other would
+/// otherwise block forever), each kept up to its cap and read past it, discarding, so the
+/// command never blocks on a full pipe.
+async fn collect(
+    mut stdout: Option<tokio::process::ChildStdout>,
+    mut stderr: Option<tokio::process::ChildStderr>,
+) -> (Vec<u8>, Vec<u8>) {
+    let read_out = async {
+        let mut out = Vec::new();
+        if let Some(stdout) = stdout.as_mut() {
+            let _ = stdout.take((TOOL_OUTPUT_BYTES_MAX + 1) as u64).read_to_end(&mut out).await;
+            let _ = tokio::io::copy(stdout, &mut tokio::io::sink()).await;
+        }
+        out
+    };
+    let read_err = async {
+        let mut err = Vec::new();
+        if let Some(stderr) = stderr.as_mut() {
+            let _ = stderr.take(STDERR_BYTES_MAX as u64).read_to_end(&mut err).await;
+            let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
+        }
+        err
+    };
+    tokio::join!(read_out, read_err)
+}
+
+/// What a command that ended says: its stdout on success, else its exit status and stderr.
+fn output_of(status: std::io::Result<std::process::ExitStatus>, out: &[u8], err: &[u8]) -> ToolOutput {
+    let stdout = String::from_utf8_lossy(out).into_owned();
+    match status {
+        Ok(status) if status.success() => ToolOutput::Ok(stdout),
+        Ok(status) => {
+            let stderr = String::from_utf8_lossy(err);
+            ToolOutput::Failed(format!("command exited with {status}: {}", stderr.trim()))
+        }
+        Err(e) => ToolOutput::Failed(format!("waiting for the command: {e}")),
     }
 }

@@ -106,95 +106,124 @@ pub(crate) fn closers_after(
     evidence: &dyn OutcomeEvidence,
 ) -> Vec<Record> {
     let Some((last_seq, last_time)) = last else { return Vec::new() };
-    let Some(turn_start) = records.iter().rposition(|r| matches!(r.event, Event::TurnStart(_))) else {
-        return Vec::new();
-    };
-    let Event::TurnStart(start) = &records[turn_start].event else { unreachable!("rposition matched turn/start") };
-    let turn = start.turn;
-
-    let mut open_step: Option<u32> = None;
-    let mut requested: Vec<String> = Vec::new();
-    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
-    let mut answered: BTreeSet<String> = BTreeSet::new();
-    for record in &records[turn_start..] {
-        match &record.event {
-            Event::TurnEnd(_) => return Vec::new(),
-            Event::StepStart(at) => {
-                open_step = Some(at.step);
-                requested.clear();
-                calls.clear();
-                answered.clear();
-            }
-            Event::StepEnd(_) => open_step = None,
-            Event::AssistantMessage(message) => {
-                requested = message.message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
-            }
-            Event::ToolCall(call) => {
-                calls.insert(call.call_id.clone(), record.seq);
-            }
-            Event::ToolResult(result) => {
-                answered.insert(result.call_id.clone());
-            }
-            _ => {}
-        }
-    }
-
+    let Some(tail) = OpenTurn::of(records) else { return Vec::new() };
+    let turn = tail.turn;
     let mut out = Vec::new();
     let mut push = |event: Event, source_seqs: Option<Vec<u64>>| {
         let mut record = Record::new(last_seq + 1 + out.len() as u64, last_time, event);
         record.source_seqs = source_seqs;
         out.push(record);
     };
-    if let Some(step) = open_step {
-        for call_id in requested.iter().filter(|id| !answered.contains(*id)) {
-            let started = calls.get(call_id).filter(|_| !crate::testing::bugs::planted("repair-not-started"));
-            let (code, name, text, sources) = match started {
-                Some(&call_seq) => {
-                    let id = execution_id(session, turn, step, call_id);
-                    match evidence.lookup(&id) {
-                        None => (Some(ErrorCode::ToolOutcomeUnknown), "outcome_unknown", OUTCOME_UNKNOWN_TEXT.to_owned(), Some(vec![call_seq])),
-                        Some(Evidence::Delivered(result)) => (
-                            None,
-                            "recovered",
-                            format!("[recovered from the delivery record {id}: delivered] {result}"),
-                            Some(vec![call_seq]),
-                        ),
-                        Some(Evidence::Failed(reason)) => (
-                            Some(ErrorCode::ToolFailed),
-                            "delivery_failed",
-                            format!("[recovered from the delivery record {id}: failed] {reason}"),
-                            Some(vec![call_seq]),
-                        ),
-                        Some(Evidence::NeverClaimed) => (
-                            Some(ErrorCode::ToolNotStarted),
-                            NEVER_CLAIMED_NAME,
-                            format!(
-                                "The process stopped before this effect was sent: the delivery record {id} was still queued and never claimed, so it did not happen (the queued copy is cancelled). Retry it if it is still needed."
-                            ),
-                            Some(vec![call_seq]),
-                        ),
-                        Some(Evidence::Uncertain { status, detail }) => (
-                            Some(ErrorCode::ToolOutcomeUnknown),
-                            DELIVERY_UNKNOWN_NAME,
-                            format!("{OUTCOME_UNKNOWN_TEXT} Evidence: the delivery record {id} is {status} ({detail}); it was not resent."),
-                            Some(vec![call_seq]),
-                        ),
-                    }
-                }
-                None => (Some(ErrorCode::ToolNotStarted), "not_started", NOT_STARTED_TEXT.to_owned(), None),
+    if let Some(step) = tail.open_step {
+        for call_id in tail.requested.iter().filter(|id| !tail.answered.contains(*id)) {
+            let started =
+                tail.calls.get(call_id).copied().filter(|_| !crate::testing::bugs::planted("repair-not-started"));
+            let closer = match started {
+                Some(call_seq) => started_closer(&execution_id(session, turn, step, call_id), evidence, call_seq),
+                None => Closer {
+                    code: Some(ErrorCode::ToolNotStarted),
+                    name: "not_started",
+                    text: NOT_STARTED_TEXT.to_owned(),
+                    sources: None,
+                },
             };
             let result = ToolResult {
                 turn,
                 step,
                 call_id: call_id.clone(),
-                content: vec![ContentBlock::text(text)],
-                is_error: code.is_some(),
-                error: code.map(|code| ToolError { name: name.to_owned(), code }),
+                content: vec![ContentBlock::text(closer.text)],
+                is_error: closer.code.is_some(),
+                error: closer.code.map(|code| ToolError { name: closer.name.to_owned(), code }),
             };
-            push(Event::ToolResult(result), sources);
+            push(Event::ToolResult(result), closer.sources);
         }
         push(Event::StepEnd(StepRef { turn, step }), None);
     }
     push(Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Interrupted }), None);
     out
+}
+
+/// The last turn of a log, when it never ended: its open step, the calls its last answer
+/// requested, the durable `tool/call`s (by call id, their seqs) and the calls answered.
+struct OpenTurn {
+    turn: u32,
+    open_step: Option<u32>,
+    requested: Vec<String>,
+    calls: BTreeMap<String, u64>,
+    answered: BTreeSet<String>,
+}
+
+impl OpenTurn {
+    fn of(records: &[Record]) -> Option<OpenTurn> {
+        let turn_start = records.iter().rposition(|r| matches!(r.event, Event::TurnStart(_)))?;
+        let Event::TurnStart(start) = &records[turn_start].event else { unreachable!("rposition matched turn/start") };
+        let mut tail = OpenTurn {
+            turn: start.turn,
+            open_step: None,
+            requested: Vec::new(),
+            calls: BTreeMap::new(),
+            answered: BTreeSet::new(),
+        };
+        for record in &records[turn_start..] {
+            match &record.event {
+                Event::TurnEnd(_) => return None,
+                Event::StepStart(at) => {
+                    tail.open_step = Some(at.step);
+                    tail.requested.clear();
+                    tail.calls.clear();
+                    tail.answered.clear();
+                }
+                Event::StepEnd(_) => tail.open_step = None,
+                Event::AssistantMessage(message) => {
+                    tail.requested = message.message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
+                }
+                Event::ToolCall(call) => {
+                    tail.calls.insert(call.call_id.clone(), record.seq);
+                }
+                Event::ToolResult(result) => {
+                    tail.answered.insert(result.call_id.clone());
+                }
+                _ => {}
+            }
+        }
+        Some(tail)
+    }
+}
+
+/// What a closer says of one unanswered call: its error code (none: the real result), the
+/// error's name, the text the model reads, and the records it cites.
+struct Closer {
+    code: Option<ErrorCode>,
+    name: &'static str,
+    text: String,
+    sources: Option<Vec<u64>>,
+}
+
+/// The closer of a call whose `tool/call` (at `call_seq`) was durable: unknown, unless the
+/// delivery queue's record of its execution id `id` says what happened.
+fn started_closer(id: &str, evidence: &dyn OutcomeEvidence, call_seq: u64) -> Closer {
+    let closer = |code, name, text| Closer { code, name, text, sources: Some(vec![call_seq]) };
+    match evidence.lookup(id) {
+        None => closer(Some(ErrorCode::ToolOutcomeUnknown), "outcome_unknown", OUTCOME_UNKNOWN_TEXT.to_owned()),
+        Some(Evidence::Delivered(result)) => {
+            closer(None, "recovered", format!("[recovered from the delivery record {id}: delivered] {result}"))
+        }
+        Some(Evidence::Failed(reason)) => closer(
+            Some(ErrorCode::ToolFailed),
+            "delivery_failed",
+            format!("[recovered from the delivery record {id}: failed] {reason}"),
+        ),
+        Some(Evidence::NeverClaimed) => closer(
+            Some(ErrorCode::ToolNotStarted),
+            NEVER_CLAIMED_NAME,
+            format!(
+                "The process stopped before this effect was sent: the delivery record {id} was still queued and never claimed, so it did not happen (the queued copy is cancelled). Retry it if it is still needed."
+            ),
+        ),
+        Some(Evidence::Uncertain { status, detail }) => closer(
+            Some(ErrorCode::ToolOutcomeUnknown),
+            DELIVERY_UNKNOWN_NAME,
+            format!("{OUTCOME_UNKNOWN_TEXT} Evidence: the delivery record {id} is {status} ({detail}); it was not resent."),
+        ),
+    }
 }

@@ -320,15 +320,7 @@ fn draw(result: &RunResult, items: &[Item], windows: &[Window]) -> (String, usiz
 
     let mut svg = String::new();
     let _ = write!(svg, r#"<svg class="timeline" viewBox="0 0 {width} {height}" width="{width}" height="{height}">"#);
-    for (row, lane) in lanes.iter().enumerate() {
-        let y = LANE_HEIGHT * row as f64;
-        let _ = write!(
-            svg,
-            r#"<g class="lane" data-lane="{lane}"><rect class="lane-bg" x="0" y="{y}" width="{width}" height="{LANE_HEIGHT}"/><text class="lane-name" x="6" y="{ty}">{lane}</text></g>"#,
-            lane = escape(lane),
-            ty = y + LANE_HEIGHT / 2.0 + 4.0,
-        );
-    }
+    draw_lanes(&mut svg, &lanes, width);
     let faults_row = lanes.iter().position(|l| l == "faults").expect("faults lane");
     for window in windows {
         let to = window.to_ms.unwrap_or(end_ms);
@@ -356,29 +348,7 @@ fn draw(result: &RunResult, items: &[Item], windows: &[Window]) -> (String, usiz
         let level = stack.entry((item.lane.clone(), item.ms)).or_default();
         let y = LANE_HEIGHT * row as f64 + 8.0 + (*level % 3) as f64 * 8.0;
         *level += 1;
-        let more = if item.more > 0 { format!(" (+{} more)", item.more) } else { String::new() };
-        let detail = escape(&format!("{} ms · {} · {}{more}", item.ms, item.lane, item.label));
-        let class = item.kind.class();
-        let cx = x(item.ms);
-        match item.kind {
-            Kind::Crash | Kind::Violation => {
-                let _ = write!(
-                    svg,
-                    r#"<path class="mark {class}" d="M{a} {b} L{c} {d} M{c} {b} L{a} {d}" data-detail="{detail}"><title>{detail}</title></path>"#,
-                    a = cx - 6.0,
-                    b = y - 2.0,
-                    c = cx + 6.0,
-                    d = y + 10.0,
-                );
-            }
-            _ => {
-                let _ = write!(
-                    svg,
-                    r#"<circle class="mark {class}" cx="{cx}" cy="{cy}" r="4" data-detail="{detail}"><title>{detail}</title></circle>"#,
-                    cy = y + 4.0,
-                );
-            }
-        }
+        draw_mark(&mut svg, item, x(item.ms), y);
     }
     let axis_y = LANE_HEIGHT * lanes.len() as f64 + 18.0;
     for tick in 0..=10u64 {
@@ -388,6 +358,46 @@ fn draw(result: &RunResult, items: &[Item], windows: &[Window]) -> (String, usiz
     svg.push_str("</svg>");
 
     (svg, left_out)
+}
+
+/// One row per lane: its background and its name.
+fn draw_lanes(svg: &mut String, lanes: &[String], width: f64) {
+    for (row, lane) in lanes.iter().enumerate() {
+        let y = LANE_HEIGHT * row as f64;
+        let _ = write!(
+            svg,
+            r#"<g class="lane" data-lane="{lane}"><rect class="lane-bg" x="0" y="{y}" width="{width}" height="{LANE_HEIGHT}"/><text class="lane-name" x="6" y="{ty}">{lane}</text></g>"#,
+            lane = escape(lane),
+            ty = y + LANE_HEIGHT / 2.0 + 4.0,
+        );
+    }
+}
+
+/// One item's mark at (`cx`, `y`): a cross for a crash or a violation, a dot otherwise, its
+/// detail as the tooltip.
+fn draw_mark(svg: &mut String, item: &Item, cx: f64, y: f64) {
+    let more = if item.more > 0 { format!(" (+{} more)", item.more) } else { String::new() };
+    let detail = escape(&format!("{} ms · {} · {}{more}", item.ms, item.lane, item.label));
+    let class = item.kind.class();
+    match item.kind {
+        Kind::Crash | Kind::Violation => {
+            let _ = write!(
+                svg,
+                r#"<path class="mark {class}" d="M{a} {b} L{c} {d} M{c} {b} L{a} {d}" data-detail="{detail}"><title>{detail}</title></path>"#,
+                a = cx - 6.0,
+                b = y - 2.0,
+                c = cx + 6.0,
+                d = y + 10.0,
+            );
+        }
+        _ => {
+            let _ = write!(
+                svg,
+                r#"<circle class="mark {class}" cx="{cx}" cy="{cy}" r="4" data-detail="{detail}"><title>{detail}</title></circle>"#,
+                cy = y + 4.0,
+            );
+        }
+    }
 }
 
 /// The recovered transcript as a table: records repair wrote and records a violation names
@@ -512,26 +522,6 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
         );
     }
     body.push_str("</table><h2>coverage</h2>");
-    let grid = |title: &str, declared: &[String], hits: &BTreeMap<String, u32>| {
-        let mut names: BTreeSet<String> = declared.iter().cloned().collect();
-        names.extend(hits.keys().cloned());
-        let mut out = format!(r#"<table class="grid"><caption>{}</caption><tr>"#, escape(title));
-        for (i, name) in names.iter().enumerate() {
-            let n = hits.get(name).copied().unwrap_or(0);
-            let _ = write!(
-                out,
-                r#"<td class="{}" data-detail="{}">{}<br><b>{n}</b></td>"#,
-                if n == 0 { "zero" } else { "hit" },
-                escape(&format!("{name}: {n}")),
-                escape(name)
-            );
-            if i % 6 == 5 {
-                out.push_str("</tr><tr>");
-            }
-        }
-        out.push_str("</tr></table>");
-        out
-    };
     let points: Vec<String> = faultline_runtime::seams::CRASH_POINTS.iter().map(|p| p.to_string()).collect();
     let sometimes: Vec<String> = crate::SOMETIMES.iter().map(|s| (*s).to_owned()).collect();
     body.push_str(&grid("crash points reached (hits)", &points, &summary.crash_point_hits));
@@ -540,7 +530,44 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
     for site in &summary.never_fired {
         let _ = write!(body, r#"<p class="violated">COVERAGE: {} never fired</p>"#, escape(site));
     }
-    body.push_str("<h2>failures</h2>");
+    body.push_str(&failures_section(summary));
+    for result in timelines {
+        let _ = write!(
+            body,
+            r#"<details open><summary>timeline of {} seed {}</summary>{}</details>"#,
+            escape(&result.scenario),
+            result.seed,
+            timeline_fragment(result)
+        );
+    }
+    page("faultline sweep", &body)
+}
+
+/// A coverage grid: every declared site and every site hit, with its count.
+fn grid(title: &str, declared: &[String], hits: &BTreeMap<String, u32>) -> String {
+    let mut names: BTreeSet<String> = declared.iter().cloned().collect();
+    names.extend(hits.keys().cloned());
+    let mut out = format!(r#"<table class="grid"><caption>{}</caption><tr>"#, escape(title));
+    for (i, name) in names.iter().enumerate() {
+        let n = hits.get(name).copied().unwrap_or(0);
+        let _ = write!(
+            out,
+            r#"<td class="{}" data-detail="{}">{}<br><b>{n}</b></td>"#,
+            if n == 0 { "zero" } else { "hit" },
+            escape(&format!("{name}: {n}")),
+            escape(name)
+        );
+        if i % 6 == 5 {
+            out.push_str("</tr><tr>");
+        }
+    }
+    out.push_str("</tr></table>");
+    out
+}
+
+/// The sweep's failures, each with its replay command and what it broke.
+fn failures_section(summary: &SweepSummary) -> String {
+    let mut body = String::from("<h2>failures</h2>");
     if summary.failures.is_empty() {
         body.push_str(r#"<p class="meta">none</p>"#);
     }
@@ -561,14 +588,5 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
             ),
         );
     }
-    for result in timelines {
-        let _ = write!(
-            body,
-            r#"<details open><summary>timeline of {} seed {}</summary>{}</details>"#,
-            escape(&result.scenario),
-            result.seed,
-            timeline_fragment(result)
-        );
-    }
-    page("faultline sweep", &body)
+    body
 }

@@ -250,6 +250,37 @@ fn listen_to_harness(armed: Arc<Mutex<Option<(CrashPoint, u32)>>>, faults: FsFau
     go_rx
 }
 
+/// The production seams of one incarnation: the scaled clock, the killing probe, the real
+/// disk behind the fault filesystem, the seed's entropy.
+fn production_seams(args: &HostArgs, clock: Arc<ScaledClock>, probe: Arc<KillProbe>, faults: &FsFaults) -> Seams {
+    Seams {
+        clock,
+        net: Arc::new(faultline_runtime::production::TokioNet),
+        fs: Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone())),
+        // Its instance id must differ from every other process's: OS entropy, not the seed's
+        // stream (whose draws are the agent's jitter and temp-file names, as in the simulator).
+        process: Arc::new(faultline_runtime::production::OsProcess::new(
+            &faultline_runtime::production::OsEntropy::new(),
+        )),
+        entropy: Arc::new(crate::seed::Seed::new(args.seed).host("agent", args.life)),
+        probe,
+        compute: Arc::new(faultline_runtime::production::Threads::new()),
+        secrets: Default::default(),
+    }
+}
+
+/// The injected disk failures that were returned, and a full disk's refusals: the evidence
+/// the oracle counts.
+fn report_disk_faults(report: &PipeReport, faults: &FsFaults, space: &crate::seams::DiskSpace) {
+    for kind in faults.failures_fired() {
+        let family = if kind == std::io::ErrorKind::StorageFull { "enospc" } else { "eio" };
+        report.fault(family);
+    }
+    if space.refusals() > 0 {
+        report.fault("disk-full");
+    }
+}
+
 /// Runs one incarnation; returns the process's exit status (0 done, 3 refused, 4 could not
 /// start, 1 bad orders). It sets itself up, says it is ready, and starts its workload only
 /// when the harness says `go` with the run's clock origin: the cost of starting a process
@@ -292,28 +323,12 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         }));
     }
     let probe = Arc::new(KillProbe { armed, hits: Mutex::default(), report: report.clone(), faults: faults.clone() });
-    let entropy = Arc::new(crate::seed::Seed::new(args.seed).host("agent", args.life));
     let data = args.dir.join("data");
-    let fs: Arc<dyn faultline_runtime::seams::Fs> =
-        Arc::new(FaultFs::new(Arc::new(faultline_runtime::production::RealFs), faults.clone()));
     // The real disk's own ENOSPC refusals are counted the way a simulated full disk's are.
     let space = crate::seams::DiskSpace::default();
     faults.on_disk(&space);
-    life::watch_disk(&faults, fs.as_ref(), &data.join("sessions"), plan.store.format(), report.clone());
-    let seams = Seams {
-        clock,
-        net: Arc::new(faultline_runtime::production::TokioNet),
-        fs,
-        // Its instance id must differ from every other process's: OS entropy, not the seed's
-        // stream (whose draws are the agent's jitter and temp-file names, as in the simulator).
-        process: Arc::new(faultline_runtime::production::OsProcess::new(
-            &faultline_runtime::production::OsEntropy::new(),
-        )),
-        entropy,
-        probe,
-        compute: Arc::new(faultline_runtime::production::Threads::new()),
-        secrets: Default::default(),
-    };
+    let seams = production_seams(args, clock, probe, &faults);
+    life::watch_disk(&faults, seams.fs.as_ref(), &data.join("sessions"), plan.store.format(), report.clone());
     let outcome = runtime.block_on(async {
         let setup = LifeSetup {
             plan: &plan,
@@ -330,14 +345,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
         };
         life::live(setup, report.clone()).await
     });
-    // The injected disk failures that were returned: the evidence the oracle counts.
-    for kind in faults.failures_fired() {
-        let family = if kind == std::io::ErrorKind::StorageFull { "enospc" } else { "eio" };
-        report.fault(family);
-    }
-    if space.refusals() > 0 {
-        report.fault("disk-full");
-    }
+    report_disk_faults(report.as_ref(), &faults, &space);
     let fs_ops = faults.ops();
     let (outcome, error, status) = match outcome {
         Ok(_) => (EndOutcome::Done, None, 0),

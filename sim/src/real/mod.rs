@@ -269,6 +269,15 @@ impl<'a> RealWorld<'a> {
         self.dir.join("data").join("outbox.jsonl")
     }
 
+    /// The plan's bit rot, on the real disk of the incarnation that is down.
+    fn rot_while_down(&mut self) {
+        let (session, journal) = (self.session_file(), self.journal_file());
+        let rotted = faultline_runtime::production::RealFs;
+        if let Some(line) = rot_while_down(&mut self.world, &self.plan, self.seed, &rotted, &session, &journal) {
+            self.trace(line);
+        }
+    }
+
     async fn run(mut self) -> Result<RealRun, String> {
         if let Some(swarm) = &self.plan.swarm {
             self.world.trace.push(format!("{:>7} {swarm}", 0));
@@ -299,18 +308,7 @@ impl<'a> RealWorld<'a> {
             self.pause_until(start_at, None).await;
             self.trace(format!("agent#{life} starts"));
             if life > 1 {
-                let (session, journal) = (self.session_file(), self.journal_file());
-                let line = rot_while_down(
-                    &mut self.world,
-                    &self.plan,
-                    self.seed,
-                    &faultline_runtime::production::RealFs,
-                    &session,
-                    &journal,
-                );
-                if let Some(line) = line {
-                    self.trace(line);
-                }
+                self.rot_while_down();
             }
             let (end, ops) = self.follow(life, child).await?;
             fs_ops += ops;

@@ -33,6 +33,17 @@ pub(crate) struct AgentLife {
 }
 
 impl AgentLife {
+    /// The agent's host in `sim`: an incarnation per start, until the run is done.
+    pub(crate) fn host(self, sim: &mut turmoil::Sim<'static>) {
+        sim.host("agent", move || {
+            let life = self.clone();
+            async move {
+                life.run().await;
+                Ok(())
+            }
+        });
+    }
+
     pub(crate) async fn run(self) {
         let life = lock(&self.world).begin_life();
         trace(&self.world, format!("agent#{life} starts"));

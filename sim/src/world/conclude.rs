@@ -146,31 +146,10 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
     let request_bodies: Vec<Arc<str>> =
         model.as_ref().map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
     let model_exchanges = model.as_ref().map_or_else(Vec::new, ModelServer::exchanges);
-    let mut durable_batches: Vec<(u64, u64, u64)> = Vec::new();
-    for (&seq, &at) in &world.durable_at {
-        match durable_batches.last_mut() {
-            Some((ms, _, last)) if *ms == at && *last + 1 == seq => *last = seq,
-            _ => durable_batches.push((at, seq, seq)),
-        }
-    }
+    let durable_batches = durable_batches(&world.durable_at);
     let model_requests = request_bodies.len();
     let transcript = world.transcript.clone().unwrap_or_default();
-    // Coverage is what happened: what the model server served, what the gateway echoed back,
-    // on top of what the hosts reported firing (crashes, partitions, refusals, disk faults).
-    let mut faults_fired = world.faults_fired.clone();
-    for slot in model_exchanges.iter().filter_map(|e| e.slot) {
-        faults_fired.extend(seeded::response_families(&plan.script.responses[slot]).into_iter().map(str::to_owned));
-    }
-    for receipt in &service_receipts {
-        match receipt.fate {
-            Fate::Refused => faults_fired.insert("service-error".to_owned()),
-            Fate::EffectReplyLost => faults_fired.insert("service-lost-reply".to_owned()),
-            Fate::Effect | Fate::Deduplicated => false,
-        };
-    }
-    if plan.faults.gateway_echo && !receipts.is_empty() {
-        faults_fired.insert("echoed-secret".to_owned());
-    }
+    let faults_fired = faults_fired(&world, plan, &model_exchanges, (&receipts, &service_receipts));
     let violations = oracle::judge(&oracle::RunEvidence {
         plan,
         seed,
@@ -204,4 +183,43 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         model_exchanges,
         durable_batches,
     }
+}
+
+/// When each record became durable, as runs of seqs acknowledged at one instant:
+/// `(sim ms, first seq, last seq)`.
+fn durable_batches(durable_at: &BTreeMap<u64, u64>) -> Vec<(u64, u64, u64)> {
+    let mut batches: Vec<(u64, u64, u64)> = Vec::new();
+    for (&seq, &at) in durable_at {
+        match batches.last_mut() {
+            Some((ms, _, last)) if *ms == at && *last + 1 == seq => *last = seq,
+            _ => batches.push((at, seq, seq)),
+        }
+    }
+    batches
+}
+
+/// Coverage is what happened: what the model server served, what the services and the
+/// gateway answered, on top of what the hosts reported firing (crashes, partitions, refusals,
+/// disk faults).
+fn faults_fired(
+    world: &World,
+    plan: &seeded::Plan,
+    exchanges: &[crate::model_server::Exchange],
+    (receipts, service_receipts): (&[Receipt], &[ServiceReceipt]),
+) -> BTreeSet<String> {
+    let mut faults_fired = world.faults_fired.clone();
+    for slot in exchanges.iter().filter_map(|e| e.slot) {
+        faults_fired.extend(seeded::response_families(&plan.script.responses[slot]).into_iter().map(str::to_owned));
+    }
+    for receipt in service_receipts {
+        match receipt.fate {
+            Fate::Refused => faults_fired.insert("service-error".to_owned()),
+            Fate::EffectReplyLost => faults_fired.insert("service-lost-reply".to_owned()),
+            Fate::Effect | Fate::Deduplicated => false,
+        };
+    }
+    if plan.faults.gateway_echo && !receipts.is_empty() {
+        faults_fired.insert("echoed-secret".to_owned());
+    }
+    faults_fired
 }

@@ -35,6 +35,34 @@ pub(super) struct Driver<'a> {
     pub disk_op_crashes: usize,
 }
 
+impl<'a> Driver<'a> {
+    /// The driver of `plan`'s world, nothing on yet.
+    pub fn new(
+        sim: turmoil::Sim<'a>,
+        plan: &'a Plan,
+        world: Shared,
+        control: Arc<Mutex<CrashControl>>,
+        (first_life_fs, space): (FsFaults, DiskSpace),
+        model_slot: Arc<Mutex<Option<ModelServer>>>,
+    ) -> Driver<'a> {
+        Driver {
+            sim,
+            plan,
+            world,
+            control,
+            first_life_fs,
+            space,
+            model_slot,
+            restart_delays: plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect(),
+            partitioned: BTreeSet::new(),
+            disk_full: false,
+            healed: false,
+            fs_crash_done: false,
+            disk_op_crashes: 0,
+        }
+    }
+}
+
 impl Driver<'_> {
     /// Runs the world until the workload is done or the budget is spent. Returns the end (sim
     /// ms) and the crashes before a disk operation that fired.

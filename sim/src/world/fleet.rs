@@ -130,29 +130,7 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
             (pause.until - pause.from).as_millis()
         ),
     );
-    for worker in [Worker::A, Worker::B] {
-        let setup = WorkerSetup { worker, pause: (worker == Worker::A).then_some(pause), ..setup.clone() };
-        sim.host(worker.host(), move || {
-            let setup = setup.clone();
-            async move {
-                let log = setup.log.clone();
-                let worker = setup.worker;
-                let ended = match worker {
-                    Worker::A => run_zombie(setup).await,
-                    Worker::B => run_standby(setup).await,
-                };
-                if let Err(why) = ended {
-                    note(&log, format!("{} stopped: {why}", worker.host()));
-                }
-                let mut log = log_of(&log);
-                match worker {
-                    Worker::A => log.a_done = true,
-                    Worker::B => log.b_done = true,
-                }
-                Ok(())
-            }
-        });
-    }
+    host_workers(&mut sim, &setup, pause);
     let budget = Duration::from_millis(plan.budget_ms);
     loop {
         if log_of(&log).b_done || sim.elapsed() >= budget {
@@ -178,6 +156,34 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
     conclude(scenario, plan, seed, log.evidence, trace, receipts, request_bodies, end_ms)
+}
+
+/// Worker `a` (the zombie, stopped by `pause`) and worker `b` (the standby), each on a host
+/// of its own, marking the log when it is done.
+fn host_workers(sim: &mut turmoil::Sim<'static>, setup: &WorkerSetup, pause: Pause) {
+    for worker in [Worker::A, Worker::B] {
+        let setup = WorkerSetup { worker, pause: (worker == Worker::A).then_some(pause), ..setup.clone() };
+        sim.host(worker.host(), move || {
+            let setup = setup.clone();
+            async move {
+                let log = setup.log.clone();
+                let worker = setup.worker;
+                let ended = match worker {
+                    Worker::A => run_zombie(setup).await,
+                    Worker::B => run_standby(setup).await,
+                };
+                if let Err(why) = ended {
+                    note(&log, format!("{} stopped: {why}", worker.host()));
+                }
+                let mut log = log_of(&log);
+                match worker {
+                    Worker::A => log.a_done = true,
+                    Worker::B => log.b_done = true,
+                }
+                Ok(())
+            }
+        });
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -109,24 +109,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         setup;
     let outbox: Arc<dyn Outbox> =
         Arc::new(JournalOutbox::open(seams.clone(), &outbox_path).map_err(|e| e.to_string())?);
-    // The receiver's token is a secret the agent holds, like the provider key.
-    let token = gateway_token(seed);
-    seams.secrets.register(&token);
-    let deliverer = Arc::new(gateway::GatewayDeliverer {
-        token,
-        net: seams.net.clone(),
-        clock: seams.clock.clone(),
-        authority: gateway,
-        probe: seams.probe.clone(),
-    });
-    let drained = drain(outbox.as_ref(), deliverer.as_ref()).await.map_err(|e| e.to_string())?;
-    for id in &drained.recovered_unknown {
-        report.trace(format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
-    }
-    // The queue as this incarnation found it: the evidence its crash repair will consult.
-    for row in outbox.list(None).map_err(|e| e.to_string())? {
-        report.trace(format!("agent#{life} outbox holds {} {}", row.execution_id, row.status));
-    }
+    let deliverer = drain_queue(outbox.as_ref(), &seams, (seed, life), gateway, report.as_ref()).await?;
     let store = FileStore::new(seams.clone(), &sessions_dir, plan.store.format())
         .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
     let id = SessionId::new(SESSION).expect("valid id");
@@ -140,17 +123,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     if life == 1 {
         update_config_later(plan, &live, &seams, &model_url, &report);
     }
-    let mut config = match &user {
-        Some(user) => user.config.clone(),
-        None => {
-            let mut config = AgentConfig::default();
-            config.tool_concurrency = plan.tool_concurrency;
-            config
-        }
-    };
-    if let Some(answer_bytes_max) = plan.faults.answer_bytes_max {
-        config.answer_bytes_max = answer_bytes_max;
-    }
+    let config = agent_config(user.as_deref(), plan);
     let credentials = Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(seed))].into_iter().collect()));
     // The agent's connections go through a witness that reports a refused connect: the
     // evidence that a refusal window was met, not merely planned.
@@ -163,15 +136,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         .config(config)
         .start(&store, &id)
         .map_err(|e| e.to_string())?;
-    if let Some(repair) = agent.startup_repair() {
-        let dropped = repair.dropped().map(|d| format!(", {d}")).unwrap_or_default();
-        report.trace(format!(
-            "agent#{life} repaired the session: truncated {} torn bytes, salvaged {} records, appended {} closers{dropped}",
-            repair.truncated_bytes,
-            repair.recovered.len(),
-            repair.closers.len()
-        ));
-    }
+    trace_repair(&agent, life, report.as_ref());
     report_what_the_agent_says(&agent, &report);
     // The user resubmits what a crash lost: the plan's messages not yet in the durable log,
     // and the message sent during a cancel if it never became durable.
@@ -203,6 +168,64 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
     Ok(store.inspect(&id).map_err(|e| e.to_string())?.records)
+}
+
+/// The receiver of the queue's deliveries (its token a secret the agent holds, like the
+/// provider key), after the queue was drained of what an earlier incarnation left; the queue
+/// as this incarnation found it is traced: the evidence its crash repair will consult.
+async fn drain_queue(
+    outbox: &dyn Outbox,
+    seams: &Seams,
+    (seed, life): (u64, u64),
+    gateway: String,
+    report: &dyn LifeReport,
+) -> Result<Arc<gateway::GatewayDeliverer>, String> {
+    let token = gateway_token(seed);
+    seams.secrets.register(&token);
+    let deliverer = Arc::new(gateway::GatewayDeliverer {
+        token,
+        net: seams.net.clone(),
+        clock: seams.clock.clone(),
+        authority: gateway,
+        probe: seams.probe.clone(),
+    });
+    let drained = drain(outbox, deliverer.as_ref()).await.map_err(|e| e.to_string())?;
+    for id in &drained.recovered_unknown {
+        report.trace(format!("agent#{life} outbox: {id} abandoned mid-delivery -> unknown"));
+    }
+    for row in outbox.list(None).map_err(|e| e.to_string())? {
+        report.trace(format!("agent#{life} outbox holds {} {}", row.execution_id, row.status));
+    }
+    Ok(deliverer)
+}
+
+/// The agent's knobs: an embedder's own, or the plan's pool size; the plan's answer limit.
+fn agent_config(user: Option<&super::user::AgentUnderTest>, plan: &Plan) -> AgentConfig {
+    let mut config = match user {
+        Some(user) => user.config.clone(),
+        None => {
+            let mut config = AgentConfig::default();
+            config.tool_concurrency = plan.tool_concurrency;
+            config
+        }
+    };
+    if let Some(answer_bytes_max) = plan.faults.answer_bytes_max {
+        config.answer_bytes_max = answer_bytes_max;
+    }
+    config
+}
+
+/// What opening the session repaired, for the trace.
+fn trace_repair(agent: &Agent, life: u64, report: &dyn LifeReport) {
+    if let Some(repair) = agent.startup_repair() {
+        let dropped = repair.dropped().map(|d| format!(", {d}")).unwrap_or_default();
+        report.trace(format!(
+            "agent#{life} repaired the session: truncated {} torn bytes, salvaged {} records, appended {} closers{dropped}",
+            repair.truncated_bytes,
+            repair.recovered.len(),
+            repair.closers.len()
+        ));
+    }
 }
 
 /// `tools` and the plan's: gateway tools deliver through the queue, the rest run here.

@@ -31,7 +31,6 @@ pub(crate) mod stamp;
 pub(crate) mod user;
 pub(crate) mod witness;
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 pub use conclude::RunResult;
@@ -87,8 +86,6 @@ fn run_with(
         plan: plan.faults.crashes.iter().map(|c| (c.point, c.hit)).collect(),
         ..CrashControl::default()
     }));
-    let restart_delays: std::collections::VecDeque<u64> =
-        plan.faults.crashes.iter().map(|c| c.restart_after_ms).collect();
     // The disk: shared by every incarnation (a restart frees no space).
     let space = crate::seams::DiskSpace::default();
     let first_life_fs = first_life_faults(&plan, seed);
@@ -106,29 +103,15 @@ fn run_with(
         seed,
         recorder,
     };
-    sim.host("agent", move || {
-        let life = life.clone();
-        async move {
-            life.run().await;
-            Ok(())
-        }
-    });
-
-    let driver = driver::Driver {
+    life.host(&mut sim);
+    let driver = driver::Driver::new(
         sim,
-        plan: &plan,
-        world: world.clone(),
-        control: control.clone(),
-        first_life_fs: first_life_fs.clone(),
-        space: space.clone(),
-        model_slot: model_slot.clone(),
-        restart_delays,
-        partitioned: BTreeSet::new(),
-        disk_full: false,
-        healed: false,
-        fs_crash_done: false,
-        disk_op_crashes: 0,
-    };
+        &plan,
+        world.clone(),
+        control.clone(),
+        (first_life_fs.clone(), space.clone()),
+        model_slot.clone(),
+    );
     let (sim_ms, disk_op_crashes) = driver.drive();
     let mut world = std::mem::take(&mut *lock(&world));
     note_disk_faults(&mut world, &plan, &first_life_fs, &space);

@@ -216,28 +216,8 @@ impl Swarm {
     /// The swarm of `seed`.
     pub fn draw(seed: u64) -> Swarm {
         let on = |family: &str| stream(seed, &format!("swarm/{family}")).unit_f64() < 0.5;
-        let model_failures = on("model").then(|| {
-            let model = stream(seed, "model");
-            let p = 0.1 + 0.6 * model.unit_f64();
-            let kinds: Vec<usize> = (0..FAILURE_KINDS).filter(|_| model.unit_f64() < 0.5).collect();
-            (p, if kinds.is_empty() { vec![(model.next_u64() % FAILURE_KINDS as u64) as usize] } else { kinds })
-        });
-        let crash = on("crash").then(|| {
-            let crash = stream(seed, "crash");
-            let points = [
-                CrashPoint::BeforeDispatch,
-                CrashPoint::MidStream,
-                CrashPoint::AfterToolCallFlush,
-                CrashPoint::AfterSideEffect,
-                CrashPoint::MidFlush,
-                CrashPoint::DuringOutboxFinish,
-            ];
-            CrashFault {
-                point: *pick(&crash, &points),
-                hit: 1 + (crash.next_u64() % 2) as u32,
-                restart_after_ms: 100 + crash.next_u64() % 400,
-            }
-        });
+        let model_failures = on("model").then(|| Swarm::draw_model_failures(seed));
+        let crash = on("crash").then(|| Swarm::draw_crash(seed));
         let torn_block = on("torn").then(|| *pick(&stream(seed, "torn"), &[512, 4096]));
         let fs_error = on("fs-error").then(|| {
             let fs = stream(seed, "fs-error");
@@ -261,14 +241,8 @@ impl Swarm {
             && power_loss_hole
             && stream(seed, "rot/after-hole").unit_f64() < BIT_ROT_AFTER_HOLE_PROBABILITY;
         let bit_rot = bit_rot.or(rot_after_hole.then_some(RotTarget::Session));
-        let disk_full = (stream(seed, "swarm/disk-full").unit_f64() < DISK_FULL_PROBABILITY).then(|| {
-            let window = stream(seed, "disk-full");
-            let from_ms = window.next_u64() % DISK_FULL_FROM_MS_MAX;
-            let to_ms = from_ms + 100 + window.next_u64() % DISK_FULL_MS_MAX;
-            let refuses =
-                *pick(&window, &[DiskFullRefuses::NewBlocks, DiskFullRefuses::Everything, DiskFullRefuses::Fsync]);
-            DiskFull { from_ms, to_ms, refuses }
-        });
+        let disk_full =
+            (stream(seed, "swarm/disk-full").unit_f64() < DISK_FULL_PROBABILITY).then(|| Swarm::draw_disk_full(seed));
         let zstd = on("zstd");
         let dialect = *pick(&stream(seed, "swarm/dialect"), &Dialect::ALL);
         let no_finish_reason = stream(seed, "swarm/no-finish").unit_f64() < NO_FINISH_REASON_PROBABILITY;
@@ -295,6 +269,42 @@ impl Swarm {
             refusal,
             disk_full,
         }
+    }
+
+    /// A seed's failing attempts: how often one precedes a good response, and their kinds.
+    fn draw_model_failures(seed: u64) -> (f64, Vec<usize>) {
+        let model = stream(seed, "model");
+        let p = 0.1 + 0.6 * model.unit_f64();
+        let kinds: Vec<usize> = (0..FAILURE_KINDS).filter(|_| model.unit_f64() < 0.5).collect();
+        (p, if kinds.is_empty() { vec![(model.next_u64() % FAILURE_KINDS as u64) as usize] } else { kinds })
+    }
+
+    /// A seed's crash: the point, its hit, the restart delay.
+    fn draw_crash(seed: u64) -> CrashFault {
+        let crash = stream(seed, "crash");
+        let points = [
+            CrashPoint::BeforeDispatch,
+            CrashPoint::MidStream,
+            CrashPoint::AfterToolCallFlush,
+            CrashPoint::AfterSideEffect,
+            CrashPoint::MidFlush,
+            CrashPoint::DuringOutboxFinish,
+        ];
+        CrashFault {
+            point: *pick(&crash, &points),
+            hit: 1 + (crash.next_u64() % 2) as u32,
+            restart_after_ms: 100 + crash.next_u64() % 400,
+        }
+    }
+
+    /// A seed's disk-full window and what the full disk refuses.
+    fn draw_disk_full(seed: u64) -> DiskFull {
+        let window = stream(seed, "disk-full");
+        let from_ms = window.next_u64() % DISK_FULL_FROM_MS_MAX;
+        let to_ms = from_ms + 100 + window.next_u64() % DISK_FULL_MS_MAX;
+        let refuses =
+            *pick(&window, &[DiskFullRefuses::NewBlocks, DiskFullRefuses::Everything, DiskFullRefuses::Fsync]);
+        DiskFull { from_ms, to_ms, refuses }
     }
 
     /// Interleaves failing attempts before the good responses of `responses`; with

@@ -12,46 +12,20 @@ pub fn scan_jsonl(bytes: &[u8]) -> Scan {
 pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compute: &dyn Compute) -> io::Result<Scan> {
     let file_len = source.len();
     let mut committer = Committer::new(&mut keep);
-    // `buffer` holds the file from `buffer_at`; `used` bytes of it are read.
-    let mut buffer = vec![0u8; SCAN_CHUNK_BYTES.min(usize::try_from(file_len).unwrap_or(usize::MAX)).max(1)];
-    let (mut buffer_at, mut used) = (0u64, 0usize);
+    let mut lines = Lines::new(file_len);
     let mut header: Option<SessionHeader> = None;
     let mut scan = Scan::new(file_len);
     let mut pending: Option<DecodedChunk> = None;
     let mut recycled = Recycled::default();
-    loop {
-        // Fill the buffer; grow it only when one line does not fit.
-        if used == buffer.len() {
-            let grown = (buffer.len() * 2).min(RECORD_LINE_BYTES_MAX + 2);
-            if grown <= buffer.len() {
-                // A line longer than any record may be, with no end in sight: damaged here.
-                break;
-            }
-            buffer.resize(grown, 0);
-        }
-        let n = source.read_at(buffer_at + used as u64, &mut buffer[used..])?;
-        used += n;
-        // A source returns 0 bytes only at its end (a file that shrank is an error).
-        let at_end = buffer_at + used as u64 >= file_len;
-        let Some(last_newline) = memchr::memrchr(b'\n', &buffer[..used]) else {
-            if at_end {
-                break;
-            }
-            continue;
-        };
-        let text = &buffer[..=last_newline];
+    while let Some(last_newline) = lines.next(source)? {
+        let text = &lines.buffer[..=last_newline];
         let Recycled { mut spans, mut results } = std::mem::take(&mut recycled);
         line_spans_into(text, &mut spans);
         if header.is_none() {
-            let (s, e) = spans[0];
-            match header_of(&text[s..e], file_len) {
+            match first_chunk_header(text, &mut spans, file_len, &mut committer) {
                 Ok(h) => header = Some(h),
                 Err(refused) => return Ok(*refused),
             }
-            spans.remove(0);
-            // The first chunk's lines say how many the file holds: grow the kept list once.
-            let per_byte = spans.len() as f64 / text.len() as f64;
-            committer.reserve((per_byte * file_len as f64 * 1.05) as usize);
         }
         // The previous chunk is committed (in order, one thread) while this one is decoded
         // (on the others): the order-dependent half of the work overlaps the parallel half.
@@ -64,51 +38,125 @@ pub(crate) fn scan_jsonl_from(source: &mut dyn Source, mut keep: Keep<'_>, compu
             }
             compute.run(jobs);
         }
-        if let Some(Damage { offset, line_end, issue }) = damage {
-            committer.finish(&mut scan);
-            scan.header = header;
-            damaged_jsonl(source, &mut scan, offset, line_end, issue)?;
-            return Ok(scan);
+        if let Some(damage) = damage {
+            return damaged_scan(source, committer, scan, header, damage);
         }
-        pending = Some(DecodedChunk { at: buffer_at, spans, results });
-        // Keep the unterminated rest for the next round.
-        let consumed = last_newline + 1;
-        buffer.copy_within(consumed..used, 0);
-        buffer_at += consumed as u64;
-        used -= consumed;
-        if at_end && used == 0 {
+        pending = Some(DecodedChunk { at: lines.at, spans, results });
+        if lines.consume(last_newline) {
             break;
         }
     }
-    if let Some(Damage { offset, line_end, issue }) =
-        pending.take().and_then(|chunk| commit_chunk(&mut committer, chunk).0)
-    {
-        committer.finish(&mut scan);
-        scan.header = header;
-        damaged_jsonl(source, &mut scan, offset, line_end, issue)?;
-        return Ok(scan);
+    if let Some(damage) = pending.take().and_then(|chunk| commit_chunk(&mut committer, chunk).0) {
+        return damaged_scan(source, committer, scan, header, damage);
     }
     committer.finish(&mut scan);
-    let committed = buffer_at;
-    if header.is_none() {
+    let Some(header) = header else {
         let reason =
             if file_len == 0 { "empty file: no session header" } else { "session header line is unterminated" };
         return Ok(Scan::refused(ScanStatus::Corrupt, 0, reason, file_len));
+    };
+    scan.header = Some(header);
+    unterminated_tail(source, &mut scan, lines.at, lines.used)?;
+    Ok(scan)
+}
+
+/// The file from `at`, read in chunks of whole lines through one buffer (`used` bytes of it
+/// read), grown only for a line that does not fit.
+struct Lines {
+    buffer: Vec<u8>,
+    at: u64,
+    used: usize,
+    file_len: u64,
+}
+
+impl Lines {
+    fn new(file_len: u64) -> Lines {
+        let size = SCAN_CHUNK_BYTES.min(usize::try_from(file_len).unwrap_or(usize::MAX)).max(1);
+        Lines { buffer: vec![0u8; size], at: 0, used: 0, file_len }
     }
-    scan.header = header;
-    scan.committed_len = committed;
-    if committed < file_len {
-        // The bytes after the last complete line: an unterminated final line is always torn
-        // (however long); a line longer than any record with more after it is damage.
-        match next_newline(source, committed + used as u64)? {
-            None => scan.status = ScanStatus::Torn,
-            Some(line_end) => {
-                let reason = format!("line exceeds the {RECORD_LINE_BYTES_MAX}-byte limit");
-                damaged_jsonl(source, &mut scan, committed, line_end, LineIssue::Suspect(reason))?;
+
+    /// Reads until the buffer holds a whole line: the offset of its last newline; `None` at
+    /// the end of the file, or at a line longer than any record may be, with no end in sight.
+    fn next(&mut self, source: &mut dyn Source) -> io::Result<Option<usize>> {
+        loop {
+            if self.used == self.buffer.len() {
+                let grown = (self.buffer.len() * 2).min(RECORD_LINE_BYTES_MAX + 2);
+                if grown <= self.buffer.len() {
+                    return Ok(None);
+                }
+                self.buffer.resize(grown, 0);
+            }
+            let n = source.read_at(self.at + self.used as u64, &mut self.buffer[self.used..])?;
+            self.used += n;
+            // A source returns 0 bytes only at its end (a file that shrank is an error).
+            match memchr::memrchr(b'\n', &self.buffer[..self.used]) {
+                Some(last_newline) => return Ok(Some(last_newline)),
+                None if self.at_end() => return Ok(None),
+                None => {}
             }
         }
     }
+
+    /// Moves past the lines up to `last_newline`, keeping the unterminated rest for the next
+    /// round: whether the file is read to its end.
+    fn consume(&mut self, last_newline: usize) -> bool {
+        let consumed = last_newline + 1;
+        self.buffer.copy_within(consumed..self.used, 0);
+        self.at += consumed as u64;
+        self.used -= consumed;
+        self.at_end() && self.used == 0
+    }
+
+    fn at_end(&self) -> bool {
+        self.at + self.used as u64 >= self.file_len
+    }
+}
+
+/// The header of the file's first chunk (its first line, taken out of `spans`), or the
+/// refusal; the committer grown once for as many lines as the first chunk says the file holds.
+fn first_chunk_header(
+    text: &[u8],
+    spans: &mut Vec<(usize, usize)>,
+    file_len: u64,
+    committer: &mut Committer<'_, '_>,
+) -> Result<SessionHeader, Box<Scan>> {
+    let (s, e) = spans[0];
+    let header = header_of(&text[s..e], file_len)?;
+    spans.remove(0);
+    let per_byte = spans.len() as f64 / text.len() as f64;
+    committer.reserve((per_byte * file_len as f64 * 1.05) as usize);
+    Ok(header)
+}
+
+/// The scan of a file damaged at `damage`: what was committed before it, then the torn rule.
+fn damaged_scan(
+    source: &mut dyn Source,
+    committer: Committer<'_, '_>,
+    mut scan: Scan,
+    header: Option<SessionHeader>,
+    Damage { offset, line_end, issue }: Damage,
+) -> io::Result<Scan> {
+    committer.finish(&mut scan);
+    scan.header = header;
+    damaged_jsonl(source, &mut scan, offset, line_end, issue)?;
     Ok(scan)
+}
+
+/// The bytes after the last complete line (from `committed`, of which `read` are read): an
+/// unterminated final line is always torn (however long); a line longer than any record with
+/// more after it is damage.
+fn unterminated_tail(source: &mut dyn Source, scan: &mut Scan, committed: u64, read: usize) -> io::Result<()> {
+    scan.committed_len = committed;
+    if committed < scan.file_len {
+        match next_newline(source, committed + read as u64)? {
+            None => scan.status = ScanStatus::Torn,
+            Some(line_end) => {
+                let reason = format!("line exceeds the {RECORD_LINE_BYTES_MAX}-byte limit");
+                damaged_jsonl(source, scan, committed, line_end, LineIssue::Suspect(reason))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The offset of the first newline at or after `from`, streaming.

@@ -193,11 +193,7 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
         // while the batch before is committed.
         let batch_start = walked;
         let mut frames = walk_batch(source, &mut walked, header_seen, &mut torn_at, &mut corrupt)?;
-        let bytes = if frames.is_empty() { Vec::new() } else { read_range(source, batch_start, walked)? };
-        let local: Vec<FrameSpan> = frames
-            .iter()
-            .map(|f| FrameSpan { start: f.start - batch_start as usize, end: f.end - batch_start as usize, ..*f })
-            .collect();
+        let (bytes, local) = read_batch(source, &frames, batch_start, walked)?;
         let mut contents: Vec<Vec<FrameContent>> = Vec::new();
         let mut stop = None;
         {
@@ -251,6 +247,20 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
     }
     committer.finish(&mut scan);
     scan.committed_len = offset;
+    judge_tail(source, &mut scan, torn_at, corrupt, salvage)?;
+    Ok(scan)
+}
+
+/// The verdict on where the frame walk or the commit stopped (`torn_at`, or `corrupt` with its
+/// reason), and what a torn frame yields when its content can be vouched for (`salvage`).
+fn judge_tail(
+    source: &mut dyn Source,
+    scan: &mut Scan,
+    torn_at: Option<u64>,
+    corrupt: Option<(u64, String)>,
+    salvage: bool,
+) -> io::Result<()> {
+    let file_len = scan.file_len;
     // A frame is one write unit: a complete, checksummed frame after the damage is a later
     // unit that was written whole, so the damage is not the last unit's (a flipped bit that
     // makes a frame swallow the next one looks torn to the walk, not to this).
@@ -277,7 +287,20 @@ pub(crate) fn scan_zstd_from(source: &mut dyn Source, mut keep: Keep<'_>, comput
             scan.recovered.push(record);
         }
     }
-    Ok(scan)
+    Ok(())
+}
+
+/// The bytes of a walked batch (`from`..`to`), and its frames' spans within them.
+fn read_batch(
+    source: &mut dyn Source,
+    frames: &[FrameSpan],
+    from: u64,
+    to: u64,
+) -> io::Result<(Vec<u8>, Vec<FrameSpan>)> {
+    let bytes = if frames.is_empty() { Vec::new() } else { read_range(source, from, to)? };
+    let local =
+        frames.iter().map(|f| FrameSpan { start: f.start - from as usize, end: f.end - from as usize, ..*f }).collect();
+    Ok((bytes, local))
 }
 
 /// One job per part of `frames` (spans within `bytes`), each decompressing and decoding its

@@ -57,107 +57,149 @@ pub(super) fn durable_append(
     runtime: &tokio::runtime::Runtime,
 ) -> Vec<Figure> {
     let per_round = batch * batches;
-    let turns = (per_round * APPEND_ROUNDS).div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN);
-    let records: Vec<Record> =
-        crate::cli::bench::mix::records(turns).into_iter().take(per_round * APPEND_ROUNDS).collect();
-    let lines: Vec<Vec<u8>> = records
-        .chunks(batch)
-        .map(|chunk| chunk.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect())
-        .collect();
-    let open = |name: &str| {
-        std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}-{batch}"))).expect("file")
-    };
-    let (mut raw_file, mut serial_file) = (open("raw"), open("serial"));
-    let labels = ["jsonl", "zstd", "sqlite"];
-    let id = SessionId::new("bench").expect("id");
-    let stores: Vec<Box<dyn Store>> = labels
-        .iter()
-        .map(|label| {
-            let seams = production::seams();
-            let root = dir.join(format!("{label}-{batch}"));
-            match *label {
-                "jsonl" => Box::new(FileStore::new(seams, &root, Format::Jsonl)) as Box<dyn Store>,
-                "zstd" => Box::new(FileStore::new(seams, &root, Format::Zstd)),
-                _ => {
-                    std::fs::create_dir_all(&root).expect("dir");
-                    Box::new(SqliteStore::open(root.join("s.sqlite"), seams.process.clone()).expect("sqlite"))
-                }
-            }
-        })
-        .collect();
-    let mut logs: Vec<_> = stores.iter().map(|store| store.create(&id, 1).expect("create")).collect();
-    let config = WriteBehindConfig { batch_window_ms: 1, pending_events_max: batch * 4, batch_events_max: batch };
-    let pipelines: Vec<WriteBehind> = [Format::Jsonl, Format::Zstd]
-        .into_iter()
-        .enumerate()
-        .map(|(i, format)| {
-            let seams = production::seams();
-            let store = FileStore::new(seams.clone(), dir.join(format!("wb-{}-{batch}", labels[i])), format);
-            let log = store.create(&id, 1).expect("create");
-            runtime.block_on(async { WriteBehind::start(log, seams.clock.clone(), config, None) })
-        })
-        .collect();
+    let mut bench = AppendBench::new(dir, batch, per_round * APPEND_ROUNDS, runtime);
     let sides: Vec<AppendSide> = [AppendSide::Raw, AppendSide::Serial]
         .into_iter()
-        .chain((0..logs.len()).map(AppendSide::Direct))
-        .chain((0..pipelines.len()).map(AppendSide::Pipelined))
+        .chain((0..bench.logs.len()).map(AppendSide::Direct))
+        .chain((0..bench.pipelines.len()).map(AppendSide::Pipelined))
         .collect();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); sides.len()];
-    let mut text = Vec::new();
     for round in 0..APPEND_ROUNDS {
         let range = round * per_round..(round + 1) * per_round;
-        let round_lines = &lines[round * batches..(round + 1) * batches];
+        let round_lines = round * batches..(round + 1) * batches;
         // Rotate who goes first each round: an fsync right after another file's fsync can
         // cost more, and that must not always land on the same side.
         for turn in 0..sides.len() {
             let i = (turn + round) % sides.len();
-            // The events a pipelined side hands over, owned as a live producer owns them
-            // (built outside the timing: the other sides borrow theirs).
-            let owned: Vec<(Event, Option<Vec<u64>>)> = match sides[i] {
-                AppendSide::Pipelined(_) => {
-                    records[range.clone()].iter().map(|r| (r.event.clone(), r.source_seqs.clone())).collect()
-                }
-                _ => Vec::new(),
-            };
-            let start = Instant::now();
-            match sides[i] {
-                AppendSide::Raw => {
-                    for bytes in round_lines {
-                        raw_file.write_all(bytes).expect("write");
-                        raw_file.sync_all().expect("fsync");
-                    }
-                }
-                AppendSide::Serial => {
-                    for chunk in records[range.clone()].chunks(batch) {
-                        text.clear();
-                        for record in chunk {
-                            serde_json::to_writer(&mut text, record).expect("encode");
-                            text.push(b'\n');
-                        }
-                        serial_file.write_all(&text).expect("write");
-                        serial_file.sync_all().expect("fsync");
-                    }
-                }
-                AppendSide::Direct(store) => {
-                    for chunk in records[range.clone()].chunks(batch) {
-                        logs[store].append(chunk).expect("append");
-                    }
-                }
-                AppendSide::Pipelined(pipeline) => runtime.block_on(async {
-                    let wb = &pipelines[pipeline];
-                    for (event, source_seqs) in owned {
-                        wb.append(event, source_seqs).await.expect("append");
-                    }
-                    wb.flush().await.expect("flush");
-                }),
-            }
-            rates[i].push(per_round as f64 / start.elapsed().as_secs_f64());
+            let seconds = bench.time(sides[i], range.clone(), round_lines.clone(), runtime);
+            rates[i].push(per_round as f64 / seconds);
         }
     }
-    for pipeline in pipelines {
+    for pipeline in std::mem::take(&mut bench.pipelines) {
         runtime.block_on(pipeline.close()).expect("close");
     }
     let rate = |side: AppendSide| median(rates[sides.iter().position(|s| *s == side).expect("a side")].clone());
+    append_figures(batch, &rate)
+}
+
+/// The direct stores' labels, in the order of `AppendSide::Direct`.
+const DIRECT_LABELS: [&str; 3] = ["jsonl", "zstd", "sqlite"];
+
+/// What every side of the append bench writes to, and the events and lines it writes.
+struct AppendBench {
+    batch: usize,
+    records: Vec<Record>,
+    /// The records' lines, a batch per entry.
+    lines: Vec<Vec<u8>>,
+    raw_file: std::fs::File,
+    serial_file: std::fs::File,
+    logs: Vec<Box<dyn faultline_runtime::store::SessionLog>>,
+    pipelines: Vec<WriteBehind>,
+    /// The serial side's encoding buffer.
+    text: Vec<u8>,
+}
+
+impl AppendBench {
+    fn new(dir: &Path, batch: usize, events: usize, runtime: &tokio::runtime::Runtime) -> AppendBench {
+        let turns = events.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN);
+        let records: Vec<Record> = crate::cli::bench::mix::records(turns).into_iter().take(events).collect();
+        let lines = records
+            .chunks(batch)
+            .map(|chunk| chunk.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect())
+            .collect();
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("{name}-{batch}")))
+                .expect("file")
+        };
+        let id = SessionId::new("bench").expect("id");
+        let logs =
+            DIRECT_LABELS.iter().map(|label| direct_store(dir, label, batch).create(&id, 1).expect("create")).collect();
+        let config = WriteBehindConfig { batch_window_ms: 1, pending_events_max: batch * 4, batch_events_max: batch };
+        let pipelines = [Format::Jsonl, Format::Zstd]
+            .into_iter()
+            .enumerate()
+            .map(|(i, format)| {
+                let seams = production::seams();
+                let store = FileStore::new(seams.clone(), dir.join(format!("wb-{}-{batch}", DIRECT_LABELS[i])), format);
+                let log = store.create(&id, 1).expect("create");
+                runtime.block_on(async { WriteBehind::start(log, seams.clock.clone(), config, None) })
+            })
+            .collect();
+        let (raw_file, serial_file) = (open("raw"), open("serial"));
+        AppendBench { batch, records, lines, raw_file, serial_file, logs, pipelines, text: Vec::new() }
+    }
+
+    /// Seconds `side` takes to make the records of `range` (the lines of `batches`) durable.
+    fn time(
+        &mut self,
+        side: AppendSide,
+        range: std::ops::Range<usize>,
+        batches: std::ops::Range<usize>,
+        runtime: &tokio::runtime::Runtime,
+    ) -> f64 {
+        // The events a pipelined side hands over, owned as a live producer owns them (built
+        // outside the timing: the other sides borrow theirs).
+        let owned: Vec<(Event, Option<Vec<u64>>)> = match side {
+            AppendSide::Pipelined(_) => {
+                self.records[range.clone()].iter().map(|r| (r.event.clone(), r.source_seqs.clone())).collect()
+            }
+            _ => Vec::new(),
+        };
+        let start = Instant::now();
+        match side {
+            AppendSide::Raw => {
+                for bytes in &self.lines[batches] {
+                    self.raw_file.write_all(bytes).expect("write");
+                    self.raw_file.sync_all().expect("fsync");
+                }
+            }
+            AppendSide::Serial => {
+                for chunk in self.records[range].chunks(self.batch) {
+                    self.text.clear();
+                    for record in chunk {
+                        serde_json::to_writer(&mut self.text, record).expect("encode");
+                        self.text.push(b'\n');
+                    }
+                    self.serial_file.write_all(&self.text).expect("write");
+                    self.serial_file.sync_all().expect("fsync");
+                }
+            }
+            AppendSide::Direct(store) => {
+                for chunk in self.records[range].chunks(self.batch) {
+                    self.logs[store].append(chunk).expect("append");
+                }
+            }
+            AppendSide::Pipelined(pipeline) => runtime.block_on(async {
+                let wb = &self.pipelines[pipeline];
+                for (event, source_seqs) in owned {
+                    wb.append(event, source_seqs).await.expect("append");
+                }
+                wb.flush().await.expect("flush");
+            }),
+        }
+        start.elapsed().as_secs_f64()
+    }
+}
+
+/// The store a direct side appends to, in a directory of its own.
+fn direct_store(dir: &Path, label: &str, batch: usize) -> Box<dyn Store> {
+    let seams = production::seams();
+    let root = dir.join(format!("{label}-{batch}"));
+    match label {
+        "jsonl" => Box::new(FileStore::new(seams, &root, Format::Jsonl)),
+        "zstd" => Box::new(FileStore::new(seams, &root, Format::Zstd)),
+        _ => {
+            std::fs::create_dir_all(&root).expect("dir");
+            Box::new(SqliteStore::open(root.join("s.sqlite"), seams.process.clone()).expect("sqlite"))
+        }
+    }
+}
+
+/// The figures of one batch size from each side's median rate.
+fn append_figures(batch: usize, rate: &dyn Fn(AppendSide) -> f64) -> Vec<Figure> {
     let raw = rate(AppendSide::Raw);
     let mut out = Vec::new();
     for (i, label) in ["jsonl", "zstd"].iter().enumerate() {
@@ -169,7 +211,7 @@ pub(super) fn durable_append(
             Some(("≥ 0.9× raw", 0.9)),
         ));
     }
-    for (i, label) in labels.iter().enumerate() {
+    for (i, label) in DIRECT_LABELS.iter().enumerate() {
         out.push(figure(
             &format!("  durable append {label}, batch {batch} (direct append)"),
             rate(AppendSide::Direct(i)),

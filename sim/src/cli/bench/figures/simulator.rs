@@ -11,99 +11,31 @@ use super::figure::*;
 /// connections with the same writes on each side, the same disk operations on the same paths
 /// with the same sizes — and nothing above the seams. The first, byte-less twin (one `GET /`
 /// answered `ok` per exchange, a 512-byte append per two disk operations) is measured beside
-/// it, for comparison with the figures measured against it before 2026-12-02.
+/// it, for comparison.
 pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
     use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
     let scenarios: Vec<Scenario> =
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
-    let (mut runs, mut sim_ms) = (0u64, 0u64);
-    let (mut wall, mut twin_wall, mut byte_less_wall) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    // Per scenario (run, twin): where the ratio is lost.
-    let mut by_scenario = vec![(Duration::ZERO, Duration::ZERO); scenarios.len()];
+    let mut totals =
+        Totals { by_scenario: vec![(Duration::ZERO, Duration::ZERO); scenarios.len()], ..Totals::default() };
     for seed in 0..seeds {
         for (i, scenario) in scenarios.iter().enumerate() {
-            // The I/O to replay comes from a recorded run of the same seed (the same run: one
-            // seed fixes it); the timed run records nothing.
-            let (recorded, io) = crate::world::run_recorded(scenario, seed);
-            let twin =
-                crate::cli::bench::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
-            let byte_less = BareWork {
-                tick_ms: scenario.tick_ms,
-                model_requests: recorded.model_requests,
-                gateway_requests: recorded.gateway_requests,
-                appends: (recorded.fs_ops / 2) as usize,
-                sim_ms: recorded.sim_ms,
-            };
-            let timed_run = || {
-                let start = Instant::now();
-                let result = crate::world::run(scenario, seed);
-                (start.elapsed(), result)
-            };
-            let timed_twin = || {
-                let start = Instant::now();
-                crate::cli::bench::twin::replay(seed, &twin);
-                start.elapsed()
-            };
-            // The side that goes first alternates run by run.
-            let (took, result, twin_took) = if (seed + i as u64) % 2 == 0 {
-                let (took, result) = timed_run();
-                (took, result, timed_twin())
-            } else {
-                let twin_took = timed_twin();
-                let (took, result) = timed_run();
-                (took, result, twin_took)
-            };
-            assert_eq!(result.trace_hash, recorded.trace_hash, "a seed replays the same run");
-            let start = Instant::now();
-            bare_turmoil(seed, byte_less);
-            byte_less_wall += start.elapsed();
-            wall += took;
-            twin_wall += twin_took;
-            by_scenario[i].0 += took;
-            by_scenario[i].1 += twin_took;
-            runs += 1;
-            sim_ms += result.sim_ms;
+            totals.add(i, time_against_twins(scenario, seed, (seed + i as u64) % 2 == 0));
         }
     }
-    let mix_rate = runs as f64 / wall.as_secs_f64();
-    let twin_rate = runs as f64 / twin_wall.as_secs_f64();
-    let byte_less_rate = runs as f64 / byte_less_wall.as_secs_f64();
     let mixed = Scenario::built_in("mixed").expect("mixed");
     let start = Instant::now();
     for seed in 0..seeds * 4 {
         crate::world::run(&mixed, seed);
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
-    let mut costliest: Vec<(usize, Duration, Duration)> =
-        by_scenario.iter().enumerate().map(|(i, &(run, twin))| (i, run, twin)).collect();
-    costliest.sort_by_key(|&(_, run, twin)| std::cmp::Reverse(run.saturating_sub(twin)));
-    let mut figures = vec![
-        figure(
-            "simulator: default mix, runs per second (one core)",
-            mix_rate,
-            "runs/s",
-            Some(twin_rate),
-            Some(("≤ 1.5× its bare turmoil twin (ratio ≥ 0.67)", 1.0 / 1.5)),
-        ),
-        figure(
-            "  against the byte-less twin of 055b8a5 (counts only, no bytes)",
-            mix_rate,
-            "runs/s",
-            Some(byte_less_rate),
-            None,
-        ),
-        figure_at_least(
-            "simulator: mixed scenario (one core)",
-            mixed_rate,
-            "runs/s",
-            None,
-            ("≥ 100 runs/s/core", 100.0),
-        ),
-        figure("simulator: simulated / wall time", sim_ms as f64 / 1e3 / wall.as_secs_f64(), "×", None, None),
-    ];
+    let mut figures = mix_figures(&totals, mixed_rate);
     // The scenarios whose runs cost the most beyond their twins, and their share of the whole
     // mix's excess: where a cut moves the ratio.
-    let excess = wall.saturating_sub(twin_wall).as_secs_f64().max(f64::MIN_POSITIVE);
+    let mut costliest: Vec<(usize, Duration, Duration)> =
+        totals.by_scenario.iter().enumerate().map(|(i, &(run, twin))| (i, run, twin)).collect();
+    costliest.sort_by_key(|&(_, run, twin)| std::cmp::Reverse(run.saturating_sub(twin)));
+    let excess = totals.wall.saturating_sub(totals.twin_wall).as_secs_f64().max(f64::MIN_POSITIVE);
     for &(i, run, twin) in costliest.iter().take(SIMULATOR_COSTLIEST_SHOWN) {
         let share = run.saturating_sub(twin).as_secs_f64() / excess * 100.0;
         figures.push(figure(
@@ -115,6 +47,106 @@ pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
         ));
     }
     figures
+}
+
+/// One run and its twins, timed.
+struct Timed {
+    run: Duration,
+    twin: Duration,
+    byte_less: Duration,
+    sim_ms: u64,
+}
+
+/// The mix's time, its twins' and per scenario (run, twin): where the ratio is lost.
+#[derive(Default)]
+struct Totals {
+    runs: u64,
+    sim_ms: u64,
+    wall: Duration,
+    twin_wall: Duration,
+    byte_less_wall: Duration,
+    by_scenario: Vec<(Duration, Duration)>,
+}
+
+impl Totals {
+    fn add(&mut self, scenario: usize, timed: Timed) {
+        self.wall += timed.run;
+        self.twin_wall += timed.twin;
+        self.byte_less_wall += timed.byte_less;
+        self.by_scenario[scenario].0 += timed.run;
+        self.by_scenario[scenario].1 += timed.twin;
+        self.runs += 1;
+        self.sim_ms += timed.sim_ms;
+    }
+}
+
+/// `scenario` at `seed` timed beside its bare turmoil twin (which goes first when
+/// `run_first` is false) and its byte-less twin.
+fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first: bool) -> Timed {
+    // The I/O to replay comes from a recorded run of the same seed (the same run: one seed
+    // fixes it); the timed run records nothing.
+    let (recorded, io) = crate::world::run_recorded(scenario, seed);
+    let twin = crate::cli::bench::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
+    let byte_less = BareWork {
+        tick_ms: scenario.tick_ms,
+        model_requests: recorded.model_requests,
+        gateway_requests: recorded.gateway_requests,
+        appends: (recorded.fs_ops / 2) as usize,
+        sim_ms: recorded.sim_ms,
+    };
+    let timed_run = || {
+        let start = Instant::now();
+        let result = crate::world::run(scenario, seed);
+        (start.elapsed(), result)
+    };
+    let timed_twin = || {
+        let start = Instant::now();
+        crate::cli::bench::twin::replay(seed, &twin);
+        start.elapsed()
+    };
+    let (run, result, twin_took) = if run_first {
+        let (took, result) = timed_run();
+        (took, result, timed_twin())
+    } else {
+        let twin_took = timed_twin();
+        let (took, result) = timed_run();
+        (took, result, twin_took)
+    };
+    assert_eq!(result.trace_hash, recorded.trace_hash, "a seed replays the same run");
+    let start = Instant::now();
+    bare_turmoil(seed, byte_less);
+    Timed { run, twin: twin_took, byte_less: start.elapsed(), sim_ms: result.sim_ms }
+}
+
+/// The mix's rate against its twins, `mixed` alone, and simulated against wall time.
+fn mix_figures(totals: &Totals, mixed_rate: f64) -> Vec<Figure> {
+    let mix_rate = totals.runs as f64 / totals.wall.as_secs_f64();
+    let twin_rate = totals.runs as f64 / totals.twin_wall.as_secs_f64();
+    let byte_less_rate = totals.runs as f64 / totals.byte_less_wall.as_secs_f64();
+    vec![
+        figure(
+            "simulator: default mix, runs per second (one core)",
+            mix_rate,
+            "runs/s",
+            Some(twin_rate),
+            Some(("≤ 1.5× its bare turmoil twin (ratio ≥ 0.67)", 1.0 / 1.5)),
+        ),
+        figure("  against the byte-less twin (counts only, no bytes)", mix_rate, "runs/s", Some(byte_less_rate), None),
+        figure_at_least(
+            "simulator: mixed scenario (one core)",
+            mixed_rate,
+            "runs/s",
+            None,
+            ("≥ 100 runs/s/core", 100.0),
+        ),
+        figure(
+            "simulator: simulated / wall time",
+            totals.sim_ms as f64 / 1e3 / totals.wall.as_secs_f64(),
+            "×",
+            None,
+            None,
+        ),
+    ]
 }
 
 /// How many scenarios the simulator group names as costliest beyond their twins.
@@ -135,7 +167,7 @@ pub struct BareWork {
     pub sim_ms: u64,
 }
 
-/// The byte-less twin (the bench's baseline until 2026-12-02): a plain turmoil simulation
+/// The byte-less twin (the bench's first baseline): a plain turmoil simulation
 /// with the scenario's topology (an `agent` client, `model` and `gateway` hyper servers)
 /// doing `work` — as many exchanges (`GET /` answered `ok`), a 512-byte append and fsync per
 /// two disk operations, the same tick and simulated time — and nothing else.

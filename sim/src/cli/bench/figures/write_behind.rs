@@ -25,35 +25,8 @@ pub(super) const FLAT_OUT_EVENTS_PER_FLUSH: usize = 1_000;
 /// included) in both phases, and the peak queue length (bounded).
 pub(super) async fn write_behind(dir: &Path, events_total: usize) -> Vec<Figure> {
     let seams = production::seams();
-    // Turn 1, step 1, attempt 1: a text block opened once, then one delta per token.
-    let chunk = |i: usize| {
-        let chunk = if i == 0 {
-            Chunk::BlockStart { index: 0, kind: BlockKind::Text }
-        } else {
-            Chunk::TextDelta { index: 0, text: format!("token{i} ") }
-        };
-        Event::AssistantChunk(AssistantChunk { turn: 1, step: 1, attempt: 1, chunk })
-    };
     let prefix = [Event::TurnStart(TurnStart { turn: 1 }), Event::StepStart(StepRef { turn: 1, step: 1 })];
-    // The baseline: the same chunk events appended durably in batches of 1 000 with no
-    // write-behind, one fsync per batch, as many fsyncs as the flat-out phase's flushes.
-    let batched_rate = {
-        let store = FileStore::new(seams.clone(), dir.join("wb-direct"), Format::Jsonl);
-        let mut log = store.create(&SessionId::new("direct").expect("id"), 1).expect("create");
-        let records: Vec<Record> = prefix
-            .iter()
-            .cloned()
-            .chain((0..events_total).map(chunk))
-            .enumerate()
-            .map(|(seq, event)| Record::new(seq as u64, 1, event))
-            .collect();
-        log.append(&records[..prefix.len()]).expect("append");
-        let start = Instant::now();
-        for batch in records[prefix.len()..].chunks(FLAT_OUT_EVENTS_PER_FLUSH) {
-            log.append(batch).expect("append");
-        }
-        events_total as f64 / start.elapsed().as_secs_f64()
-    };
+    let batched_rate = batched_rate(dir, &prefix, events_total);
     let store = FileStore::new(seams.clone(), dir.join("wb"), Format::Jsonl);
     let log = store.create(&SessionId::new("wb").expect("id"), 1).expect("create");
     let config = WriteBehindConfig { batch_window_ms: 200, pending_events_max: 4096, ..WriteBehindConfig::default() };
@@ -89,6 +62,47 @@ pub(super) async fn write_behind(dir: &Path, events_total: usize) -> Vec<Figure>
     // Durable, not merely accepted: the clock stops when the last flush returned.
     let rate = events_total as f64 / start.elapsed().as_secs_f64();
     wb.close().await.expect("close");
+    latency_figures(rate, batched_rate, paced_flushes, flushes, peak)
+}
+
+/// Turn 1, step 1, attempt 1: a text block opened once, then one delta per token.
+fn chunk(i: usize) -> Event {
+    let chunk = if i == 0 {
+        Chunk::BlockStart { index: 0, kind: BlockKind::Text }
+    } else {
+        Chunk::TextDelta { index: 0, text: format!("token{i} ") }
+    };
+    Event::AssistantChunk(AssistantChunk { turn: 1, step: 1, attempt: 1, chunk })
+}
+
+/// The baseline: the same chunk events appended durably in batches of 1 000 with no
+/// write-behind, one fsync per batch, as many fsyncs as the flat-out phase's flushes.
+fn batched_rate(dir: &Path, prefix: &[Event], events_total: usize) -> f64 {
+    let store = FileStore::new(production::seams(), dir.join("wb-direct"), Format::Jsonl);
+    let mut log = store.create(&SessionId::new("direct").expect("id"), 1).expect("create");
+    let records: Vec<Record> = prefix
+        .iter()
+        .cloned()
+        .chain((0..events_total).map(chunk))
+        .enumerate()
+        .map(|(seq, event)| Record::new(seq as u64, 1, event))
+        .collect();
+    log.append(&records[..prefix.len()]).expect("append");
+    let start = Instant::now();
+    for batch in records[prefix.len()..].chunks(FLAT_OUT_EVENTS_PER_FLUSH) {
+        log.append(batch).expect("append");
+    }
+    events_total as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The rate against its baseline, the flush latencies of both phases, the peak queue.
+fn latency_figures(
+    rate: f64,
+    batched_rate: f64,
+    mut paced_flushes: Vec<f64>,
+    mut flushes: Vec<f64>,
+    peak: usize,
+) -> Vec<Figure> {
     vec![
         figure(
             "write-behind flat out, durable (JSONL on disk, flush per 1 000)",
