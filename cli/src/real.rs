@@ -122,6 +122,7 @@ pub fn run_one(
         );
         for v in &result.violations {
             println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
+            println!("    advice: {}", v.advice);
         }
         print_parity(&parity);
         if kept {

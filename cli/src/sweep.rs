@@ -281,18 +281,22 @@ fn print_run(
             "{verdict} {} seed {} trace {} ({} ms simulated)",
             result.scenario, result.seed, result.trace_hash, result.sim_ms
         );
-        for v in &result.violations {
-            println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
-        }
         if let Some(agent) = &agent {
             for line in agent.stand_ins() {
                 println!("  stand-in {line}");
             }
             for finding in faultline_sim::findings(result, agent) {
-                if let Some(hint) = finding.hint {
-                    println!("  would have prevented it: {hint}");
-                }
+                println!("  violated {}: {}", finding.invariant, finding.evidence);
+                println!("    advice: {}", finding.advice);
             }
+        } else {
+            for v in &result.violations {
+                println!("  violated {}: {} (at {} ms)", v.invariant, v.detail, v.at_ms);
+                println!("    advice: {}", v.advice);
+            }
+        }
+        if let Some(slow) = &result.slow_recovery {
+            println!("  slow recovery: {slow}");
         }
         if args.check_determinism {
             match divergence {
@@ -480,6 +484,13 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
     for site in &summary.never_fired {
         let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
     }
+    if let Some(first) = summary.slow_recoveries.first() {
+        let _ = writeln!(
+            out,
+            "slow recoveries (within each run's liveness bound): {} runs; the first: {first}",
+            summary.slow_recovery_runs
+        );
+    }
     let wall_s = summary.wall_ms as f64 / 1000.0;
     let rate = if jobs > 0 {
         format!(", {:.0} runs/s on {jobs} jobs", summary.runs as f64 / wall_s.max(1e-9))
@@ -507,9 +518,9 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
         let _ = writeln!(out, "FAIL {} seed {}{tools}: replay with `{}`", f.scenario, f.seed, f.replay);
         for v in &f.violations {
             let _ = writeln!(out, "  violated {}: {}", v.invariant, v.detail);
-        }
-        for hint in &f.hints {
-            let _ = writeln!(out, "  would have prevented it: {hint}");
+            if !v.advice.is_empty() {
+                let _ = writeln!(out, "    advice: {}", v.advice);
+            }
         }
     }
 }

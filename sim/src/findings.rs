@@ -1,6 +1,6 @@
-//! Findings: a broken invariant of one run of an embedder's agent, named after the tools it
-//! concerns, with the call that replays it and, where the harness knows, what would have
-//! prevented it.
+//! Findings (FAILURE-FINDINGS): a broken invariant of one run of an embedder's agent, as
+//! data: the evidence that broke it, the advice that fits that evidence, the tools and the
+//! service it concerns, and the call that replays it.
 
 use crate::world::{AgentUnderTest, RunResult};
 
@@ -13,14 +13,17 @@ pub struct Finding {
     pub seed: u64,
     /// The invariant's name (`at-most-once`, ...).
     pub invariant: String,
-    /// What broke, naming the tool and service where there is one.
-    pub detail: String,
-    /// The agent's tools the detail names.
+    /// The evidence that broke it, naming the tool and service where there is one.
+    pub evidence: String,
+    /// What would prevent it, fitted to the evidence: the setting, the line of the agent's
+    /// code or file, or the side that repeated what.
+    pub advice: String,
+    /// The agent's tools the evidence names.
     pub tools: Vec<String>,
+    /// The agent's service the evidence names, if one.
+    pub service: Option<String>,
     /// The test call that replays it.
     pub replay: String,
-    /// What in the agent's file would have prevented it, when the harness knows.
-    pub hint: Option<String>,
 }
 
 /// The findings of one run of `agent`: one per broken invariant.
@@ -32,15 +35,20 @@ pub fn findings(run: &RunResult, agent: &AgentUnderTest) -> Vec<Finding> {
             let names =
                 |name: &str| v.detail.contains(&format!("tool {name}")) || mentions_call_of(run, &v.detail, name);
             let tools: Vec<String> = schemas.iter().filter(|s| names(&s.name)).map(|s| s.name.clone()).collect();
-            let hint = tools.iter().find_map(|t| agent.hint_for(t, v.invariant.name())).map(str::to_owned);
+            // An agent file's own line for the fix, when it gave one, is the advice its user acts on.
+            let file_advice = tools.iter().find_map(|t| agent.hint_for(t, v.invariant.name()));
+            let words: Vec<&str> =
+                v.detail.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).filter(|w| !w.is_empty()).collect();
+            let service = agent.services().iter().find(|s| words.contains(&s.name.as_str())).map(|s| s.name.clone());
             Finding {
                 scenario: run.scenario.clone(),
                 seed: run.seed,
                 invariant: v.invariant.name().to_owned(),
-                detail: v.detail.clone(),
+                evidence: v.detail.clone(),
+                advice: file_advice.map_or_else(|| v.advice.clone(), str::to_owned),
                 tools,
+                service,
                 replay: format!("Harness::replay({:?}, {})", run.scenario, run.seed),
-                hint,
             }
         })
         .collect()

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::findings::{findings, Finding};
 use crate::scenario::Scenario;
 use crate::sweep::{sweep, SweepPlan};
-use crate::world::{run_agent, AgentUnderTest, RunResult};
+use crate::world::{run_agent, AgentUnderTest, LivenessBound, RunResult, SlowRecovery};
 
 /// Seeds a harness runs unless told (`Harness::seeds`).
 pub const HARNESS_SEEDS_DEFAULT: u64 = 100;
@@ -109,10 +109,15 @@ impl Harness {
         };
         let report = sweep(&plan, |_, _, _| {});
         let findings = report.failures.iter().flat_map(|run| findings(run, &self.agent)).collect();
+        let liveness_bounds =
+            self.scenarios.iter().map(|s| (s.name.clone(), crate::world::liveness_bound(s, &self.agent))).collect();
         HarnessReport {
             agent: self.agent.name().to_owned(),
             runs: report.runs,
             findings,
+            liveness_bounds,
+            slow_recovery_runs: report.slow_recovery_runs,
+            slow_recoveries: report.slow_recoveries,
             families: report.families,
             crash_points: report.crash_points,
             stand_ins: self.agent.stand_ins().to_vec(),
@@ -140,6 +145,13 @@ pub struct HarnessReport {
     pub runs: usize,
     /// Every broken invariant, by scenario and seed.
     pub findings: Vec<Finding>,
+    /// Per scenario, how long after the faults heal its workload may take on this agent's
+    /// own settings: liveness is judged against it.
+    pub liveness_bounds: BTreeMap<String, LivenessBound>,
+    /// Runs that converged within their bound but past their scenario's own window.
+    pub slow_recovery_runs: usize,
+    /// The first of them (by scenario and seed), each naming the settings that made it slow.
+    pub slow_recoveries: Vec<SlowRecovery>,
     /// Runs in which each fault family fired.
     pub families: BTreeMap<String, u32>,
     /// Crash point hits.
@@ -182,14 +194,18 @@ impl std::fmt::Display for HarnessReport {
             writeln!(
                 f,
                 "  {} seed {}: {}{tools}: {}\n    replay: {}",
-                finding.scenario, finding.seed, finding.invariant, finding.detail, finding.replay
+                finding.scenario, finding.seed, finding.invariant, finding.evidence, finding.replay
             )?;
-            if let Some(hint) = &finding.hint {
-                writeln!(f, "    would have prevented it: {hint}")?;
-            }
+            writeln!(f, "    advice: {}", finding.advice)?;
         }
         if self.findings.len() > FINDINGS_SHOWN_MAX {
             writeln!(f, "  ... and {} more findings", self.findings.len() - FINDINGS_SHOWN_MAX)?;
+        }
+        for (scenario, bound) in &self.liveness_bounds {
+            writeln!(f, "  liveness bound of {scenario}: {bound}")?;
+        }
+        if let Some(slow) = self.slow_recoveries.first() {
+            writeln!(f, "  {} runs recovered slowly, within their bound; the first: {slow}", self.slow_recovery_runs)?;
         }
         let families: Vec<String> = self.families.iter().map(|(k, n)| format!("{k} {n}")).collect();
         write!(f, "  fault families fired: {}", families.join(", "))

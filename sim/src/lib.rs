@@ -37,4 +37,7 @@ pub use scenario::{
     ScenarioTool, SessionFormat, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use stand_in::agent_from_file;
-pub use world::{run, run_agent, AgentUnderTest, Fate, Receipt, RunResult, Service, ServiceFaults, ServiceReceipt};
+pub use world::{
+    run, run_agent, AgentUnderTest, BoundWait, Fate, LivenessBound, Receipt, RunResult, Service, ServiceFaults,
+    ServiceReceipt, SlowRecovery,
+};

@@ -22,7 +22,9 @@ pub struct Scenario {
     /// 1 ms, the rest 10 ms.
     #[serde(default = "default_tick_ms")]
     pub tick_ms: u64,
-    /// Simulated-time budget for the whole workload to converge (liveness), in ms.
+    /// Simulated-time budget for the whole workload to converge, in ms: the part after the
+    /// heal is the scenario's own window, to which the liveness bound adds the waits the
+    /// agent's settings allow (`world/bound.rs`).
     #[serde(default = "default_budget_ms")]
     pub budget_ms: u64,
     /// User messages, one turn each.
@@ -54,8 +56,9 @@ pub struct Scenario {
     pub expect: Expectations,
     /// End of the fault window (simulated ms). Then everything heals: partitions are repaired,
     /// planned crashes and disk faults are disarmed, and the model stops failing; from then on
-    /// the workload must converge before `budget_ms` or the run reports "no liveness"
-    /// (distinct from a safety violation). Default: half of `budget_ms`.
+    /// the workload must converge within the liveness bound (`budget_ms` − `heal_at_ms`, plus
+    /// the waits the agent's own settings allow) or the run reports "no liveness" (distinct
+    /// from a safety violation). Default: half of `budget_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heal_at_ms: Option<u64>,
     /// Draw the workload itself (messages, tools, the model's script with parallel calls and

@@ -67,6 +67,9 @@ pub struct ScenarioSummary {
     pub parity_differences: usize,
 }
 
+/// Slow recoveries a sweep keeps whole (the rest are counted).
+pub const SLOW_RECOVERIES_KEPT_MAX: usize = 100;
+
 /// What a sweep found.
 #[derive(Debug, Default)]
 pub struct SweepReport {
@@ -82,6 +85,10 @@ pub struct SweepReport {
     pub liveness_only: usize,
     /// Every failing run, whole, sorted by scenario and seed.
     pub failures: Vec<RunResult>,
+    /// Runs that converged within their liveness bound but past their scenario's own window.
+    pub slow_recovery_runs: usize,
+    /// The first [`SLOW_RECOVERIES_KEPT_MAX`] of them, each naming the waits that made it slow.
+    pub slow_recoveries: Vec<crate::world::SlowRecovery>,
     /// (scenario, seed, failure message) per run, when the plan wanted JUnit.
     pub junit: Vec<(String, u64, Option<String>)>,
     /// Runs.
@@ -109,6 +116,14 @@ impl SweepReport {
         for condition in &result.sometimes {
             *self.sometimes.entry(condition.clone()).or_default() += 1;
         }
+        if let Some(slow) = &result.slow_recovery {
+            self.slow_recovery_runs += 1;
+            // The first by (scenario, seed), whatever order the workers finish in.
+            self.slow_recoveries.push(slow.clone());
+            if self.slow_recoveries.len() > 2 * SLOW_RECOVERIES_KEPT_MAX {
+                self.keep_first_slow_recoveries();
+            }
+        }
         if !result.passed() && result.violations.iter().all(|v| v.invariant == "liveness") {
             self.liveness_only += 1;
         }
@@ -121,6 +136,11 @@ impl SweepReport {
         if !result.passed() {
             self.failures.push(result);
         }
+    }
+
+    fn keep_first_slow_recoveries(&mut self) {
+        self.slow_recoveries.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
+        self.slow_recoveries.truncate(SLOW_RECOVERIES_KEPT_MAX);
     }
 
     /// Whether the sweep passed: no failure, and no declared site left unreached.
@@ -171,6 +191,7 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
     });
     let mut report = report.into_inner().unwrap_or_else(|p| p.into_inner());
     report.failures.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
+    report.keep_first_slow_recoveries();
     report.wall = started.elapsed();
     // Fault-site coverage: a declared crash point or "sometimes" condition that never fires
     // in a full sweep means the harness is not testing what it claims to.
@@ -185,8 +206,11 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
 pub struct ViolationSummary {
     /// The invariant.
     pub invariant: String,
-    /// What broke.
+    /// What broke: the evidence.
     pub detail: String,
+    /// What would prevent it, fitted to the evidence.
+    #[serde(default)]
+    pub advice: String,
     /// When (simulated ms).
     pub at_ms: u64,
 }
@@ -205,9 +229,6 @@ pub struct FailureSummary {
     /// The agent's tools its violations name (`--agent FILE`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<String>,
-    /// What in the agent's file would have prevented it (`--agent FILE`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hints: Vec<String>,
 }
 
 impl FailureSummary {
@@ -222,20 +243,22 @@ impl FailureSummary {
                 .map(|v| ViolationSummary {
                     invariant: v.invariant.name().to_owned(),
                     detail: v.detail.clone(),
+                    advice: v.advice.clone(),
                     at_ms: v.at_ms,
                 })
                 .collect(),
             replay: replay(run),
             tools: Vec::new(),
-            hints: Vec::new(),
         };
         if let Some(agent) = agent {
             summary.replay = format!("{} --agent {}", summary.replay, agent.name());
-            for finding in crate::findings::findings(run, agent) {
+            // One finding per violation, in order: its advice is the one fitted to the agent's
+            // front door (the agent file's own fix, where the file gave one).
+            for (finding, violation) in crate::findings::findings(run, agent).into_iter().zip(&mut summary.violations) {
                 summary
                     .tools
                     .extend(finding.tools.into_iter().filter(|t| !summary.tools.contains(t)).collect::<Vec<_>>());
-                summary.hints.extend(finding.hint.filter(|h| !summary.hints.contains(h)));
+                violation.advice = finding.advice;
             }
         }
         summary
@@ -263,6 +286,12 @@ pub struct SweepSummary {
     pub sometimes_reached: BTreeMap<String, u32>,
     /// Failures that broke only liveness.
     pub liveness_only_failures: usize,
+    /// Runs that converged within their liveness bound but past their scenario's own window.
+    #[serde(default)]
+    pub slow_recovery_runs: usize,
+    /// The first of them by scenario and seed (at most [`SLOW_RECOVERIES_KEPT_MAX`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow_recoveries: Vec<crate::world::SlowRecovery>,
     /// Declared sites a complete, full sweep never reached.
     pub never_fired: Vec<String>,
     /// Wall time (of the slowest shard, after a merge).
@@ -311,6 +340,8 @@ impl SweepSummary {
             fault_families_fired: report.families.clone(),
             sometimes_reached: report.sometimes.clone(),
             liveness_only_failures: report.liveness_only,
+            slow_recovery_runs: report.slow_recovery_runs,
+            slow_recoveries: report.slow_recoveries.clone(),
             never_fired: report.never_fired.clone(),
             wall_ms: report.wall.as_millis() as u64,
             shard: format!("{}/{}", plan.shard, plan.shards),
@@ -385,6 +416,8 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         add(&mut merged.fault_families_fired, &shard.fault_families_fired);
         add(&mut merged.sometimes_reached, &shard.sometimes_reached);
         merged.liveness_only_failures += shard.liveness_only_failures;
+        merged.slow_recovery_runs += shard.slow_recovery_runs;
+        merged.slow_recoveries.extend(shard.slow_recoveries.iter().cloned());
         merged.wall_ms = merged.wall_ms.max(shard.wall_ms);
         match (&mut merged.cases, &shard.cases) {
             (Some(all), Some(cases)) => all.extend(cases.iter().cloned()),
@@ -392,6 +425,8 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         }
     }
     merged.failures.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
+    merged.slow_recoveries.sort_by(|a, b| (a.scenario.as_str(), a.seed).cmp(&(b.scenario.as_str(), b.seed)));
+    merged.slow_recoveries.truncate(SLOW_RECOVERIES_KEPT_MAX);
     if let Some(cases) = &mut merged.cases {
         cases.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
     }

@@ -11,6 +11,11 @@ use faultline_runtime::event::{ErrorCode, Event};
 use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
 
+/// What the gateway's effects owe to the runtime alone: the delivery queue sends them.
+const GATEWAY_INTENT_ADVICE: &str = "A runtime defect: the runtime dispatches a call, and the delivery queue \
+                                     delivers it, only after the intent's flush made its tool/call durable; replay \
+                                     the seed and report it.";
+
 /// The receipts against the synced `tool/call`s, whether or not the run converged or its
 /// log was refused: no liveness and no refusal excuse an effect without its intent. What
 /// the transcript says of each effect is held to the receipts when there is a transcript.
@@ -20,25 +25,32 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for receipt in receipts {
         match calls.get(&receipt.execution_id) {
-            None => found.fail(
+            None => found.fail_advised(
                 Invariant::IntentBeforeEffect,
                 format!(
                     "execution {} reached the gateway at {} ms, but no tool/call for it was ever synced",
                     receipt.execution_id, receipt.at_ms
                 ),
+                GATEWAY_INTENT_ADVICE.to_owned(),
                 receipt.at_ms,
             ),
             Some((synced, call)) => {
                 // Strictly before, in the one order of events: not merely present at the end,
                 // and not "in the same tick".
                 if synced.stamp > receipt.stamp {
-                    found.fail(
+                    found.fail_advised(
                         Invariant::IntentBeforeEffect,
                         format!(
-                            "execution {} reached the gateway at {} ms, before its tool/call (seq {}) was synced \
-                             (at {} ms)",
-                            receipt.execution_id, receipt.at_ms, synced.record.seq, synced.at_ms
+                            "execution {} (call {} of tool {}) reached the gateway at {} ms, before its tool/call \
+                             record (seq {}) was synced (at {} ms)",
+                            receipt.execution_id,
+                            call.call_id,
+                            call.name,
+                            receipt.at_ms,
+                            synced.record.seq,
+                            synced.at_ms
                         ),
+                        GATEWAY_INTENT_ADVICE.to_owned(),
                         receipt.at_ms,
                     );
                 }
@@ -62,7 +74,14 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     // At most once per execution id, across restarts (an unknown outcome is never re-run).
     for (id, count) in &seen {
         if *count > 1 {
-            found.fail(Invariant::AtMostOnce, format!("execution {id} reached the gateway {count} times"), end_ms);
+            found.fail_advised(
+                Invariant::AtMostOnce,
+                format!("execution {id} reached the gateway {count} times"),
+                "The delivery queue sent one entry more than once: a runtime defect (an entry whose receipt was \
+                 lost becomes unknown and is never resent blindly); replay the seed and report it."
+                    .to_owned(),
+                end_ms,
+            );
         }
     }
     results_against_receipts(evidence, &seen, found);

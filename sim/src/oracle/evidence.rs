@@ -19,6 +19,8 @@ pub(crate) struct RunEvidence<'a> {
     pub receipts: &'a [Receipt],
     /// What the services of an agent under test received.
     pub service_receipts: &'a [crate::world::ServiceReceipt],
+    /// The services the agent under test declared (empty otherwise).
+    pub services: &'a [crate::world::Service],
     /// Every model request and what it was served.
     pub exchanges: &'a [crate::model_server::Exchange],
     /// Every request body the model server received.
@@ -46,7 +48,13 @@ impl RunEvidence<'_> {
 pub(super) struct Found(pub(super) Vec<Violation>);
 
 impl Found {
+    /// A violation with the catalog's advice.
     pub(super) fn fail(&mut self, invariant: Invariant, detail: String, at_ms: u64) {
-        self.0.push(Violation { invariant, detail, at_ms });
+        self.0.push(Violation::new(invariant, detail, at_ms));
+    }
+
+    /// A violation with advice fitted to its evidence.
+    pub(super) fn fail_advised(&mut self, invariant: Invariant, detail: String, advice: String, at_ms: u64) {
+        self.0.push(Violation::new(invariant, detail, at_ms).advised(advice));
     }
 }

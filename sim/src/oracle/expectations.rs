@@ -18,33 +18,39 @@ fn end_kind(reason: &TurnEndReason) -> String {
 pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut Found) {
     let Some(transcript) = evidence.transcript() else { return };
     let (plan, world, end_ms) = (evidence.plan, evidence.world, evidence.end_ms);
-    let mut fail = |detail: String| found.fail(Invariant::Expectation, detail, end_ms);
+    let mut fail = |key: &str, detail: String| {
+        let advice = format!(
+            "The scenario's expect.{key} no longer holds: if the behaviour changed on purpose, update expect.{key} \
+             in the scenario file; otherwise the evidence names what regressed."
+        );
+        found.fail_advised(Invariant::Expectation, detail, advice, end_ms);
+    };
     if let Some(expected) = &plan.expect.turn_ends {
         let actual: Vec<String> = transcript
             .iter()
             .filter_map(|r| if let Event::TurnEnd(end) = &r.event { Some(end_kind(&end.reason)) } else { None })
             .collect();
         if &actual != expected {
-            fail(format!("turn ends {actual:?}, expected {expected:?}"));
+            fail("turn_ends", format!("turn ends {actual:?}, expected {expected:?}"));
         }
     }
     if let Some(expected) = plan.expect.gateway_receipts {
         if evidence.receipts.len() != expected {
-            fail(format!("{} gateway receipts, expected {expected}", evidence.receipts.len()));
+            fail("gateway_receipts", format!("{} gateway receipts, expected {expected}", evidence.receipts.len()));
         }
     }
     if let Some(expected) = plan.expect.model_requests {
         if evidence.exchanges.len() != expected {
-            fail(format!("{} model requests, expected {expected}", evidence.exchanges.len()));
+            fail("model_requests", format!("{} model requests, expected {expected}", evidence.exchanges.len()));
         }
     }
     if let Some(rejected) = plan.expect.config_update_rejected {
         let family = if rejected { "config-rejected" } else { "config-applied" };
         if !world.faults_fired.contains(family) {
-            fail(format!(
-                "the live config update was expected to be {}",
-                if rejected { "rejected" } else { "applied" }
-            ));
+            fail(
+                "config_update_rejected",
+                format!("the live config update was expected to be {}", if rejected { "rejected" } else { "applied" }),
+            );
         }
     }
     if let Some(expected) = &plan.expect.tool_result_codes {
@@ -56,7 +62,7 @@ pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut Found) {
             })
             .collect();
         if &actual != expected {
-            fail(format!("tool results {actual:?}, expected {expected:?}"));
+            fail("tool_result_codes", format!("tool results {actual:?}, expected {expected:?}"));
         }
     }
 }
@@ -66,9 +72,13 @@ pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut Found) {
 pub(super) fn check_faults_fired(evidence: &RunEvidence<'_>, found: &mut Found) {
     for family in evidence.plan.expect.faults_fired.iter().flatten() {
         if !evidence.faults_fired.contains(family) {
-            found.fail(
+            found.fail_advised(
                 Invariant::PlannedFaultFired,
                 format!("the scenario's {family} fault never happened (fired: {:?})", evidence.faults_fired),
+                format!(
+                    "expect.faults_fired names {family}, which never happened, so the scenario no longer tests it: \
+                     move the fault's window or crash point to where the workload is now."
+                ),
                 evidence.end_ms,
             );
         }

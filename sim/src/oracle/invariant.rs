@@ -18,7 +18,7 @@ pub enum Kind {
 }
 
 macro_rules! catalog {
-    ($($variant:ident = $name:literal, $kind:ident, $protects:literal, $evidence:literal;)*) => {
+    ($($variant:ident = $name:literal, $kind:ident, $protects:literal, $evidence:literal, $advice:literal;)*) => {
         /// One invariant of the catalog.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum Invariant {
@@ -52,6 +52,13 @@ macro_rules! catalog {
                 match self { $(Invariant::$variant => $evidence,)* }
             }
 
+            /// What to do when it breaks and the checker has nothing more specific to say:
+            /// where the cause lies (a runtime defect, the agent's code, a setting, the
+            /// scenario file) and what would prevent it.
+            pub fn advice(self) -> &'static str {
+                match self { $(Invariant::$variant => $advice,)* }
+            }
+
             /// The invariant named `name`.
             pub fn named(name: &str) -> Option<Invariant> {
                 Self::ALL.iter().copied().find(|i| i.name() == name)
@@ -63,97 +70,128 @@ macro_rules! catalog {
 catalog! {
     SecretLeak = "secret-leak", Safety,
         "No secret the agent holds (the provider key, the gateway token) leaves the process or reaches its disk.",
-        "every byte of the agent's files, the trace, the model server's request bodies, the gateway's payloads";
+        "every byte of the agent's files, the trace, the model server's request bodies, the gateway's payloads",
+        "Scrub held secrets by value (Secrets::scrub_held) on every path text leaves by, and never let a tool print or send a secret its process holds.";
     FalseCorrupt = "false-corrupt", Safety,
         "Recovery refuses a log only for damage no crash, torn write or power loss explains.",
-        "the harness's own record of the bit rot it applied (none)";
+        "the harness's own record of the bit rot it applied (none)",
+        "A runtime defect in recovery's scan: damage a crash explains (a torn tail, a power-loss hole) was refused as corrupt; replay the seed and hold the scan's verdict against the fault filesystem's record.";
     RefusalLeftFileUntouched = "refusal-left-file-untouched", Safety,
         "A log refused as corrupt is left exactly as it was found.",
-        "the rotted file's bytes right after the rot, against the disk at the end";
+        "the rotted file's bytes right after the rot, against the disk at the end",
+        "A runtime defect: recovery wrote to a log it refused; a path that refuses or inspects must open the file read-only.";
     RotRefused = "rot-refused", Safety,
         "Bit rot inside the durable prefix is refused, never recovered from.",
-        "the harness's own record of the rot it applied";
+        "the harness's own record of the rot it applied",
+        "A runtime defect in recovery's scan: damage no crash explains was recovered from instead of refused; only the unsynced tail may be excused.";
     UnprovokedStop = "unprovoked-stop", Safety,
         "Only an injected disk failure may stop the agent.",
-        "the disk failures the fault filesystem returned";
+        "the disk failures the fault filesystem returned",
+        "The agent stopped with no disk fault injected: read the stop's reason; a write guard refusing a record the runtime built is a runtime defect.";
     Liveness = "liveness", Liveness,
-        "Once faults heal, every submitted message ends in a closed turn within the budget.",
-        "the user messages the simulated user submitted, against the recovered transcript";
+        "Once faults heal, every submitted message ends in a closed turn within the liveness bound the agent's own settings promise.",
+        "the user messages the simulated user submitted, against the recovered transcript",
+        "A wait nothing ended within the agent's own bound: replay the seed and read the trace from the heal on; a tool without a deadline, or a runtime defect, leaves a wait open.";
     LogInvariants = "log-invariants", Safety,
         "The recovered transcript passes every log invariant (SPEC §2).",
-        "the recovered transcript, read back from the disk";
+        "the recovered transcript, read back from the disk",
+        "A runtime defect: the recovered transcript breaks the log rule the evidence names (SPEC §2); the writer must never produce what the reader refuses.";
     TurnClosed = "turn-closed", Safety,
         "A converged run leaves no turn open.",
-        "the recovered transcript";
+        "the recovered transcript",
+        "A runtime defect: recovery left a turn open; every interrupted turn must be closed by a repair record.";
     PlannedCrashFired = "planned-crash-fired", Expectation,
         "A scenario's planned crashes fire as many times as it says.",
-        "the crashes the driver carried out";
+        "the crashes the driver carried out",
+        "The scenario's crash points are not reached as often as it says: the code path moved; update the crash's hit or expect.crashes_fired, or find why it moved.";
     DurablePrefix = "durable-prefix", Safety,
         "Everything acknowledged durable, and everything the disk synced, survives every crash byte for byte.",
-        "the barrier's acknowledgements observed outside the host, and the disk witness's synced records";
+        "the barrier's acknowledgements observed outside the host, and the disk witness's synced records",
+        "A runtime defect in persistence: a record acknowledged or synced durable was lost or changed by a crash; check the fsync of the file and of its directory, and the truncate-back after a failed append.";
     OutcomeDurable = "outcome-durable", Safety,
         "A turn reported kept has its turn/end, saying the same, synced strictly before the report.",
-        "the outcomes the simulated user was given, against the disk witness's synced records";
+        "the outcomes the simulated user was given, against the disk witness's synced records",
+        "A runtime defect: a turn was reported kept before its turn/end was synced; report an outcome only after the flush barrier.";
     AcceptedKeptOrReported = "accepted-kept-or-reported", Safety,
         "Every record the agent accepted becomes durable, or a persistence failure is reported after it, or a crash took it.",
-        "what the agent's subscribers saw accepted and failing, against the disk witness's synced records";
+        "what the agent's subscribers saw accepted and failing, against the disk witness's synced records",
+        "A runtime defect: an accepted record was neither made durable nor reported failed; a failed batch must be reported, never dropped.";
     AnswerLimit = "answer-limit", Safety,
         "No stored answer is above the agent's answer limit.",
-        "the recovered transcript and the scenario's limit";
+        "the recovered transcript and the scenario's limit",
+        "A runtime defect: an answer above the agent's answer limit was stored; the adapter must stop reading at the limit.";
     ToolOutputLimit = "tool-output-limit", Safety,
         "No stored tool output is above the tool-output limit and its marker.",
-        "the recovered transcript and the runtime's published limit";
+        "the recovered transcript and the runtime's published limit",
+        "A runtime defect: a tool output above the limit was stored; the runtime must cut it at the limit and mark the cut.";
     ToolOutputAsPrinted = "tool-output-as-printed", Safety,
         "A tool's output is stored as printed, or cut exactly at the limit.",
-        "the text the scenario's tool printed";
+        "the text the scenario's tool printed",
+        "A runtime defect: a tool's output was changed on the way to the transcript; it is stored as printed or cut exactly at the limit.";
     FailureMessageBounded = "failure-message-bounded", Safety,
         "A provider's error text kept in a failure is bounded.",
-        "the recovered transcript";
+        "the recovered transcript",
+        "A runtime defect: a provider's error text was kept unbounded; a failure keeps at most the message limit.";
     IntentBeforeEffect = "intent-before-effect", Safety,
         "Every effect the gateway (or a service of an agent under test) received has its tool/call synced strictly before it.",
-        "the gateway's receipts and the services' records against the disk witness's synced records, in one order of events";
+        "the gateway's receipts and the services' records against the disk witness's synced records, in one order of events",
+        "An effect arrived before its tool/call was durable: make a tool's requests only from inside its call (the runtime dispatches after the intent is synced), never from a task of its own.";
     ReceiptMatchesCall = "receipt-matches-call", Safety,
         "The gateway received what the tool call asked for.",
-        "the gateway's receipts and the durable tool/call arguments";
+        "the gateway's receipts and the durable tool/call arguments",
+        "A runtime defect in the delivery queue: what the gateway received differs from the durable tool/call's arguments.";
     FencedEpoch = "fenced-epoch", Safety,
         "Once a worker's session is taken over, no record and no tool dispatch of that worker lands: nothing comes from a fenced epoch.",
-        "the harness's own record of the takeover and the log it found, each worker's accepted records and tool dispatches stamped outside the runtime, the store read back at the end";
+        "the harness's own record of the takeover and the log it found, each worker's accepted records and tool dispatches stamped outside the runtime, the store read back at the end",
+        "A runtime defect: a worker wrote or dispatched after its session was taken over; every write and dispatch must carry and check the lease epoch.";
     AtMostOnce = "at-most-once", Safety,
         "An effect reaches the gateway (or a service, per service) at most once per execution id, across restarts.",
-        "the gateway's receipts and the services' records (attributed by the runtime-stamped execution id)";
+        "the gateway's receipts and the services' records (attributed by the runtime-stamped execution id)",
+        "An effect came twice for one call: send ToolInvocation::execution_id as the idempotency key on every attempt to a service that honours it, or end a call whose reply was lost as ToolOutput::Unknown instead of repeating it.";
     ResultMatchesReceipt = "result-matches-receipt", Safety,
         "What the transcript says of an effect agrees with what the gateway or a service received.",
-        "the gateway's receipts and the services' records against the recovered tool results";
+        "the gateway's receipts and the services' records against the recovered tool results",
+        "The transcript contradicts what was received: a call whose request may have arrived must end TOOL_OUTCOME_UNKNOWN (ToolOutput::Unknown), never not-started or failed.";
     RetryBudget = "retry-budget", Safety,
         "A step is retried no more than its policy allows.",
-        "the model server's request log";
+        "the model server's request log",
+        "A runtime defect: a step was retried more often than provider.retry_policy.max_retries allows.";
     RetryAfterHonoured = "retry-after-honoured", Safety,
         "A retry after provider advice within the cap waits at least the advice.",
-        "the model server's request log and clock, and the scripted responses";
+        "the model server's request log and clock, and the scripted responses",
+        "A runtime defect: a retry ignored the provider's Retry-After although it was within the backoff cap.";
     FinalFailureNotRetried = "final-failure-not-retried", Safety,
         "A failure no policy retries ends its step.",
-        "the model server's request log and the scripted responses";
+        "the model server's request log and the scripted responses",
+        "A runtime defect: a failure outside provider.retry_policy.retryable_codes was retried.";
     AnswerNotRetried = "answer-not-retried", Safety,
         "A complete answer (text, tool calls or a refusal) is never requested again as a failure would be.",
-        "the model server's request log and the scripted responses";
+        "the model server's request log and the scripted responses",
+        "A runtime defect: a complete answer was taken for a failure and requested again.";
     RetryBackoff = "retry-backoff", Safety,
         "A retry waits at least SPEC's backoff floor for its number.",
-        "the model server's request log and clock";
+        "the model server's request log and clock",
+        "A runtime defect: a retry came sooner than its backoff floor; every retry waits and is logged as llm/retry first.";
     FailureCodeAsServed = "failure-code-as-served", Safety,
         "Every recorded failure carries the code of what the server served.",
-        "the scripted responses, read by the oracle's own classifier";
+        "the scripted responses, read by the oracle's own classifier",
+        "A runtime defect in the adapter's classifier: the recorded code differs from what the server served (SPEC §3).";
     Expectation = "expectation", Expectation,
         "What a scenario file says of its own run holds.",
-        "the scenario's [expect] table against the transcript, receipts and requests";
+        "the scenario's [expect] table against the transcript, receipts and requests",
+        "The scenario file's [expect] table no longer holds: if the behaviour changed on purpose, update the file; otherwise the evidence names what regressed.";
     PlannedFaultFired = "planned-fault-fired", Expectation,
         "A scenario's named fault families fire.",
-        "what the servers served, the fault filesystem returned and the witnesses saw";
+        "what the servers served, the fault filesystem returned and the witnesses saw",
+        "A fault the scenario names never happened, so the scenario tests nothing: move its window or crash point to where the workload is.";
     Parity = "parity", Harness,
         "A real run recovers the simulator's transcript, record by record.",
-        "both worlds' recovered transcripts, normalised";
+        "both worlds' recovered transcripts, normalised",
+        "The real run recovered another transcript than the simulator: the first differing record shows where the simulated seams part from the operating system.";
     RealRun = "real-run", Harness,
         "The real harness could run the scenario.",
-        "the harness's own errors";
+        "the harness's own errors",
+        "The real harness could not run the scenario: the error names what is missing (a binary, a port, a permission).";
 }
 
 impl std::fmt::Display for Invariant {
@@ -198,17 +236,34 @@ mod tests {
             assert_eq!(Invariant::named(invariant.name()), Some(*invariant));
             assert!(invariant.protects().ends_with('.'), "{invariant}: one sentence");
             assert!(!invariant.evidence().is_empty(), "{invariant}");
+            assert!(invariant.advice().ends_with('.'), "{invariant}: advice in sentences");
         }
     }
 }
 
-/// A broken invariant.
+/// A broken invariant: the evidence that broke it and the advice that fits that evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
     /// Which invariant.
     pub invariant: Invariant,
-    /// Where and what.
+    /// The evidence: where and what.
     pub detail: String,
+    /// What would prevent it, fitted to the evidence where the checker can (the catalog's
+    /// [`Invariant::advice`] otherwise).
+    pub advice: String,
     /// Simulated ms at the end of the run (or of the offending event).
     pub at_ms: u64,
+}
+
+impl Violation {
+    /// A violation of `invariant` with the catalog's advice.
+    pub fn new(invariant: Invariant, detail: String, at_ms: u64) -> Self {
+        Self { invariant, detail, advice: invariant.advice().to_owned(), at_ms }
+    }
+
+    /// The same violation with advice fitted to its evidence.
+    pub fn advised(mut self, advice: String) -> Self {
+        self.advice = advice;
+        self
+    }
 }

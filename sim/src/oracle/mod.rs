@@ -14,6 +14,8 @@ pub(crate) mod fencing;
 mod invariant;
 mod limits;
 mod liveness;
+#[cfg(test)]
+mod planted_evidence;
 mod refusal;
 mod retries;
 mod secrets;

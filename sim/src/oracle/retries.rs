@@ -75,17 +75,17 @@ fn retry_after_honoured(plan: &Plan, entries: &[LedgerEntry], exchanges: &[Excha
         };
         let waited_ms = next.at_ms.saturating_sub(served.at_ms);
         if waited_ms < advice_ms {
-            out.push(Violation {
-                invariant: Invariant::RetryAfterHonoured,
-                detail: format!(
+            out.push(Violation::new(
+                Invariant::RetryAfterHonoured,
+                format!(
                     "model request {} was answered {} with a Retry-After of {advice_ms} ms, and its retry \
                      (request {}) arrived {waited_ms} ms later by the server's clock",
                     served.n,
                     response.status.map_or_else(|| "a failure".to_owned(), |s| format!("HTTP {s}")),
                     next.n
                 ),
-                at_ms: next.at_ms,
-            });
+                next.at_ms,
+            ));
         }
     }
     out
@@ -129,15 +129,15 @@ fn backoff_respected(plan: &Plan, entries: &[LedgerEntry], exchanges: &[Exchange
             let floor_ms = backoff_floor_ms(plan, k as u32);
             let waited_ms = next.at_ms.saturating_sub(served.at_ms);
             if waited_ms < floor_ms {
-                out.push(Violation {
-                    invariant: Invariant::RetryBackoff,
-                    detail: format!(
+                out.push(Violation::new(
+                    Invariant::RetryBackoff,
+                    format!(
                         "model request {} repeated request {} after {waited_ms} ms by the server's clock: \
                          retry {k} of a step waits at least {floor_ms} ms under the run's policies",
                         next.n, served.n
                     ),
-                    at_ms: next.at_ms,
-                });
+                    next.at_ms,
+                ));
             }
         }
     }
@@ -160,15 +160,15 @@ fn final_failures_not_retried(plan: &Plan, entries: &[LedgerEntry], exchanges: &
         let Some(code) = served_code(response).filter(|code| !retryable.contains(code)) else {
             continue;
         };
-        out.push(Violation {
-            invariant: Invariant::FinalFailureNotRetried,
-            detail: format!(
+        out.push(Violation::new(
+            Invariant::FinalFailureNotRetried,
+            format!(
                 "model request {} was served a {code} failure, which the policy does not retry, and \
                  request {} repeated it",
                 served.n, next.n
             ),
-            at_ms: next.at_ms,
-        });
+            next.at_ms,
+        ));
     }
     out
 }
@@ -180,15 +180,17 @@ fn answers_not_retried(plan: &Plan, entries: &[LedgerEntry], exchanges: &[Exchan
     retries_of_served(plan, entries, exchanges)
         .into_iter()
         .filter(|(response, _, _)| super::served::is_complete_answer(response))
-        .map(|(response, served, next)| Violation {
-            invariant: Invariant::AnswerNotRetried,
-            detail: format!(
-                "model request {} was served a complete answer ({}), and request {} repeated it",
-                served.n,
-                response.describe(),
-                next.n
-            ),
-            at_ms: next.at_ms,
+        .map(|(response, served, next)| {
+            Violation::new(
+                Invariant::AnswerNotRetried,
+                format!(
+                    "model request {} was served a complete answer ({}), and request {} repeated it",
+                    served.n,
+                    response.describe(),
+                    next.n
+                ),
+                next.at_ms,
+            )
         })
         .collect()
 }
@@ -263,15 +265,15 @@ fn failure_codes_as_served(
             continue;
         };
         if failure.code != expected {
-            out.push(Violation {
-                invariant: Invariant::FailureCodeAsServed,
-                detail: format!(
+            out.push(Violation::new(
+                Invariant::FailureCodeAsServed,
+                format!(
                     "seq {} ({what}) records {}, but the request before it (model request {}, served {}) \
                      means {expected}",
                     record.seq, failure.code, last.n, last.served
                 ),
                 at_ms,
-            });
+            ));
         }
     }
     out

@@ -43,7 +43,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 pub(crate) use clock::{monotonic_ns, ScaledClock};
 pub(crate) use disk::tmpfs_unavailable;
 pub use disk::REQUIRE_TMPFS_VAR;
-pub use parity::{Parity, RealRun};
+pub use parity::{Difference, Parity, RealRun};
 pub(crate) use partition::{PartitionNet, PartitionSwitch};
 
 use self::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND, REPORT_LINE_BYTES_MAX};
@@ -158,7 +158,7 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
             scenario: scenario.name.clone(),
             seed,
             real: true,
-            violations: vec![super::Violation { invariant: super::Invariant::RealRun, detail: e, at_ms: 0 }],
+            violations: vec![super::Violation::new(super::Invariant::RealRun, e, 0)],
             trace: Vec::new(),
             trace_hash: String::new(),
             transcript: Vec::new(),
@@ -174,6 +174,7 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
             gateway_requests: 0,
             model_exchanges: Vec::new(),
             durable_batches: Vec::new(),
+            slow_recovery: None,
         },
     }
 }
@@ -332,6 +333,7 @@ impl<'a> RealWorld<'a> {
             world: std::mem::take(&mut self.world),
             receipts,
             service_receipts: Vec::new(),
+            services: Vec::new(),
             model: Some(model),
             crash_point_hits,
             fs_ops,
@@ -588,7 +590,7 @@ impl<'a> RealWorld<'a> {
         let mut fs_ops = 0;
         let mut eof = false;
         while !eof {
-            if self.now_ms() >= self.plan.budget_ms {
+            if self.now_ms() >= self.plan.end_ms() {
                 let _ = child.process.start_kill();
                 let _ = child.process.wait().await;
                 return Ok((LifeEnd::OutOfTime, fs_ops));

@@ -54,7 +54,7 @@ impl Parity {
             ),
             None => format!("refused as corrupt (sim, real) = {:?}", self.refused),
         };
-        Some(crate::Violation { invariant: crate::Invariant::Parity, detail, at_ms })
+        Some(crate::Violation::new(crate::Invariant::Parity, detail, at_ms))
     }
 }
 

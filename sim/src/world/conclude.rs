@@ -66,6 +66,10 @@ pub struct RunResult {
     /// agent host: `(sim ms, first seq, last seq)` per acknowledgement.
     #[serde(skip)]
     pub durable_batches: Vec<(u64, u64, u64)>,
+    /// The run converged within its liveness bound, but past the scenario's own window: the
+    /// waits of the agent's settings that made it slow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow_recovery: Option<super::bound::SlowRecovery>,
 }
 
 impl RunResult {
@@ -113,6 +117,8 @@ pub(crate) struct Concluded<'a> {
     pub receipts: Vec<Receipt>,
     /// What the services of an agent under test received.
     pub service_receipts: Vec<ServiceReceipt>,
+    /// The services the agent under test declared (empty otherwise).
+    pub services: Vec<super::Service>,
     /// The model server (its request log), if it started.
     pub model: Option<ModelServer>,
     /// Crash points reached, across incarnations.
@@ -131,6 +137,7 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         mut world,
         receipts,
         service_receipts,
+        services,
         model,
         crash_point_hits,
         fs_ops,
@@ -156,12 +163,14 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         world: &world,
         receipts: &receipts,
         service_receipts: &service_receipts,
+        services: &services,
         exchanges: &model_exchanges,
         request_bodies: &request_bodies,
         faults_fired: &faults_fired,
         end_ms,
     });
     let sometimes = oracle::sometimes(&transcript);
+    let slow_recovery = slow_recovery(scenario, plan, seed, &world, end_ms);
     RunResult {
         scenario: scenario.name.clone(),
         seed,
@@ -182,7 +191,27 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         fs_ops,
         model_exchanges,
         durable_batches,
+        slow_recovery,
     }
+}
+
+/// The waits of the agent's settings that made a converged run slow, if it was.
+fn slow_recovery(
+    scenario: &Scenario,
+    plan: &seeded::Plan,
+    seed: u64,
+    world: &World,
+    end_ms: u64,
+) -> Option<super::bound::SlowRecovery> {
+    let transcript = world.transcript.as_deref().filter(|_| world.refused.is_none())?;
+    let (took_ms, waits) = super::bound::slow_recovery(&plan.liveness, transcript, &world.durable_at, end_ms)?;
+    Some(super::bound::SlowRecovery {
+        scenario: scenario.name.clone(),
+        seed,
+        took_ms,
+        workload_ms: plan.liveness.workload_ms,
+        waits,
+    })
 }
 
 /// When each record became durable, as runs of seqs acknowledged at one instant:

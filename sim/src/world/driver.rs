@@ -67,7 +67,7 @@ impl Driver<'_> {
     /// Runs the world until the workload is done or the budget is spent. Returns the end (sim
     /// ms) and the crashes before a disk operation that fired.
     pub fn drive(mut self) -> (u64, usize) {
-        let budget = Duration::from_millis(self.plan.budget_ms);
+        let budget = Duration::from_millis(self.plan.end_ms());
         loop {
             self.keep_windows();
             if lock(&self.world).done || self.sim.elapsed() >= budget {

@@ -205,11 +205,11 @@ fn conclude(
         faults_fired.insert("zombie".to_owned());
     }
     for family in plan.expect.faults_fired.iter().flatten().filter(|f| !faults_fired.contains(*f)) {
-        violations.push(Violation {
-            invariant: Invariant::PlannedFaultFired,
-            detail: format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
-            at_ms: end_ms,
-        });
+        violations.push(Violation::new(
+            Invariant::PlannedFaultFired,
+            format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
+            end_ms,
+        ));
     }
     if evidence.zombie_fenced {
         sometimes.insert("zombie-fenced".to_owned());
@@ -223,6 +223,7 @@ fn conclude(
         world: &world,
         receipts: &receipts,
         service_receipts: &[],
+        services: &[],
         exchanges: &[],
         request_bodies: &request_bodies,
         faults_fired: &faults_fired,
@@ -249,6 +250,7 @@ fn conclude(
         fs_ops: 0,
         model_exchanges: Vec::new(),
         durable_batches: Vec::new(),
+        slow_recovery: None,
     }
 }
 

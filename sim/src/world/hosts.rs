@@ -23,7 +23,7 @@ pub(crate) fn build_sim(plan: &seeded::Plan, seed: u64) -> turmoil::Sim<'static>
         .epoch(sim_epoch())
         .rng_seed(crate::seed::Seed::new(seed).turmoil())
         .tick_duration(Duration::from_millis(plan.tick_ms))
-        .simulation_duration(Duration::from_millis(plan.budget_ms + 60_000))
+        .simulation_duration(Duration::from_millis(plan.end_ms() + 60_000))
         .min_message_latency(Duration::from_millis(LATENCY_MS))
         .max_message_latency(Duration::from_millis(LATENCY_MS));
     if let Some(block) = plan.faults.fs.as_ref().and_then(|f| f.block_size) {

@@ -57,6 +57,12 @@ impl RequestLedger {
     }
 
     /// Every request so far, in arrival order.
+    /// Adds a request the server never received (the oracle's tests plant evidence).
+    #[cfg(test)]
+    pub fn push(&self, entry: LedgerEntry) {
+        self.lock().entries.push(entry);
+    }
+
     pub fn entries(&self) -> Vec<LedgerEntry> {
         self.lock().entries.clone()
     }

@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub(crate) mod agent_host;
+pub(crate) mod bound;
 pub(crate) mod conclude;
 mod driver;
 pub(crate) mod evidence;
@@ -33,6 +34,7 @@ pub(crate) mod witness;
 
 use std::sync::{Arc, Mutex};
 
+pub use bound::{BoundWait, LivenessBound, SlowRecovery};
 pub use conclude::RunResult;
 pub use gateway::Receipt;
 pub use service::{Fate, Service, ServiceFaults, ServiceReceipt};
@@ -54,9 +56,20 @@ pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
 /// Runs `scenario` with `seed` on an embedder's agent: its tools, config and provider
 /// settings (which replace the scenario's), and its services on their own hosts.
 pub fn run_agent(scenario: &Scenario, seed: u64, agent: &Arc<AgentUnderTest>) -> RunResult {
+    run_with(&on_agent(scenario, agent), seed, io_trace::IoRecorder::new(false), Some(agent.clone()))
+}
+
+/// `scenario` as it runs on `agent`: the agent's provider settings replace the scenario's.
+fn on_agent(scenario: &Scenario, agent: &AgentUnderTest) -> Scenario {
     let mut scenario = scenario.clone();
     scenario.provider = agent.provider.clone();
-    run_with(&scenario, seed, io_trace::IoRecorder::new(false), Some(agent.clone()))
+    scenario
+}
+
+/// The liveness bound of `scenario` on `agent` (the same for every seed: it reads the
+/// scenario's window and the agent's settings and tools).
+pub(crate) fn liveness_bound(scenario: &Scenario, agent: &AgentUnderTest) -> LivenessBound {
+    seeded::resolve_for(&on_agent(scenario, agent), 0, Some(agent)).liveness
 }
 
 /// Runs `scenario` with `seed`, recording the simulated I/O the run made (for the bench's
@@ -73,10 +86,28 @@ fn run_with(
     recorder: io_trace::IoRecorder,
     user: Option<Arc<AgentUnderTest>>,
 ) -> RunResult {
+    run_and_judge(scenario, seed, recorder, user, &|_| {})
+}
+
+/// Runs `scenario` with `seed`, then changes what the run left with `tamper` before the oracle
+/// judges it: the oracle's own tests plant evidence of a defect no planted bug produces.
+#[cfg(test)]
+pub(crate) fn run_tampered(scenario: &Scenario, seed: u64, tamper: &dyn Fn(&mut Concluded<'_>)) -> RunResult {
+    run_and_judge(scenario, seed, io_trace::IoRecorder::new(false), None, tamper)
+}
+
+fn run_and_judge(
+    scenario: &Scenario,
+    seed: u64,
+    recorder: io_trace::IoRecorder,
+    user: Option<Arc<AgentUnderTest>>,
+    tamper: &dyn Fn(&mut Concluded<'_>),
+) -> RunResult {
     let plan = seeded::resolve_for(scenario, seed, user.as_deref());
     if let Some(zombie) = &plan.faults.zombie {
         return fleet::run(scenario, &plan, zombie, seed);
     }
+    let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let mut sim = build_sim(&plan, seed);
     let world: Shared = Arc::default();
     if let Some(swarm) = &plan.swarm {
@@ -122,16 +153,19 @@ fn run_with(
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
     world.crashes_fired = control.fired + disk_op_crashes;
-    conclude(Concluded {
+    let mut concluded = Concluded {
         scenario,
         plan: &plan,
         seed,
         world,
         receipts,
         service_receipts,
+        services,
         model,
         crash_point_hits,
         fs_ops,
         end_ms: sim_ms,
-    })
+    };
+    tamper(&mut concluded);
+    conclude(concluded)
 }

@@ -32,6 +32,17 @@ pub struct Plan {
     pub expect: Expectations,
     /// What the seed's swarm turned on (scenarios with `faults.from_seed`).
     pub swarm: Option<String>,
+    /// How long after the heal the workload may take: the scenario's window plus the waits
+    /// the agent's own settings allow (`budget_ms` is the scenario's, before them).
+    pub liveness: super::bound::LivenessBound,
+}
+
+impl Plan {
+    /// The instant the run ends if the workload has not converged: the liveness bound's
+    /// deadline, never before the scenario's budget.
+    pub fn end_ms(&self) -> u64 {
+        self.liveness.deadline_ms().max(self.budget_ms)
+    }
 }
 
 fn stream(seed: u64, family: &str) -> SimEntropy {
@@ -533,10 +544,20 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
         };
         faults.rot_kinds = vec![*pick(&stream(seed, "rot/kind"), kinds)];
     }
+    let heal_at_ms = scenario.heal_at_ms.unwrap_or(scenario.budget_ms / 2);
+    let mut providers = vec![scenario.provider.as_str()];
+    providers.extend(faults.config_update.as_ref().map(|update| update.provider.as_str()));
+    let liveness = super::bound::of_run(
+        heal_at_ms,
+        scenario.budget_ms.saturating_sub(heal_at_ms),
+        &providers,
+        &scenario.tools,
+        user,
+    );
     Plan {
         tick_ms: scenario.tick_ms,
         budget_ms: scenario.budget_ms,
-        heal_at_ms: scenario.heal_at_ms.unwrap_or(scenario.budget_ms / 2),
+        heal_at_ms,
         messages: scenario.messages.clone(),
         provider: scenario.provider.clone(),
         tools: scenario.tools.clone(),
@@ -546,6 +567,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
         faults,
         expect: scenario.expect.clone(),
         swarm: swarm_line,
+        liveness,
     }
 }
 

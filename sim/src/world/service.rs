@@ -22,6 +22,10 @@ use hyper_util::rt::TokioIo;
 
 /// Largest request body a simulated service accepts, in bytes.
 pub const SERVICE_BODY_BYTES_MAX: usize = 1024 * 1024;
+/// Most request headers a service keeps per receipt.
+pub const SERVICE_HEADERS_KEPT_MAX: usize = 32;
+/// Longest header value a service keeps, in bytes (cut at a character boundary).
+pub const SERVICE_HEADER_BYTES_MAX: usize = 256;
 /// Longest simulated latency of a service, in ms.
 pub const SERVICE_LATENCY_MS_MAX: u64 = 60_000;
 
@@ -137,6 +141,9 @@ pub struct ServiceReceipt {
     pub execution_id: String,
     /// The dedup key the tool sent, if the service deduplicates and one came.
     pub key: Option<String>,
+    /// The request's headers (names in lower case), as evidence of what the tool sent: at
+    /// most [`SERVICE_HEADERS_KEPT_MAX`], each value cut at [`SERVICE_HEADER_BYTES_MAX`].
+    pub headers: Vec<(String, String)>,
     /// The body.
     pub body: String,
     /// Simulated ms it arrived.
@@ -147,6 +154,13 @@ pub struct ServiceReceipt {
     pub fate: Fate,
     /// It reached a read-only service (never an effect).
     pub read: bool,
+}
+
+impl ServiceReceipt {
+    /// The value of header `name` (lower case) the request carried, if it did.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
 }
 
 /// What a service did with a request.
@@ -212,6 +226,7 @@ async fn handle(
     let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let execution_id = header(EXECUTION_ID_HEADER).unwrap_or_default();
     let key = running.service.dedup_header.as_deref().and_then(header);
+    let headers = kept_headers(request.headers());
     let body = match http_body_util::Limited::new(request.into_body(), SERVICE_BODY_BYTES_MAX).collect().await {
         Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
         Err(_) => return reply(StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
@@ -238,6 +253,7 @@ async fn handle(
         service: running.service.name.clone(),
         execution_id,
         key,
+        headers,
         body,
         at_ms: running.clock.now().as_millis() as u64,
         stamp: (running.stamp)(),
@@ -251,6 +267,22 @@ async fn handle(
         Fate::EffectReplyLost => std::future::pending().await,
         Fate::Effect | Fate::Deduplicated => reply(StatusCode::OK, &text),
     }
+}
+
+/// The headers a receipt keeps: bounded in number and length, values read as text.
+fn kept_headers(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .take(SERVICE_HEADERS_KEPT_MAX)
+        .map(|(name, value)| {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let mut end = text.len().min(SERVICE_HEADER_BYTES_MAX);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            (name.as_str().to_owned(), text[..end].to_owned())
+        })
+        .collect()
 }
 
 fn reply(status: StatusCode, text: &str) -> Response<Full<Bytes>> {

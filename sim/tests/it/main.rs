@@ -5,6 +5,7 @@ mod adapter;
 mod agent;
 mod browser;
 mod crash_points;
+mod findings;
 mod harness_power;
 mod planted;
 mod public_api;

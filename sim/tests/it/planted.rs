@@ -117,11 +117,38 @@ const CATCHES: [(&str, &str); 20] = [
     ("userspace-buffer-on-sync", "(real runs only)"),
 ];
 
+/// Per planted bug, what the advice of the violation that caught it must say: the cause, in
+/// words a reader can act on (FAILURE-FINDINGS).
+const ADVICE_NAMES: [(&str, &str); 19] = [
+    ("tool-body-before-flush", "only after the intent's flush"),
+    ("stream-closed-retryable", "retryable_codes"),
+    ("cite-failed-attempts", "write guard"),
+    ("no-sync-dir-after-link", "fsync of the file and of its directory"),
+    ("no-truncate-back", "truncate-back after a failed append"),
+    ("unknown-claimable", "never resent blindly"),
+    ("repair-not-started", "TOOL_OUTCOME_UNKNOWN"),
+    ("ack-before-fsync", "acknowledged or synced durable was lost"),
+    ("ignore-retry-after", "Retry-After"),
+    ("drop-failed-batch", "never dropped"),
+    ("scrub-by-pattern-only", "by value"),
+    ("any-damage-is-torn", "only the unsynced tail may be excused"),
+    ("holes-are-corrupt", "power-loss hole"),
+    ("hole-past-the-damaged-frame", "only the unsynced tail may be excused"),
+    ("no-answer-limit", "stop reading at the limit"),
+    ("unlogged-retry", "logged as llm/retry"),
+    ("outcome-before-durable", "flush barrier"),
+    ("refusal-as-empty", "taken for a failure"),
+    ("zombie-write-unfenced", "lease epoch"),
+];
+
 #[test]
 fn the_catch_table_names_every_planted_bug_and_only_safety_invariants() {
     let named: Vec<&str> = CATCHES.iter().map(|(bug, _)| *bug).collect();
     let catalog: Vec<&str> = CATALOG.iter().map(|(bug, _)| *bug).collect();
     assert_eq!(named, catalog, "one row per planted bug, in catalog order");
+    let simulated: Vec<&str> = named.iter().copied().filter(|bug| !REAL_ONLY.contains(bug)).collect();
+    let advised: Vec<&str> = ADVICE_NAMES.iter().map(|(bug, _)| *bug).collect();
+    assert_eq!(advised, simulated, "one advice row per simulated planted bug, in catalog order");
     for (bug, invariant) in CATCHES.iter().filter(|(bug, _)| !REAL_ONLY.contains(bug)) {
         let known = faultline_sim::Invariant::named(invariant)
             .unwrap_or_else(|| panic!("{bug}: no invariant named {invariant}"));
@@ -148,13 +175,18 @@ fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_th
         let caught = scenarios.iter().find_map(|scenario| {
             (0..seeds).find_map(|seed| {
                 let result = faultline_sim::run(scenario, seed);
-                result.violations.iter().any(|v| v.invariant == *invariant).then_some((scenario, seed))
+                let violation = result.violations.into_iter().find(|v| v.invariant == *invariant)?;
+                Some((scenario, seed, violation.advice))
             })
         });
         faultline_runtime::testing::bugs::plant(&[]);
         match caught {
-            Some((scenario, seed)) => {
+            Some((scenario, seed, advice)) => {
                 println!("{bug:<26} {} seed {seed:>2}: {invariant}", scenario.name);
+                let (_, names) = ADVICE_NAMES.iter().find(|(b, _)| b == bug).expect("every bug has its advice");
+                if !advice.contains(names) {
+                    missed.push(format!("{bug}: the advice does not name the cause ({names:?}): {advice}"));
+                }
                 caught_at.push((*bug, scenario, seed));
             }
             None => missed.push(format!("{bug} (must break {invariant})")),
