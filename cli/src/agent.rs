@@ -318,7 +318,7 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
     match seen {
         Seen::Missing => "[config] the file was removed: keeping the last good config".into(),
         Seen::Text(text) => match AgentFile::parse(text) {
-            Err(e) if e.path == "(file)" => {
+            Err(e) if e.is_syntax() => {
                 format!("[config] reload FAILED (parse error, last good config kept): {}: {e}", path.display())
             }
             Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {}: {e}", path.display()),

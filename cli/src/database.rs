@@ -85,7 +85,7 @@ pub fn run(args: &DbArgs) -> ExitCode {
                     exit::code(exit::OK)
                 }
                 Err(e) => {
-                    eprintln!("faultline db: {}", seams.secrets.scrub(&e));
+                    eprintln!("faultline db: {}", seams.secrets.scrub_held(&e));
                     exit::code(exit::FAILED)
                 }
             }

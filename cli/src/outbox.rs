@@ -124,7 +124,7 @@ fn open(at: &QueueAt) -> Result<Arc<dyn Outbox>, ExitCode> {
             .map_err(|e| e.to_string()),
     };
     opened.map_err(|e| {
-        eprintln!("faultline outbox: {}: {}", at.describe(), seams.secrets.scrub(&e));
+        eprintln!("faultline outbox: {}: {}", at.describe(), seams.secrets.scrub_held(&e));
         exit::code(exit::USAGE)
     })
 }
@@ -144,7 +144,7 @@ fn open_read_only(at: &QueueAt) -> Result<Arc<dyn Outbox>, ExitCode> {
             .map_err(|e| e.to_string()),
     };
     opened.map_err(|e| {
-        eprintln!("faultline outbox: {}", seams.secrets.scrub(&e));
+        eprintln!("faultline outbox: {}", seams.secrets.scrub_held(&e));
         exit::code(exit::USAGE)
     })
 }

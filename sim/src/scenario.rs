@@ -892,12 +892,14 @@ impl Scenario {
         {
             return Err(format!("tools.{}.output_bytes must be at most {TOOL_OUTPUT_BYTES_SCENARIO_MAX}", tool.name));
         }
-        if let Some(tool) = self.tools.iter().find(|t| {
-            t.parameters
-                .as_deref()
-                .is_some_and(|p| !serde_json::from_str::<serde_json::Value>(p).is_ok_and(|v| v.is_object()))
-        }) {
-            return Err(format!("tools.{}.parameters must be a JSON object's text", tool.name));
+        for tool in &self.tools {
+            let Some(text) = tool.parameters.as_deref() else { continue };
+            let schema: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| format!("tools.{}.parameters must be a JSON object's text: {e}", tool.name))?;
+            if let Err((path, message)) = faultline_runtime::agent::check_parameters(&schema) {
+                let at = if path.is_empty() { String::new() } else { format!(".{path}") };
+                return Err(format!("tools.{}.parameters{at}: {message}", tool.name));
+            }
         }
         if let Some(tool) = self.tools.iter().find(|t| !t.results.is_empty() && t.kind != ToolKind::Recorded) {
             return Err(format!("tools.{}.results needs kind = \"recorded\"", tool.name));

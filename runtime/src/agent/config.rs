@@ -231,6 +231,17 @@ pub enum SimDedup {
     None,
 }
 
+impl SimEffect {
+    /// As the file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimEffect::External => "external",
+            SimEffect::Read => "read",
+            SimEffect::Local => "local",
+        }
+    }
+}
+
 impl ToolSimConfig {
     fn check(&self, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
         let bad = |field: &str, message: String| Err(ConfigError { path: at(&format!("sim.{field}")), message });
@@ -249,6 +260,51 @@ impl ToolSimConfig {
             return bad("dedup", "applies to effect = \"external\" only".into());
         }
         Ok(())
+    }
+
+    /// A stand-in that contradicts the tool's own flags would test another tool than the one
+    /// declared: refused, never silently used or silently ignored.
+    fn check_against(
+        &self,
+        side_effects: bool,
+        via_outbox: bool,
+        at: &dyn Fn(&str) -> String,
+    ) -> Result<(), ConfigError> {
+        let bad = |field: &str, message: String| Err(ConfigError { path: at(&format!("sim.{field}")), message });
+        if via_outbox {
+            let unused = [
+                ("effect", self.effect.is_some()),
+                ("dedup", self.dedup.is_some()),
+                ("retries", self.retries.is_some()),
+                ("failure_rate", self.failure_rate.is_some()),
+                ("timeout_rate", self.timeout_rate.is_some()),
+            ];
+            if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
+                return bad(
+                    field,
+                    "a via_outbox = true tool is delivered by the queue, keyed by execution id: this would never be \
+                     used (only sim.latency_ms applies)"
+                        .into(),
+                );
+            }
+        }
+        match self.effect {
+            Some(effect @ (SimEffect::Read | SimEffect::Local)) if side_effects => bad(
+                "effect",
+                format!(
+                    "{:?} contradicts side_effects = true: a tool that changes the world cannot stand in as one \
+                     that does not",
+                    effect.name()
+                ),
+            ),
+            Some(SimEffect::External) if !side_effects => bad(
+                "effect",
+                "\"external\" contradicts side_effects = false: set side_effects = true if the command changes \
+                 the world"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -359,8 +415,9 @@ impl AgentFile {
             if tool.command.is_empty() || tool.command[0].is_empty() {
                 return Err(ConfigError { path: at("command"), message: "must name a program".into() });
             }
-            if !tool.parameters.is_object() {
-                return Err(ConfigError { path: at("parameters"), message: "must be a JSON-schema object".into() });
+            if let Err((path, message)) = super::check_parameters(&tool.parameters) {
+                let path = if path.is_empty() { at("parameters") } else { format!("{}.{path}", at("parameters")) };
+                return Err(ConfigError { path, message });
             }
             if let Some(ms) = tool.timeout_ms {
                 if !(1..=TOOL_TIMEOUT_MS_MAX).contains(&ms) {
@@ -372,6 +429,7 @@ impl AgentFile {
             }
             if let Some(sim) = &tool.sim {
                 sim.check(&at)?;
+                sim.check_against(tool.side_effects, tool.via_outbox, &at)?;
             }
         }
         if let Some(store) = &file.store {

@@ -16,6 +16,7 @@ mod builder;
 mod config;
 pub(crate) mod history;
 mod http;
+mod parameters;
 pub(crate) mod retry;
 mod state;
 pub(crate) mod tools;
@@ -38,6 +39,7 @@ pub use http::{
     current_execution_id, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER, TOOL_HTTP_REPLY_BYTES_MAX,
     TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,
 };
+pub use parameters::{check_parameters, PARAMETERS_BYTES_MAX};
 use state::Shared;
 pub use state::{AgentConfig, TurnOutcome, INBOX_MESSAGES_MAX, MAX_STEPS_DEFAULT, TOOL_CONCURRENCY_DEFAULT};
 pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX};

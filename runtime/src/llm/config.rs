@@ -37,12 +37,31 @@ impl ConfigError {
     fn at(path: &str, message: impl Into<String>) -> Self {
         Self { path: path.to_owned(), message: message.into() }
     }
+
+    /// The text is not TOML at all (its path is where: `line L, column C`), rather than a
+    /// value the schema refuses.
+    pub fn is_syntax(&self) -> bool {
+        self.path == "(file)" || self.path.starts_with("line ")
+    }
+}
+
+/// `line L, column C` (both from 1, the column in characters) of byte `offset` of `text`.
+fn line_and_column(text: &str, offset: usize) -> String {
+    let offset = (0..=offset.min(text.len())).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}")
 }
 
 /// Deserialises TOML text into `T`, reporting errors with the key path (unknown keys
 /// included: `provider.retry_policy.surprise: unknown key`).
 pub fn from_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
-    let value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::at("(file)", e.message().to_owned()))?;
+    let value: toml::Value = toml::from_str(text).map_err(|e| {
+        // Where in the file: a parse error's own span, as the line and column an editor shows.
+        let at = e.span().map_or_else(|| "(file)".to_owned(), |span| line_and_column(text, span.start));
+        ConfigError::at(&at, e.message().trim_end().to_owned())
+    })?;
     serde_path_to_error::deserialize(value).map_err(|e| {
         let mut path = e.path().to_string();
         let message = e.inner().to_string();

@@ -148,8 +148,15 @@ impl AgentUnderTest {
                 return Err(format!("service {} is declared twice", service.name));
             }
         }
-        if self.schemas().is_empty() {
+        let schemas = self.schemas();
+        if schemas.is_empty() {
             return Err(format!("agent {}: no tools", self.name));
+        }
+        for schema in &schemas {
+            if let Err((path, message)) = faultline_runtime::agent::check_parameters(&schema.parameters) {
+                let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
+                return Err(format!("tool {}: its parameter schema{at}: {message}", schema.name));
+            }
         }
         super::setup::resolve_route(super::setup::SIM_MODEL_URL, &self.provider).map(|_| ())
     }

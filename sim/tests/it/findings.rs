@@ -364,3 +364,27 @@ fn every_invariant_in_the_catalog_has_a_finding_test() {
         );
     }
 }
+
+/// A tool whose parameter schema is not JSON Schema.
+struct BadSchema;
+
+impl Tool for BadSchema {
+    fn schema(&self) -> ToolSchema {
+        ToolSchema {
+            name: "transfer".into(),
+            description: "Moves money.".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"to": {"type": "banana"}}}),
+        }
+    }
+
+    fn call(&self, _invocation: ToolInvocation, _cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        Box::pin(async { ToolOutput::Ok("never".into()) })
+    }
+}
+
+#[test]
+#[should_panic(expected = "tool transfer: its parameter schema at properties.to.type: \"banana\"")]
+fn a_tool_schema_that_is_not_json_schema_stops_the_harness_before_any_run() {
+    let agent = AgentUnderTest::new("bad", |_: &Seams| ToolSet::new().with(Arc::new(BadSchema)));
+    Harness::new(agent).seeds(0..1).run();
+}
