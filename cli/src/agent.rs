@@ -86,6 +86,17 @@ fn bad(message: impl std::fmt::Display) -> ExitCode {
     exit::usage("faultline agent", message)
 }
 
+/// The agent file's `[telemetry] otlp_endpoint`, if the file parses and names one (a file
+/// that does not parse is reported by the command itself).
+pub fn telemetry_endpoint(args: &AgentArgs) -> Option<String> {
+    let config = match &args.command {
+        AgentCommand::Run(args) => &args.session.config,
+        AgentCommand::Chat(args) => &args.session.config,
+    };
+    let text = std::fs::read_to_string(config).ok()?;
+    AgentFile::parse(&text).ok()?.telemetry?.otlp_endpoint
+}
+
 /// Runs `faultline agent ...`.
 pub fn run(args: &AgentArgs) -> ExitCode {
     match &args.command {

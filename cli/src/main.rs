@@ -18,6 +18,7 @@ mod progress;
 mod real;
 mod shrink;
 mod sweep;
+mod telemetry;
 mod transcript;
 
 use std::process::ExitCode;
@@ -34,26 +35,6 @@ struct Cli {
     verbose: u8,
     #[command(subcommand)]
     command: Command,
-}
-
-/// Installs a stderr subscriber when `-v` or `RUST_LOG` asks for logs; otherwise the
-/// runtime's tracing stays silent.
-fn install_logging(verbose: u8) {
-    let from_env = std::env::var_os("RUST_LOG").is_some();
-    if verbose == 0 && !from_env {
-        return;
-    }
-    let level = match verbose {
-        0 | 1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = if from_env {
-        tracing_subscriber::EnvFilter::from_default_env()
-    } else {
-        tracing_subscriber::EnvFilter::new(format!("faultline_runtime={level},faultline_sim={level}"))
-    };
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).try_init();
 }
 
 #[derive(Debug, Subcommand)]
@@ -127,8 +108,22 @@ fn main() -> ExitCode {
             };
         }
     };
-    install_logging(cli.verbose);
-    match cli.command {
+    // Traces leave the process only for the commands that run the real agent: a sweep's
+    // simulated runs are not a user's production.
+    let endpoint = match &cli.command {
+        Command::Agent(args) => telemetry::endpoint(agent::telemetry_endpoint(args)),
+        _ => None,
+    };
+    let telemetry = telemetry::install(cli.verbose, endpoint);
+    let code = run(cli.command);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+fn run(command: Command) -> ExitCode {
+    match command {
         Command::Sweep(args) => sweep::run(&args),
         Command::Scenarios => sweep::list(),
         Command::Scenario(args) => incident::run(&args),

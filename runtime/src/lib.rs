@@ -81,7 +81,7 @@
 //! ```
 //!
 //! Every public item has one path: its module, by concern (`agent`, `event`, `llm`,
-//! `outbox`, `store`, `seams`, `secrets`, `production`, `report`), and the crate's error at
+//! `outbox`, `store`, `seams`, `secrets`, `production`, `report`, `telemetry`), and the crate's error at
 //! the root. `docs/embedding.md` ("Modules") says what each module is for;
 //! `testing`, what the simulator reaches inside for, exists only with the `testing` feature.
 #![warn(missing_docs)]
@@ -96,6 +96,7 @@ pub mod report;
 pub mod seams;
 pub mod secrets;
 pub mod store;
+pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 // Without the feature the same module serves the runtime itself (the planted-bug switches),

@@ -16,6 +16,7 @@ mod quickstart;
 mod real;
 mod shipped;
 mod sigkill;
+mod telemetry;
 mod transcript;
 mod your_agent;
 mod your_agent_doc;

@@ -26,6 +26,46 @@ pub struct AgentFile {
     /// Where sessions are kept (default: JSONL files in the session directory).
     #[serde(default)]
     pub store: Option<StoreSection>,
+    /// Traces to an OpenTelemetry collector.
+    #[serde(default)]
+    pub telemetry: Option<TelemetrySection>,
+}
+
+/// `[telemetry]`: where the `faultline` binary exports the agent's traces (FAILURE-OTEL).
+/// Without it, the `OTEL_EXPORTER_OTLP_*` variables decide; without them, traces are off.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TelemetrySection {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`): spans go to
+    /// `{otlp_endpoint}/v1/traces`. No credentials in it: a collector's token belongs in
+    /// `OTEL_EXPORTER_OTLP_HEADERS`, never in a file.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Longest `[telemetry] otlp_endpoint`, in bytes.
+pub const OTLP_ENDPOINT_BYTES_MAX: usize = 2048;
+
+impl TelemetrySection {
+    fn check(&self) -> Result<(), ConfigError> {
+        let Some(url) = &self.otlp_endpoint else { return Ok(()) };
+        let bad = |message: &str| Err(ConfigError { path: "telemetry.otlp_endpoint".into(), message: message.into() });
+        let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+            return bad("must be an http:// or https:// URL");
+        };
+        if url.len() > OTLP_ENDPOINT_BYTES_MAX {
+            return bad(&format!("longer than {OTLP_ENDPOINT_BYTES_MAX} bytes"));
+        }
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority.is_empty() {
+            return bad("names no host");
+        }
+        if authority.contains('@') {
+            return bad("carries credentials: put a collector's token in OTEL_EXPORTER_OTLP_HEADERS, not in the file");
+        }
+        Ok(())
+    }
 }
 
 /// `[store]`: the transcript store, for a command line that does not name one.
@@ -383,6 +423,8 @@ pub struct ResolvedAgentFile {
     pub outbox: Option<OutboxSection>,
     /// The transcript store, when the file names one.
     pub store: Option<StoreSection>,
+    /// Where traces go, when the file says.
+    pub telemetry: Option<TelemetrySection>,
 }
 
 impl AgentFile {
@@ -435,6 +477,9 @@ impl AgentFile {
         if let Some(store) = &file.store {
             store.check()?;
         }
+        if let Some(telemetry) = &file.telemetry {
+            telemetry.check()?;
+        }
         let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
         let hidden = provider_key_vars(&provider);
         let mut tools = file.tools;
@@ -448,6 +493,7 @@ impl AgentFile {
             tools,
             outbox,
             store: file.store,
+            telemetry: file.telemetry,
         })
     }
 }

@@ -28,22 +28,38 @@ pub const TOOL_HTTP_REPLY_BYTES_MAX: usize = 1024 * 1024;
 /// Longest timeout a request may ask for, in ms.
 pub const TOOL_HTTP_TIMEOUT_MS_MAX: u64 = 10 * 60 * 1000;
 
+/// What rides on a tool call's task: its execution id, and the trace context of its span.
+struct CallContext {
+    execution_id: Arc<str>,
+    trace: Vec<(String, String)>,
+}
+
 tokio::task_local! {
-    static EXECUTION: Arc<str>;
+    static CALL: Arc<CallContext>;
 }
 
 /// Runs `call` with `execution_id` as the current execution (what [`current_execution_id`]
-/// returns inside it, and what `ToolHttp` stamps on its requests).
+/// returns inside it, and what `ToolHttp` stamps on its requests) and `trace` as its trace
+/// context ([`current_trace_fields`]).
 pub(crate) fn with_execution<F: std::future::Future>(
     execution_id: &str,
+    trace: Vec<(String, String)>,
     call: F,
 ) -> impl std::future::Future<Output = F::Output> {
-    EXECUTION.scope(Arc::from(execution_id), call)
+    CALL.scope(Arc::new(CallContext { execution_id: Arc::from(execution_id), trace }), call)
 }
 
 /// The execution id of the tool call running on this task, if one is.
 pub fn current_execution_id() -> Option<Arc<str>> {
-    EXECUTION.try_with(Arc::clone).ok()
+    CALL.try_with(|call| call.execution_id.clone()).ok()
+}
+
+/// The trace-context fields (`traceparent`, `tracestate`) of the tool call running on this
+/// task: what `ToolHttp` sends as headers and a command tool receives as `TRACEPARENT` and
+/// `TRACESTATE`, so a tool's own spans join the turn's trace (FAILURE-OTEL). Empty outside a
+/// call, or when no OpenTelemetry layer records the runtime's spans.
+pub fn current_trace_fields() -> Vec<(String, String)> {
+    CALL.try_with(|call| call.trace.clone()).unwrap_or_default()
 }
 
 /// A reply: its status and body.
@@ -224,6 +240,12 @@ fn build_request(
     }
     if let Some(id) = current_execution_id() {
         builder = builder.header(EXECUTION_ID_HEADER, &*id);
+    }
+    // A tool that propagates its own span's context keeps it; otherwise the call's.
+    for (name, value) in current_trace_fields() {
+        if !headers.iter().any(|(set, _)| set.eq_ignore_ascii_case(&name)) {
+            builder = builder.header(name, value);
+        }
     }
     builder.body(Full::new(body)).map_err(|e| HttpFailure::Invalid(e.to_string()))
 }

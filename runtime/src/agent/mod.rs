@@ -18,6 +18,7 @@ pub(crate) mod history;
 mod http;
 mod parameters;
 pub(crate) mod retry;
+mod spans;
 mod state;
 pub(crate) mod tools;
 mod turn;
@@ -31,13 +32,13 @@ use tokio_util::sync::CancellationToken;
 pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
     provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, SimDedup,
-    SimEffect, StoreKindConfig, StoreSection, ToolEnv, ToolSimConfig, PROVIDER_KEY_VARS, SIM_LATENCY_MS_MAX,
-    SIM_RETRIES_MAX, TOOL_TIMEOUT_MS_MAX,
+    SimEffect, StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, ToolSimConfig, OTLP_ENDPOINT_BYTES_MAX,
+    PROVIDER_KEY_VARS, SIM_LATENCY_MS_MAX, SIM_RETRIES_MAX, TOOL_TIMEOUT_MS_MAX,
 };
 pub(crate) use history::History;
 pub use http::{
-    current_execution_id, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER, TOOL_HTTP_REPLY_BYTES_MAX,
-    TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,
+    current_execution_id, current_trace_fields, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER,
+    TOOL_HTTP_REPLY_BYTES_MAX, TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,
 };
 pub use parameters::{check_parameters, PARAMETERS_BYTES_MAX};
 use state::Shared;
@@ -96,7 +97,11 @@ impl Agent {
         let (log, records, repair) = match open {
             Open::Create => (store.create(id, seams.clock.now_ms())?, Vec::new(), None),
             Open::Resume => {
-                let opened = store.open_conversation(id, Takeover::IfDead)?;
+                // What was only read back is not work done again: one span says what the
+                // repair found, and no span is emitted for the records it replays.
+                let span = spans::recovery(&seams.secrets, id.as_str());
+                let opened = span.in_scope(|| store.open_conversation(id, Takeover::IfDead))?;
+                spans::recovered(&span, opened.loaded.records.len(), opened.loaded.repair.as_ref());
                 (opened.log, opened.loaded.records, opened.loaded.repair)
             }
         };

@@ -171,7 +171,8 @@ pub async fn run_with_deadline(
     // The execution id rides on the task, so the runtime's `ToolHttp` stamps every request the
     // call makes with it, whatever the tool itself remembers to send.
     let execution_id = invocation.execution_id.clone();
-    let call = super::http::with_execution(&execution_id, tool.call(invocation, merged.clone()));
+    let trace = crate::telemetry::trace_fields(&tracing::Span::current());
+    let call = super::http::with_execution(&execution_id, trace, tool.call(invocation, merged.clone()));
     let mut body = tokio::spawn(call);
     let mut deadline_won = false;
     let joined = match deadline {

@@ -63,8 +63,8 @@ pub(super) async fn run_turn(
     cancel: CancellationToken,
 ) -> Ended {
     let turn = history.last_turn + 1;
-    let span = tracing::info_span!("turn", session = %shared.seams.secrets.scrub(&shared.session_id), turn);
-    async {
+    let span = super::spans::turn(&shared.seams.secrets, &shared.session_id, turn);
+    let ended = async {
         let mut ctx =
             TurnCtx { shared, history, turn, cancel, calls: Vec::new(), answer: None, usage: Usage::default() };
         let ended = ctx.run(message).await;
@@ -103,8 +103,10 @@ pub(super) async fn run_turn(
             }
         }
     }
-    .instrument(span)
-    .await
+    .instrument(span.clone())
+    .await;
+    super::spans::turn_ended(&span, &ended.outcome.reason, ended.outcome.kept, &ended.outcome.usage);
+    ended
 }
 
 struct TurnCtx<'a> {
@@ -175,57 +177,63 @@ impl TurnCtx<'_> {
             if step > max_steps {
                 return Ok(self.budget_exhausted(max_steps));
             }
-            self.emit(Event::StepStart(StepRef { turn: self.turn, step }), None).await?;
-            if let Some(message) = user.take() {
-                self.emit(Event::UserMessage(UserMessage { message }), None).await?;
-            }
-            let route = self.shared.provider.snapshot();
-            let prefix = RequestPrefix {
-                model: route.model.clone(),
-                system: self.shared.config.system.clone(),
-                tools: self.shared.tools().schemas(),
-            };
-            self.write_header(&prefix).await?;
-            // Model path checkpoint: the request prefix is durable before dispatch.
-            match self.checkpoint().await {
-                Ok(()) => {}
-                Err(Checkpoint::Cancelled) => {
-                    self.end_step(step).await?;
-                    return Ok(self.aborted());
-                }
-                Err(Checkpoint::Failed(error)) => {
-                    self.end_step(step).await?;
-                    return Ok(self.checkpoint_failure(&error));
-                }
-            }
-            crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::BeforeDispatch).await;
-            let (message, usage, finish) =
-                match self.attempts(step, &route, &prefix).instrument(tracing::info_span!("step", step)).await? {
-                    Ok(done) => done,
-                    Err(reason) => {
-                        self.end_step(step).await?;
-                        return Ok(reason);
-                    }
-                };
-            let calls = PlannedCall::all_of(&message);
-            let (sources, finish_reason) = finish;
-            let message = Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage });
-            self.answer = Some(self.emit_shared(message, Some(sources)).await?);
-            if finish_reason == FinishReason::MaxTokens {
-                self.end_step(step).await?;
-                return Ok(TurnEndReason::MaxTokens);
-            }
-            if calls.is_empty() {
-                self.end_step(step).await?;
-                return Ok(TurnEndReason::Completed);
-            }
-            let stopped = self.run_tools(step, calls).instrument(tracing::info_span!("step", step)).await?;
-            self.end_step(step).await?;
-            if let Some(reason) = stopped {
+            let span = super::spans::step(self.turn, step);
+            if let Some(reason) = self.step(step, user.take()).instrument(span).await? {
                 return Ok(reason);
             }
         }
         unreachable!("the step loop returns")
+    }
+
+    /// One step: its request, its attempts, and its tool calls; the turn's end when the step
+    /// ends it.
+    async fn step(&mut self, step: u32, user: Option<Message>) -> Result<Option<TurnEndReason>> {
+        self.emit(Event::StepStart(StepRef { turn: self.turn, step }), None).await?;
+        if let Some(message) = user {
+            self.emit(Event::UserMessage(UserMessage { message }), None).await?;
+        }
+        let route = self.shared.provider.snapshot();
+        let prefix = RequestPrefix {
+            model: route.model.clone(),
+            system: self.shared.config.system.clone(),
+            tools: self.shared.tools().schemas(),
+        };
+        self.write_header(&prefix).await?;
+        // Model path checkpoint: the request prefix is durable before dispatch.
+        match self.checkpoint().await {
+            Ok(()) => {}
+            Err(Checkpoint::Cancelled) => {
+                self.end_step(step).await?;
+                return Ok(Some(self.aborted()));
+            }
+            Err(Checkpoint::Failed(error)) => {
+                self.end_step(step).await?;
+                return Ok(Some(self.checkpoint_failure(&error)));
+            }
+        }
+        crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::BeforeDispatch).await;
+        let (message, usage, finish) = match self.attempts(step, &route, &prefix).await? {
+            Ok(done) => done,
+            Err(reason) => {
+                self.end_step(step).await?;
+                return Ok(Some(reason));
+            }
+        };
+        let calls = PlannedCall::all_of(&message);
+        let (sources, finish_reason) = finish;
+        let message = Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage });
+        self.answer = Some(self.emit_shared(message, Some(sources)).await?);
+        if finish_reason == FinishReason::MaxTokens {
+            self.end_step(step).await?;
+            return Ok(Some(TurnEndReason::MaxTokens));
+        }
+        if calls.is_empty() {
+            self.end_step(step).await?;
+            return Ok(Some(TurnEndReason::Completed));
+        }
+        let stopped = self.run_tools(step, calls).await?;
+        self.end_step(step).await?;
+        Ok(stopped)
     }
 
     /// The request prefix, written before the first dispatch of a session (`initial`, or
@@ -293,15 +301,24 @@ impl TurnCtx<'_> {
             } else {
                 Vec::new()
             };
-            let finish = self.consume(&mut stream, (step, attempt), &mut assembler, &mut seqs).await?;
+            let span = super::spans::attempt(route, step, attempt);
+            let finish =
+                self.consume(&mut stream, (step, attempt), &mut assembler, &mut seqs).instrument(span.clone()).await?;
             drop(stream);
             let failure = match &finish {
                 FinishReason::Stop | FinishReason::ToolCalls | FinishReason::MaxTokens => {
                     let (message, usage) = assembler.finish();
+                    super::spans::attempt_ended(&span, &finish, usage.as_ref());
                     return Ok(Ok((message, usage, (seqs, finish))));
                 }
-                FinishReason::Aborted { .. } => return Ok(Err(self.aborted())),
-                FinishReason::Error { failure } => failure.clone(),
+                FinishReason::Aborted { .. } => {
+                    super::spans::attempt_ended(&span, &finish, None);
+                    return Ok(Err(self.aborted()));
+                }
+                FinishReason::Error { failure } => {
+                    super::spans::attempt_ended(&span, &finish, None);
+                    failure.clone()
+                }
             };
             // Codes only: messages may quote what the server said.
             tracing::warn!(step, attempt, code = %failure.code, status = failure.status, "attempt failed");
@@ -385,6 +402,7 @@ impl TurnCtx<'_> {
             crate::llm::RetryPolicy::Normal { max_retries, .. } => Some(*max_retries),
             crate::llm::RetryPolicy::Always { .. } => None,
         };
+        let span = super::spans::retry_wait(step, retry, delay_ms, failure.code);
         let event = LlmRetry {
             retry_id: retry_id.clone(),
             turn: self.turn,
@@ -399,10 +417,15 @@ impl TurnCtx<'_> {
         };
         self.emit(Event::LlmRetry(Box::new(event)), None).await?;
         tracing::info!(step, retry, delay_ms, "retrying the step");
-        tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => return Ok(false),
-            () = self.shared.seams.clock.sleep(Duration::from_millis(delay_ms)) => {}
+        let waited = async {
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => false,
+                () = self.shared.seams.clock.sleep(Duration::from_millis(delay_ms)) => true,
+            }
+        };
+        if !waited.instrument(span).await {
+            return Ok(false);
         }
         self.emit(Event::LlmRetryStarted(LlmRetryStarted { retry_id, turn: self.turn, step, retry }), None).await?;
         Ok(true)
@@ -474,14 +497,15 @@ impl TurnCtx<'_> {
     ) -> tokio::task::JoinHandle<CallOutcome> {
         let cancel = self.cancel.clone();
         let clock = self.shared.seams.clock.clone();
-        let secrets = &self.shared.seams.secrets;
-        let span = tracing::info_span!("tool", step, name = %secrets.scrub(&call.name), call_id = %secrets.scrub(&call.call_id));
+        let span =
+            super::spans::tool(&self.shared.seams.secrets, step, &call.name, &call.call_id, &invocation.execution_id);
         tokio::spawn(
             async move {
                 let outcome = run_with_deadline(tool, invocation, &cancel, &clock).await;
                 drop(permit);
-                let code = outcome.error.as_ref().map(|e| e.code.to_string());
-                tracing::info!(error = code.as_deref().unwrap_or("none"), "tool call ended");
+                let code = outcome.error.as_ref().map(|e| e.code);
+                super::spans::tool_ended(&tracing::Span::current(), code);
+                tracing::info!(error = code.map_or_else(|| "none".to_owned(), |c| c.to_string()), "tool call ended");
                 outcome
             }
             .instrument(span),

@@ -107,7 +107,7 @@ async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: Canc
 }
 
 /// The tool's command in a process group of its own, with the environment its policy
-/// allows, the call's ids, and all three pipes.
+/// allows, the call's ids and trace context (`TRACEPARENT`), and all three pipes.
 fn command_for(config: &CommandToolConfig, invocation: &ToolInvocation) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&config.command[0]);
     apply_env(&mut command, &config.env());
@@ -116,6 +116,8 @@ fn command_for(config: &CommandToolConfig, invocation: &ToolInvocation) -> tokio
         .env("FAULTLINE_SESSION_ID", &invocation.session)
         .env("FAULTLINE_CALL_ID", &invocation.call_id)
         .env("FAULTLINE_EXECUTION_ID", &invocation.execution_id)
+        // The call's trace context, as the environment-variable carrier spells it.
+        .envs(crate::agent::current_trace_fields().into_iter().map(|(name, value)| (name.to_ascii_uppercase(), value)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -13,4 +13,5 @@ mod scenarios;
 mod seam_smoke;
 mod support;
 mod sweep;
+mod telemetry;
 mod twin;
