@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use faultline_runtime::event::{Chunk, FinishReason, RequestPrefix, ToolSchema};
-use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider};
+use faultline_runtime::llm::{prompt_body, Adapter, ResolvedProvider, WireFormat};
 use faultline_runtime::production::{self, EnvCredentials};
 use tokio_util::sync::CancellationToken;
 
@@ -24,14 +24,15 @@ pub struct LlmArgs {
 
 #[derive(Debug, Subcommand)]
 enum LlmCommand {
-    /// Stream one chat completion and print the normalised chunks as JSON lines. No retries:
-    /// one attempt, exactly as the runtime sees it. Exit 0 for stop, tool-calls or
-    /// max-tokens; 2 for an error; 130 after Ctrl-C (the stream ends aborted); 1 for bad
-    /// arguments.
+    /// Stream one answer in --format's wire format and print the normalised chunks as JSON
+    /// lines. No retries: one attempt, exactly as the runtime sees it. Exit 0 for stop,
+    /// tool-calls or max-tokens; 2 for an error; 130 after Ctrl-C (the stream ends aborted);
+    /// 1 for bad arguments.
     Stream(StreamArgs),
     /// Replay every recorded `.sse` body of a directory through faultline's adapter and
-    /// through the official `openai` SDK (the referee), and print where they agree. Exit 0
-    /// when every file agrees, 2 when one does not, 1 for bad arguments or no SDK.
+    /// through the format's official SDK (`openai`, `anthropic` or `google-genai`: the
+    /// referee), and print where they agree. Exit 0 when every file agrees, 2 when one does
+    /// not, 1 for bad arguments or no SDK.
     Conform(ConformArgs),
 }
 
@@ -39,9 +40,12 @@ enum LlmCommand {
 struct ConformArgs {
     /// A directory of recorded stream bodies (`*.sse`), or one such file.
     path: PathBuf,
-    /// A Python with the `openai` package (`pip install openai`).
+    /// A Python with the format's SDK (`pip install openai anthropic google-genai`).
     #[arg(long, default_value = "python3")]
     python: PathBuf,
+    /// The recordings' wire format: openai, anthropic or gemini.
+    #[arg(long, default_value = "openai")]
+    format: WireFormat,
     /// Print one JSON object per file (both readings and the differences).
     #[arg(long)]
     json: bool,
@@ -49,7 +53,12 @@ struct ConformArgs {
 
 #[derive(Debug, Args)]
 struct StreamArgs {
-    /// Requests go to {base_url}/chat/completions.
+    /// The provider's wire format: openai (OpenAI-compatible chat completions), anthropic
+    /// (Messages API) or gemini (streamGenerateContent).
+    #[arg(long, default_value = "openai")]
+    format: WireFormat,
+    /// The API root the format appends its path to: {base_url}/chat/completions,
+    /// {base_url}/v1/messages, {base_url}/v1beta/models/MODEL:streamGenerateContent.
     #[arg(long)]
     base_url: String,
     /// Model name.
@@ -93,13 +102,15 @@ fn conform(args: &ConformArgs) -> ExitCode {
         eprintln!("faultline llm conform: {message}");
         exit::code(exit::USAGE)
     };
+    let package = faultline_sim::cli::conformance::referee(args.format).1;
+    let module = if package == "google-genai" { "google.genai" } else { package };
     let has_sdk = std::process::Command::new(&args.python)
-        .args(["-c", "import openai"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_sdk {
         return fail(format!(
-            "{} has no `openai` package: pip install openai, or give --python",
+            "{} has no `{package}` package: pip install {package}, or give --python",
             args.python.display()
         ));
     }
@@ -118,7 +129,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
             Ok(body) => body,
             Err(e) => return fail(format!("{}: {e}", file.display())),
         };
-        let verdict = match faultline_sim::cli::conformance::conform(&args.python, file, &body) {
+        let verdict = match faultline_sim::cli::conformance::conform(&args.python, args.format, file, &body) {
             Ok(verdict) => verdict,
             Err(e) => return fail(e),
         };
@@ -138,7 +149,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
         }
     }
     if !args.json {
-        println!("{} of {} agree with the official SDK", files.len() - disagree, files.len());
+        println!("{} of {} agree with the official `{package}` SDK", files.len() - disagree, files.len());
     }
     exit::code(if disagree == 0 { exit::OK } else { exit::FAILED })
 }
@@ -146,7 +157,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
 /// The route `llm stream`'s flags describe, refused with the flag's name.
 fn stream_route(args: &StreamArgs) -> Result<ResolvedProvider, String> {
     let flag = |name: &str, e: faultline_runtime::llm::ConfigError| format!("{name}: {}", e.message);
-    let mut route = ResolvedProvider::openai_compatible(&args.base_url, &args.model)
+    let mut route = ResolvedProvider::of_format(args.format, &args.base_url, &args.model)
         .map_err(|e| {
             let name = if e.path.ends_with("model") { "--model" } else { "--base-url" };
             flag(name, e)
@@ -179,7 +190,7 @@ fn stream(args: &StreamArgs) -> ExitCode {
         },
     };
     let prefix = RequestPrefix { model: args.model.clone(), system: args.system.clone(), tools };
-    let body = chat_body(&prefix, &[serde_json::json!({"role": "user", "content": args.prompt})]);
+    let body = prompt_body(&route, &prefix, &args.prompt);
 
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

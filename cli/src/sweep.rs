@@ -478,6 +478,9 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
             let _ = writeln!(out, "{name:<36} {:>5} {:>8} {:>12.1}", s.runs, s.failures, s.sim_ms as f64 / 1000.0);
         }
     }
+    let formats: Vec<String> =
+        summary.formats.iter().map(|(name, s)| format!("{name} {} runs {} failures", s.runs, s.failures)).collect();
+    let _ = writeln!(out, "wire formats: {}", formats.join(", "));
     let _ = writeln!(out, "crash points reached: {}", join(&summary.crash_point_hits));
     let _ = writeln!(out, "fault families fired (runs): {}", join(&summary.fault_families_fired));
     let _ = writeln!(out, "sometimes reached (runs): {}", join(&summary.sometimes_reached));

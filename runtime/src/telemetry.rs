@@ -57,5 +57,7 @@ pub(crate) fn provider_name(preset: crate::llm::Preset) -> &'static str {
     match preset {
         crate::llm::Preset::Deepseek => "deepseek",
         crate::llm::Preset::OpenaiCompatible => "openai",
+        crate::llm::Preset::Anthropic => "anthropic",
+        crate::llm::Preset::Gemini => "gcp.gemini",
     }
 }

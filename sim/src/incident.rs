@@ -103,6 +103,7 @@ pub fn scenario_from_records(name: &str, records: &[Record]) -> Result<Scenario,
         tools: tools.into_values().collect(),
         tool_concurrency: None,
         store: Default::default(),
+        formats: faultline_runtime::llm::WireFormat::ALL.to_vec(),
         model: ModelPlan { refuse_until_ms: 0, responses, repeat_last: true, from_seed: false },
         faults: FaultPlan { from_seed: true, ..FaultPlan::default() },
         expect: Default::default(),
@@ -164,6 +165,8 @@ fn response_of(chunks: &[&Chunk]) -> Response {
             Chunk::Usage { usage } => {
                 response.usage = Some([usage.prompt_tokens, usage.completion_tokens, usage.total_tokens]);
             }
+            // The server signs what it streams itself.
+            Chunk::SignatureDelta { .. } => {}
             Chunk::Finish { reason, inferred } => {
                 response.finish = match (reason, inferred) {
                     (_, true) => None,

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use faultline_runtime::llm::WireFormat;
+
 use crate::model_server::Response;
 
 /// A scenario: the workload, the fault plan and what must hold.
@@ -45,6 +47,11 @@ pub struct Scenario {
     /// draw `zstd` instead.
     #[serde(default, skip_serializing_if = "SessionFormat::is_default")]
     pub store: SessionFormat,
+    /// The wire formats the agent speaks to the model in (FAILURE-WIRE-FORMATS): seed `n`
+    /// runs under `formats[n % len]`, so a sweep covers each. Default: all three; a scenario
+    /// whose script is one format's own bytes names that one.
+    #[serde(default = "all_formats", skip_serializing_if = "is_all_formats")]
+    pub formats: Vec<WireFormat>,
     /// The model's script.
     #[serde(default)]
     pub model: ModelPlan,
@@ -127,6 +134,24 @@ pub struct Regression {
     pub seed: u64,
     /// The scenario and seed it was shrunk from.
     pub shrunk_from: String,
+}
+
+fn all_formats() -> Vec<WireFormat> {
+    WireFormat::ALL.to_vec()
+}
+
+fn is_all_formats(formats: &Vec<WireFormat>) -> bool {
+    *formats == WireFormat::ALL
+}
+
+impl Scenario {
+    /// The wire format seed `seed` runs under.
+    pub fn format_for(&self, seed: u64) -> WireFormat {
+        match self.formats.len() {
+            0 => WireFormat::Openai,
+            n => self.formats[(seed % n as u64) as usize],
+        }
+    }
 }
 
 fn is_false(value: &bool) -> bool {
@@ -814,7 +839,20 @@ impl Scenario {
             .and_then(|()| self.check_provenance())
             .and_then(|()| self.check_sizes())
             .and_then(|()| self.check_zombie())
+            .and_then(|()| self.check_formats())
             .map_err(|e| format!("scenario {}: {e}", self.name))
+    }
+
+    /// At least one wire format, each once.
+    fn check_formats(&self) -> Result<(), String> {
+        if self.formats.is_empty() {
+            return Err("formats: name at least one of openai, anthropic, gemini".into());
+        }
+        let distinct: std::collections::BTreeSet<_> = self.formats.iter().collect();
+        if distinct.len() != self.formats.len() {
+            return Err("formats: each format once".into());
+        }
+        Ok(())
     }
 
     /// The tick, the budget, the heal time and a workload to run.

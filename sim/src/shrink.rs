@@ -49,6 +49,8 @@ pub fn materialise_for(scenario: &Scenario, seed: u64, agent: Option<&world::Age
         tools: plan.tools,
         tool_concurrency: Some(plan.tool_concurrency),
         store: plan.store,
+        // The seed's format, so that the written plan replays what the seed ran.
+        formats: vec![plan.format],
         model: ModelPlan {
             refuse_until_ms: plan.script.refuse_until_ms,
             responses: plan.script.responses,

@@ -75,6 +75,8 @@ pub const SLOW_RECOVERIES_KEPT_MAX: usize = 100;
 pub struct SweepReport {
     /// Totals per scenario.
     pub per_scenario: BTreeMap<String, ScenarioSummary>,
+    /// Totals per wire format (the sweep's format axis).
+    pub per_format: BTreeMap<String, ScenarioSummary>,
     /// Crash point hits.
     pub crash_points: BTreeMap<String, u32>,
     /// Runs in which each fault family fired.
@@ -107,6 +109,10 @@ impl SweepReport {
         s.failures += usize::from(!result.passed());
         s.sim_ms += result.sim_ms;
         s.parity_differences += usize::from(result.violations.iter().any(|v| v.invariant == "parity"));
+        let f = self.per_format.entry(result.format.name().to_owned()).or_default();
+        f.runs += 1;
+        f.failures += usize::from(!result.passed());
+        f.sim_ms += result.sim_ms;
         for (point, hits) in &result.crash_point_hits {
             *self.crash_points.entry(point.clone()).or_default() += hits;
         }
@@ -278,6 +284,9 @@ pub struct SweepSummary {
     pub failures: Vec<FailureSummary>,
     /// Totals per scenario.
     pub scenarios: BTreeMap<String, ScenarioSummary>,
+    /// Totals per wire format (the format axis).
+    #[serde(default)]
+    pub formats: BTreeMap<String, ScenarioSummary>,
     /// Crash point hits.
     pub crash_point_hits: BTreeMap<String, u32>,
     /// Runs in which each fault family fired.
@@ -336,6 +345,7 @@ impl SweepSummary {
             runs: report.runs,
             failures: report.failures.iter().map(|r| FailureSummary::of(r, plan.agent.as_deref())).collect(),
             scenarios: report.per_scenario.clone(),
+            formats: report.per_format.clone(),
             crash_point_hits: report.crash_points.clone(),
             fault_families_fired: report.families.clone(),
             sometimes_reached: report.sometimes.clone(),
@@ -400,12 +410,14 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         }
         merged.runs += shard.runs;
         merged.failures.extend(shard.failures.iter().cloned());
-        for (name, s) in &shard.scenarios {
-            let total = merged.scenarios.entry(name.clone()).or_default();
-            total.runs += s.runs;
-            total.failures += s.failures;
-            total.sim_ms += s.sim_ms;
-            total.parity_differences += s.parity_differences;
+        for (into, from) in [(&mut merged.scenarios, &shard.scenarios), (&mut merged.formats, &shard.formats)] {
+            for (name, s) in from {
+                let total = into.entry(name.clone()).or_default();
+                total.runs += s.runs;
+                total.failures += s.failures;
+                total.sim_ms += s.sim_ms;
+                total.parity_differences += s.parity_differences;
+            }
         }
         let add = |into: &mut BTreeMap<String, u32>, from: &BTreeMap<String, u32>| {
             for (k, v) in from {

@@ -258,10 +258,7 @@ fn fourteen_lines() -> Vec<String> {
     let text = |t: &str| Message::user_text(t);
     let call =
         |turn, step, id: &str| ToolCall { turn, step, call_id: id.into(), name: "send".into(), arguments: "{}".into() };
-    let assistant = Message {
-        role: Role::Assistant,
-        content: vec![ContentBlock::ToolCall { id: "c9".into(), name: "send".into(), arguments: "{}".into() }],
-    };
+    let assistant = Message { role: Role::Assistant, content: vec![ContentBlock::tool_call("c9", "send", "{}")] };
     let chunk = |seq: u64| AssistantChunk {
         turn: 2,
         step: 1,

@@ -406,6 +406,61 @@ fn every_provider_stream_reads_as_the_official_sdk_reads_it() {
     );
 }
 
+/// FAILURE-WIRE-FORMATS: Anthropic's and Gemini's streams in the repository, read by
+/// faultline's adapter and by the official `anthropic` and `google-genai` SDKs from the same
+/// bytes, must agree — signed thinking, split `input_json_delta`, a mid-stream `error` event,
+/// a refusal, whole `functionCall` parts, a safety stop — and each SDK's own reading is what
+/// the recording says.
+#[test]
+fn claude_and_gemini_streams_read_as_their_official_sdks_read_them() {
+    let python = std::env::var("FAULTLINE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let has_sdks = std::process::Command::new(&python)
+        .args(["-c", "import anthropic, google.genai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdks {
+        return faultline_e2e::skip_or_fail(
+            "FAULTLINE_REQUIRE_WIRE_SDKS",
+            &format!("{python} lacks the `anthropic` or `google-genai` package (pip install anthropic google-genai)"),
+        );
+    }
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sim/fixtures");
+    let mut sdk = std::collections::BTreeMap::new();
+    for format in ["anthropic", "gemini"] {
+        let dir = fixtures.join(format);
+        let output =
+            faultline(&["llm", "conform", dir.to_str().unwrap(), "--format", format, "--python", &python, "--json"]);
+        assert_eq!(output.status.code(), Some(0), "{format}: {}{}", stdout(&output), stderr(&output));
+        for line in stdout(&output).lines() {
+            let verdict: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(verdict["differences"], json!([]), "{verdict}");
+            let file = verdict["file"].as_str().unwrap().rsplit('/').next().unwrap().to_owned();
+            sdk.insert(format!("{format}/{file}"), (verdict["sdk"].clone(), verdict["faultline"].clone()));
+        }
+    }
+    assert_eq!(sdk.len(), 8, "every stream was read: {:?}", sdk.keys());
+    let (claude, ours) = &sdk["anthropic/thinking-text-and-tool-use.sse"];
+    assert_eq!(claude["reasoning"], "The user wants the weather in Paris. I should call get_weather.");
+    assert_eq!(claude["tool_calls"][0]["arguments"], "{\"location\": \"Paris, France\"}");
+    assert_eq!((&claude["finish"], &claude["usage"]), (&json!("tool_calls"), &json!([600, 89, 689])));
+    assert_eq!(ours["finish"]["kind"], "tool-calls");
+    let (overloaded, ours) = &sdk["anthropic/overloaded-error-mid-stream.sse"];
+    assert_eq!(overloaded["error"]["message"], "Overloaded");
+    assert_eq!(ours["finish"]["failure"]["code"], "SERVER", "an error event is a failure, never an end: {ours}");
+    assert_eq!(sdk["anthropic/refusal.sse"].0["refusal"], "This request was refused due to policy.");
+    let (gemini, ours) = &sdk["gemini/thought-text-and-function-call.sse"];
+    assert_eq!(
+        gemini["tool_calls"][0],
+        json!({"id": null, "name": "get_weather", "arguments": "{\"city\":\"Shanghai\",\"unit\":\"celsius\"}"})
+    );
+    assert_eq!((&gemini["finish"], &gemini["usage"]), (&json!("tool_calls"), &json!([391, 145, 536])));
+    assert_eq!(ours["finish"]["kind"], "tool-calls");
+    let (safety, ours) = &sdk["gemini/safety-stop.sse"];
+    assert_eq!(safety["finish"], "content_filter");
+    assert!(ours["finish"]["failure"]["code"].is_string(), "a safety stop ends the attempt as a failure: {ours}");
+    assert_eq!(sdk["gemini/unavailable-error-in-stream.sse"].0["error"]["code"], 503);
+}
+
 /// Ctrl-C mid-stream ends the stream `aborted` and exits 130, as every command does after
 /// Ctrl-C (not 2: nothing failed).
 #[test]

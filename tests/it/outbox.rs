@@ -82,10 +82,7 @@ fn crashed_session(dir: &std::path::Path) -> std::path::PathBuf {
     let session = dir.join("s");
     std::fs::create_dir_all(&session).unwrap();
     let mut lines = vec![SessionHeader::new("s", 0).encode()];
-    let calls = vec![
-        ContentBlock::ToolCall { id: "c1".into(), name: "send".into(), arguments: "{}".into() },
-        ContentBlock::ToolCall { id: "c2".into(), name: "send".into(), arguments: "{}".into() },
-    ];
+    let calls = vec![ContentBlock::tool_call("c1", "send", "{}"), ContentBlock::tool_call("c2", "send", "{}")];
     let events = vec![
         (Event::TurnStart(TurnStart { turn: 1 }), None),
         (Event::StepStart(StepRef { turn: 1, step: 1 }), None),

@@ -357,7 +357,8 @@ impl CommandToolConfig {
 
 /// Provider key variables no tool or receiver ever sees, whatever its `env_allow` says: the
 /// presets' defaults. The configured `api_key_env` is added to them at parse time.
-pub const PROVIDER_KEY_VARS: [&str; 2] = ["DEEPSEEK_API_KEY", "OPENAI_API_KEY"];
+pub const PROVIDER_KEY_VARS: [&str; 5] =
+    ["DEEPSEEK_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"];
 
 /// A command's environment (FAILURE-SECRETS): by default the agent's own, less the provider
 /// key variables. `env_allow` narrows it to the named variables; `env_deny` removes more.

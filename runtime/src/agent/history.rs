@@ -1,75 +1,25 @@
 //! The conversation the model sees, rebuilt from committed records: user messages, assistant
-//! messages (text, a refusal and tool calls; reasoning is not sent back) and tool results — including
-//! repair closers, which the model reads as ordinary results.
+//! messages (text, a refusal, tool calls, and the reasoning a provider signed) and tool
+//! results — including repair closers, which the model reads as ordinary results. Kept in no
+//! provider's shape (`llm::conversation`): each request writes it in its route's format.
 
-use serde_json::value::RawValue;
-use std::borrow::Cow;
+use crate::event::{Event, Message, Record, RequestPrefix};
+use crate::llm::conversation::Entry;
 
-use serde::Serialize;
-use serde_json::Value;
-
-use crate::event::{ContentBlock, Event, Message, Record, RequestPrefix};
-
-/// The OpenAI-shaped messages of a session so far, each encoded once as it is absorbed: every
-/// request of a session sends the whole conversation again, and escaping each message anew
-/// per request made a long session's requests quadratic in its text.
+/// The conversation of a session so far, each message's texts escaped once as it is
+/// absorbed: every request of a session sends the whole conversation again, and escaping each
+/// message anew per request made a long session's requests quadratic in its text.
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    messages: Vec<Box<RawValue>>,
-    /// The last assistant message, not encoded yet: encoded when the next message is pushed or
-    /// the next request is built, so an answer that ends its turn is never held twice while
+    entries: Vec<Entry>,
+    /// The last assistant message, not absorbed yet: absorbed when the next message is pushed
+    /// or the next request is built, so an answer that ends its turn is never held twice while
     /// its turn is still being written (the log's queue holds the record meanwhile).
     deferred: Option<std::sync::Arc<Record>>,
     /// The last request prefix written to the log.
     pub last_header: Option<RequestPrefix>,
     /// The last turn number started.
     pub last_turn: u32,
-}
-
-/// One message as the chat API reads it, borrowed from the record it comes from. Fields are in
-/// the order a JSON object's keys sort in (how the `Value` trees these replaced wrote them),
-/// so the bytes a request sends did not change; serialised straight into the message's
-/// encoding, with no tree (and no copy of a tool output of hundreds of KiB) in between.
-#[derive(Serialize)]
-struct WireMessage<'a> {
-    /// `null` for an assistant message that only calls tools (or only refuses).
-    content: Option<&'a str>,
-    /// An assistant message's refusal, as OpenAI sent it (and takes back).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a str>,
-    role: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_call_id: Option<&'a str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tool_calls: Vec<WireCall<'a>>,
-}
-
-#[derive(Serialize)]
-struct WireCall<'a> {
-    function: WireFunction<'a>,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
-struct WireFunction<'a> {
-    arguments: &'a str,
-    name: &'a str,
-}
-
-/// The text blocks of `content`, joined by newlines: borrowed when there is one (a tool
-/// output of hundreds of KiB is not copied to be encoded).
-fn text_of(content: &[ContentBlock]) -> Cow<'_, str> {
-    let mut texts =
-        content.iter().filter_map(|b| if let ContentBlock::Text { text } = b { Some(text.as_str()) } else { None });
-    match (texts.next(), texts.next()) {
-        (None, _) => Cow::Borrowed(""),
-        (Some(only), None) => Cow::Borrowed(only),
-        (Some(first), Some(second)) => {
-            Cow::Owned([first, second].into_iter().chain(texts).collect::<Vec<_>>().join("\n"))
-        }
-    }
 }
 
 impl History {
@@ -86,15 +36,15 @@ impl History {
     pub fn absorb(&mut self, event: &Event) {
         match event {
             Event::TurnStart(start) => self.last_turn = start.turn,
-            Event::UserMessage(user) => self.push_user(&user.message),
+            Event::UserMessage(user) => self.push(Entry::user(&user.message)),
             Event::RequestHeader(header) => self.last_header = Some(header.header.clone()),
             Event::AssistantMessage(message) => self.push_assistant(&message.message),
-            Event::ToolResult(result) => self.push_tool(&result.call_id, &result.content),
+            Event::ToolResult(result) => self.push(Entry::tool(&result.call_id, &result.content, result.is_error)),
             _ => {}
         }
     }
 
-    /// Absorbs a record the log accepted: an assistant message is kept shared and encoded
+    /// Absorbs a record the log accepted: an assistant message is kept shared and absorbed
     /// later (see `deferred`); anything else as [`History::absorb`] does.
     pub(crate) fn absorb_shared(&mut self, record: &std::sync::Arc<Record>) {
         if matches!(record.event, Event::AssistantMessage(_)) {
@@ -105,73 +55,36 @@ impl History {
         }
     }
 
-    /// Encodes the deferred assistant message, if there is one.
+    /// Absorbs the deferred assistant message, if there is one.
     fn settle(&mut self) {
         if let Some(record) = self.deferred.take() {
             if let Event::AssistantMessage(message) = &record.event {
-                self.push_assistant(&message.message);
+                self.entries.push(Entry::assistant(&message.message));
             }
         }
     }
 
-    fn push(&mut self, message: &WireMessage<'_>) {
+    fn push(&mut self, entry: Entry) {
         self.settle();
-        self.messages.push(serde_json::value::to_raw_value(message).expect("a message serialises"));
-    }
-
-    fn push_user(&mut self, message: &Message) {
-        let content = text_of(&message.content);
-        self.push(&WireMessage {
-            content: Some(&content),
-            refusal: None,
-            role: "user",
-            tool_call_id: None,
-            tool_calls: Vec::new(),
-        });
-    }
-
-    fn push_tool(&mut self, call_id: &str, content: &[ContentBlock]) {
-        let content = text_of(content);
-        self.push(&WireMessage {
-            content: Some(&content),
-            refusal: None,
-            role: "tool",
-            tool_call_id: Some(call_id),
-            tool_calls: Vec::new(),
-        });
+        self.entries.push(entry);
     }
 
     fn push_assistant(&mut self, message: &Message) {
-        let text = text_of(&message.content);
-        let tool_calls = message
-            .tool_calls()
-            .map(|(id, name, arguments)| WireCall { function: WireFunction { arguments, name }, id, kind: "function" })
-            .collect();
-        let refusal = message.content.iter().find_map(|b| match b {
-            ContentBlock::Refusal { text } => Some(text.as_str()),
-            _ => None,
-        });
-        self.push(&WireMessage {
-            content: (!text.is_empty()).then_some(&*text),
-            refusal,
-            role: "assistant",
-            tool_call_id: None,
-            tool_calls,
-        });
+        self.push(Entry::assistant(message));
     }
 
-    /// The messages, encoded, in order: what a request sends.
-    pub(crate) fn encoded(&mut self) -> &[Box<RawValue>] {
+    /// The conversation, in order: what a request sends.
+    pub(crate) fn entries(&mut self) -> &[Entry] {
         self.settle();
-        &self.messages
+        &self.entries
     }
 
-    /// The messages, decoded, in order (for a reader; a request sends them as encoded once).
+    /// The messages in OpenAI's shape, decoded (for a reader; a request writes them itself).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
-    pub fn messages(&self) -> Vec<Value> {
+    pub fn messages(&self) -> Vec<serde_json::Value> {
         let mut settled = self.clone();
         settled.settle();
-        settled.messages.iter().map(|m| serde_json::from_str(m.get()).expect("encoded by `push`")).collect()
+        crate::llm::openai_messages(&settled.entries)
     }
 }
 
@@ -187,7 +100,7 @@ mod tests {
     }
 
     fn call(id: &str) -> ContentBlock {
-        ContentBlock::ToolCall { id: id.into(), name: "shell".into(), arguments: r#"{"cmd":"ls \"a\""}"#.into() }
+        ContentBlock::tool_call(id, "shell", r#"{"cmd":"ls \"a\""}"#)
     }
 
     /// The messages are written from typed, borrowed parts; the bytes must be what the
@@ -238,9 +151,18 @@ mod tests {
         for event in &events {
             history.absorb(event);
         }
-        let written: Vec<&str> = history.encoded().iter().map(|m| m.get()).collect();
+        let route = crate::llm::ResolvedProvider::openai_compatible("http://127.0.0.1:1/v1", "m").unwrap();
+        let body = crate::llm::request_body(
+            &route,
+            &crate::event::RequestPrefix { model: "m".into(), system: None, tools: Vec::new() },
+            history.entries(),
+        );
         let trees: Vec<String> = expected.iter().map(|v| serde_json::to_string(v).expect("encode")).collect();
-        assert_eq!(written, trees);
+        let expected_body = format!(
+            r#"{{"messages":[{}],"model":"m","stream":true,"stream_options":{{"include_usage":true}}}}"#,
+            trees.join(",")
+        );
+        assert_eq!(std::str::from_utf8(&body).unwrap(), expected_body);
     }
 
     /// A refusal the model gave is sent back as it came, in the message's `refusal` field

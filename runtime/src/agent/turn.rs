@@ -14,7 +14,7 @@ use super::retry::{decide, RetryDecision};
 use super::state::{Shared, TurnOutcome};
 use super::tools::{run_with_deadline, CallOutcome, ToolInvocation};
 use crate::event::*;
-use crate::llm::chat_body_of;
+use crate::llm::request_body;
 use crate::seams::EntropyExt;
 use crate::{Error, Result};
 
@@ -293,7 +293,7 @@ impl TurnCtx<'_> {
         let mut silently_retried = false;
         for attempt in 1.. {
             tracing::debug!(step, attempt, "attempt started");
-            let body = chat_body_of(prefix, self.history.encoded());
+            let body = request_body(route, prefix, self.history.entries());
             let mut stream = self.shared.adapter.stream(route.clone(), body, self.cancel.clone());
             let mut assembler = Assembler::new();
             let mut seqs = if crate::testing::bugs::planted("cite-failed-attempts") {
@@ -634,6 +634,7 @@ fn answer_bytes_of(chunk: &Chunk) -> usize {
         Chunk::ToolCallDelta { id, name, arguments_delta, .. } => {
             id.as_deref().map_or(0, escaped) + name.as_deref().map_or(0, escaped) + escaped(arguments_delta)
         }
+        Chunk::SignatureDelta { signature, .. } => escaped(signature),
         _ => 0,
     }
 }

@@ -14,6 +14,9 @@ pub enum BlockKind {
     ToolCall,
     /// A refusal: the model declined, in its own words (OpenAI's `delta.refusal`).
     Refusal,
+    /// Reasoning the provider keeps encrypted (Anthropic's `redacted_thinking`): its data
+    /// arrives as a `signature-delta`.
+    RedactedReasoning,
 }
 
 /// Token accounting reported by the provider.
@@ -37,6 +40,10 @@ pub struct Usage {
     /// Prompt tokens not served from the cache (DeepSeek's `prompt_cache_miss_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_miss_tokens: Option<u64>,
+    /// Prompt tokens written to the provider's cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -53,6 +60,7 @@ impl Usage {
         self.reasoning_tokens = sum(self.reasoning_tokens, other.reasoning_tokens);
         self.cache_hit_tokens = sum(self.cache_hit_tokens, other.cache_hit_tokens);
         self.cache_miss_tokens = sum(self.cache_miss_tokens, other.cache_miss_tokens);
+        self.cache_write_tokens = sum(self.cache_write_tokens, other.cache_write_tokens);
     }
 }
 
@@ -134,6 +142,15 @@ pub enum Chunk {
         /// Arguments text appended by this fragment.
         arguments_delta: String,
     },
+    /// Opaque provider data appended to block `index`, to be sent back verbatim: a reasoning
+    /// block's signature (Anthropic's `signature_delta`), a redacted-reasoning block's data, a
+    /// tool call's `thoughtSignature` (Gemini).
+    SignatureDelta {
+        /// Block index.
+        index: u32,
+        /// The fragment.
+        signature: String,
+    },
     /// Block `index` is complete.
     BlockEnd {
         /// Block index.
@@ -170,6 +187,7 @@ impl Chunk {
             Chunk::ToolCallDelta { id, name, arguments_delta, .. } => {
                 arguments_delta.len() + id.as_ref().map_or(0, String::len) + name.as_ref().map_or(0, String::len)
             }
+            Chunk::SignatureDelta { signature, .. } => signature.len(),
             Chunk::BlockStart { .. } | Chunk::BlockEnd { .. } | Chunk::Usage { .. } | Chunk::Finish { .. } => 0,
         }
     }
@@ -232,6 +250,13 @@ struct ToolCallDeltaFields {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SignatureFields {
+    index: u32,
+    signature: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct IndexFields {
     index: u32,
 }
@@ -258,6 +283,7 @@ impl super::tagged::Tagged for Chunk {
         "reasoning-delta",
         "refusal-delta",
         "tool-call-delta",
+        "signature-delta",
         "block-end",
         "usage",
         "finish",
@@ -282,6 +308,8 @@ impl super::tagged::Tagged for Chunk {
                 name: f.name,
                 arguments_delta: f.arguments_delta,
             }),
+            "signature-delta" => SignatureFields::deserialize(rest)
+                .map(|f| Chunk::SignatureDelta { index: f.index, signature: f.signature }),
             "block-end" => IndexFields::deserialize(rest).map(|f| Chunk::BlockEnd { index: f.index }),
             "usage" => UsageFields::deserialize(rest).map(|f| Chunk::Usage { usage: f.usage }),
             "finish" => {

@@ -18,10 +18,10 @@ use hyper::{header, Request};
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 
-use super::classify::classify_status;
-use super::config::{resolve_credential, Credentials, ResolvedProvider};
-use super::normalise::Normaliser;
+use super::classify::classify_for;
+use super::config::{resolve_credential, Credentials, ResolvedProvider, WireFormat};
 use super::proxy::Proxy;
+use super::reading::{Reader, Step};
 use super::sse::{SseDecoder, SseItem};
 use super::tls::ClientConfig;
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
@@ -114,8 +114,17 @@ impl Adapter {
 
 enum Phase {
     Start,
-    Streaming { body: Incoming, decoder: SseDecoder, normaliser: Normaliser },
+    Streaming(Box<Streaming>),
     Done,
+}
+
+/// A stream being read: its body, the SSE decoder and the format's reader, and when it last
+/// made progress (a ping is not progress).
+struct Streaming {
+    body: Incoming,
+    decoder: SseDecoder,
+    reader: Reader,
+    progress: crate::seams::Monotonic,
 }
 
 /// The chunks of one call. Ends with exactly one `finish` chunk, then `None`.
@@ -149,6 +158,18 @@ const TEXT_STREAM: u8 = 0;
 const REASONING_STREAM: u8 = 1;
 const ARGUMENTS_STREAM: u8 = 2;
 const REFUSAL_STREAM: u8 = 3;
+const SIGNATURE_STREAM: u8 = 4;
+
+/// The delta of stream `key` (kind, block index) carrying `text`.
+fn delta_of((kind, index): (u8, u32), text: String) -> Chunk {
+    match kind {
+        TEXT_STREAM => Chunk::TextDelta { index, text },
+        REASONING_STREAM => Chunk::ReasoningDelta { index, text },
+        REFUSAL_STREAM => Chunk::RefusalDelta { index, text },
+        SIGNATURE_STREAM => Chunk::SignatureDelta { index, signature: text },
+        _ => Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: text },
+    }
+}
 
 /// The chunks `chunk` becomes once scrubbed (FAILURE-SECRETS): deltas pass through the
 /// [`StreamScrubber`] (a secret split across deltas is caught, a held-back tail is released
@@ -156,35 +177,21 @@ const REFUSAL_STREAM: u8 = 3;
 fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, out: &mut VecDeque<Chunk>) {
     let flush = |stream: &mut StreamScrubber, out: &mut VecDeque<Chunk>, key: (u8, u32)| {
         if let Some(text) = stream.flush(key) {
-            let (kind, index) = key;
-            out.push_back(match kind {
-                TEXT_STREAM => Chunk::TextDelta { index, text },
-                REASONING_STREAM => Chunk::ReasoningDelta { index, text },
-                REFUSAL_STREAM => Chunk::RefusalDelta { index, text },
-                _ => Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: text },
-            });
+            out.push_back(delta_of(key, text));
+        }
+    };
+    let mut push = |key: (u8, u32), text: &str| {
+        let text = stream.push(secrets, key, text);
+        if !text.is_empty() {
+            out.push_back(delta_of(key, text));
         }
     };
     let whole = |text: String| if secrets.leaks(&text) { secrets.scrub_held(&text) } else { text };
     match chunk {
-        Chunk::TextDelta { index, text } => {
-            let text = stream.push(secrets, (TEXT_STREAM, index), &text);
-            if !text.is_empty() {
-                out.push_back(Chunk::TextDelta { index, text });
-            }
-        }
-        Chunk::ReasoningDelta { index, text } => {
-            let text = stream.push(secrets, (REASONING_STREAM, index), &text);
-            if !text.is_empty() {
-                out.push_back(Chunk::ReasoningDelta { index, text });
-            }
-        }
-        Chunk::RefusalDelta { index, text } => {
-            let text = stream.push(secrets, (REFUSAL_STREAM, index), &text);
-            if !text.is_empty() {
-                out.push_back(Chunk::RefusalDelta { index, text });
-            }
-        }
+        Chunk::TextDelta { index, text } => push((TEXT_STREAM, index), &text),
+        Chunk::ReasoningDelta { index, text } => push((REASONING_STREAM, index), &text),
+        Chunk::RefusalDelta { index, text } => push((REFUSAL_STREAM, index), &text),
+        Chunk::SignatureDelta { index, signature } => push((SIGNATURE_STREAM, index), &signature),
         Chunk::ToolCallDelta { index, id, name, arguments_delta } => {
             let arguments_delta = stream.push_json(secrets, (ARGUMENTS_STREAM, index), &arguments_delta);
             if id.is_some() || name.is_some() || !arguments_delta.is_empty() {
@@ -197,7 +204,7 @@ fn scrub_chunk(secrets: &Scrubber, stream: &mut StreamScrubber, chunk: Chunk, ou
             }
         }
         Chunk::BlockEnd { index } => {
-            for kind in [TEXT_STREAM, REASONING_STREAM, ARGUMENTS_STREAM, REFUSAL_STREAM] {
+            for kind in [TEXT_STREAM, REASONING_STREAM, ARGUMENTS_STREAM, REFUSAL_STREAM, SIGNATURE_STREAM] {
                 flush(stream, out, (kind, index));
             }
             out.push_back(Chunk::BlockEnd { index });
@@ -263,17 +270,19 @@ impl ModelStream {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Start => match self.open().await {
                     Ok(body) => {
-                        self.phase =
-                            Phase::Streaming { body, decoder: SseDecoder::new(), normaliser: Normaliser::new() }
+                        self.phase = Phase::Streaming(Box::new(Streaming {
+                            body,
+                            decoder: SseDecoder::new(),
+                            reader: Reader::new(self.route.preset.format()),
+                            progress: self.adapter.clock.now(),
+                        }))
                     }
                     Err(reason) => self.queue.push_back(Chunk::finish(reason)),
                 },
-                Phase::Streaming { mut body, mut decoder, mut normaliser } => {
-                    match self.read_more(&mut body, &mut decoder, &mut normaliser).await {
-                        Ok(()) => self.phase = Phase::Streaming { body, decoder, normaliser },
-                        Err(reason) => self.queue.push_back(Chunk::finish(reason)),
-                    }
-                }
+                Phase::Streaming(mut streaming) => match self.read_more(&mut streaming).await {
+                    Ok(()) => self.phase = Phase::Streaming(streaming),
+                    Err(reason) => self.queue.push_back(Chunk::finish(reason)),
+                },
                 Phase::Done => {
                     // Only reachable if a finish was already queued and consumed.
                     self.finished = true;
@@ -344,16 +353,27 @@ impl ModelStream {
         Ok((tls, proxy))
     }
 
-    /// The request, with the body this call was given and the credential in its header.
+    /// The request, with the body this call was given and the credential in the header its
+    /// format carries it in.
     fn request_with(&mut self, key: Option<&str>) -> Result<Request<Full<Bytes>>, FinishReason> {
         let endpoint = &self.route.endpoint;
-        let mut request = Request::post(endpoint.chat_path())
+        let format = self.route.preset.format();
+        let mut request = Request::post(endpoint.stream_path(format, &self.route.model))
             .header(header::HOST, endpoint.authority())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "text/event-stream");
-        if let Some(key) = key {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {key}"));
-        }
+        request = match (format, key) {
+            (WireFormat::Openai, Some(key)) => request.header(header::AUTHORIZATION, format!("Bearer {key}")),
+            (WireFormat::Anthropic, key) => {
+                let request = request.header("anthropic-version", super::anthropic::API_VERSION);
+                match key {
+                    Some(key) => request.header("x-api-key", key),
+                    None => request,
+                }
+            }
+            (WireFormat::Gemini, Some(key)) => request.header("x-goog-api-key", key),
+            (_, None) => request,
+        };
         let body = self.request.take().unwrap_or_default();
         request
             .body(Full::new(body))
@@ -383,7 +403,7 @@ impl ModelStream {
         // Scrubbed whole, before classification cuts them short: a cut through the middle of
         // a key would leave its first bytes behind, unrecognisable.
         let text = self.adapter.secrets.scrub(&self.read_error_body(body).await?);
-        for name in ["x-request-id", "x-deepseek-request-id"] {
+        for name in ["x-request-id", "x-deepseek-request-id", "request-id"] {
             if let Some(value) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
                 let scrubbed = self.adapter.secrets.scrub(value);
                 if let Ok(scrubbed) = hyper::header::HeaderValue::from_str(&scrubbed) {
@@ -391,8 +411,9 @@ impl ModelStream {
                 }
             }
         }
+        let format = self.route.preset.format();
         Err(FinishReason::Error {
-            failure: classify_status(status, &parts.headers, &text, self.adapter.clock.now_ms()),
+            failure: classify_for(format, status, &parts.headers, &text, self.adapter.clock.now_ms()),
         })
     }
 
@@ -422,25 +443,19 @@ impl ModelStream {
     }
 
     /// Waits for the next body frame (the idle watchdog runs only during this wait) and
-    /// queues the chunks it completes.
-    async fn read_more(
-        &mut self,
-        body: &mut Incoming,
-        decoder: &mut SseDecoder,
-        normaliser: &mut Normaliser,
-    ) -> Result<(), FinishReason> {
+    /// queues the chunks it completes. A frame of nothing but pings re-arms the wait for the
+    /// next frame, not for the answer: once no progress came for the idle timeout, the stream
+    /// is given up however often it pinged.
+    async fn read_more(&mut self, streaming: &mut Streaming) -> Result<(), FinishReason> {
         let idle = self.route.idle_timeout;
         let frame = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Err(aborted()),
             () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "stream bytes")),
-            frame = body.frame() => frame,
+            frame = streaming.body.frame() => frame,
         };
         let data = match frame {
-            None if decoder.total_bytes() == 0 => {
-                return Err(error(ErrorCode::EmptyResponse, "the response had no body"))
-            }
-            None => return Err(error(ErrorCode::StreamClosed, "the stream ended without [DONE]")),
+            None => return Err(streaming.reader.on_end(streaming.decoder.total_bytes())),
             Some(Err(e)) => return Err(error(ErrorCode::Transport, format!("the stream broke: {e}"))),
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => data,
@@ -448,26 +463,29 @@ impl ModelStream {
             },
         };
         let mut items = Vec::new();
-        decoder.feed(&data, &mut items).map_err(|e| error(ErrorCode::MalformedResponse, e.to_string()))?;
+        streaming.decoder.feed(&data, &mut items).map_err(|e| error(ErrorCode::MalformedResponse, e.to_string()))?;
         let mut chunks = Vec::new();
+        let mut pinged = false;
         for item in items {
-            match item {
-                SseItem::Comment => {}
-                SseItem::Data(data) if data.trim() == "[DONE]" => {
-                    let finish = normaliser.on_done(&mut chunks);
+            let SseItem::Data(data) = item else { continue };
+            match streaming.reader.on_data(&data, &mut chunks) {
+                Ok(Step::More) => streaming.progress = self.adapter.clock.now(),
+                Ok(Step::Ping) => pinged = true,
+                Ok(Step::Done(finish)) => {
                     self.queue.extend(chunks);
                     self.queue.push_back(finish);
                     return Ok(());
                 }
-                SseItem::Data(data) => {
-                    if let Err(failure) = normaliser.on_data(&data, &mut chunks) {
-                        self.queue.extend(chunks);
-                        return Err(FinishReason::Error { failure });
-                    }
+                Err(failure) => {
+                    self.queue.extend(chunks);
+                    return Err(FinishReason::Error { failure });
                 }
             }
         }
         self.queue.extend(chunks);
+        if pinged && self.adapter.clock.now().saturating_duration_since(streaming.progress) >= idle {
+            return Err(timeout(idle, "progress (only pings)"));
+        }
         Ok(())
     }
 }

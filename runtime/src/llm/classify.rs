@@ -7,9 +7,10 @@ use crate::event::{ErrorCode, Failure};
 /// Longest provider error text kept in a failure message, in bytes.
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 512;
 
-/// The provider's request id (`x-request-id`, else `x-deepseek-request-id`).
+/// The provider's request id (`x-request-id`, `x-deepseek-request-id`, or Anthropic's
+/// `request-id`).
 pub fn request_id(headers: &HeaderMap) -> Option<String> {
-    ["x-request-id", "x-deepseek-request-id"]
+    ["x-request-id", "x-deepseek-request-id", "request-id"]
         .iter()
         .find_map(|name| headers.get(*name))
         .and_then(|v| v.to_str().ok())
@@ -55,12 +56,12 @@ pub(crate) fn bounded(text: &str) -> String {
     text[..end].to_owned()
 }
 
-fn mentions_quota(text: &str) -> bool {
+pub(crate) fn mentions_quota(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     ["quota", "insufficient balance", "insufficient_balance", "billing"].iter().any(|w| lower.contains(w))
 }
 
-fn mentions_context_overflow(text: &str) -> bool {
+pub(crate) fn mentions_context_overflow(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     ["context length", "context_length", "maximum context", "context window", "too many tokens", "prompt is too long"]
         .iter()
@@ -81,6 +82,36 @@ pub(crate) fn code_for_status(status: u16, message: &str) -> ErrorCode {
         500..=599 => ErrorCode::Server,
         other => ErrorCode::Http(other),
     }
+}
+
+/// Classifies a non-2xx response of a provider speaking `format`: the status and message as
+/// [`classify_status`] reads them, then what the format's error body says of itself
+/// (Anthropic's error `type`, Gemini's `status`, `reason` and `RetryInfo`).
+pub fn classify_for(format: super::WireFormat, status: u16, headers: &HeaderMap, body: &str, now_ms: u64) -> Failure {
+    let mut failure = classify_status(status, headers, body, now_ms);
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    // Gemini has been seen to wrap its error in a one-element array.
+    let parsed = match parsed {
+        Some(serde_json::Value::Array(mut items)) if items.len() == 1 => items.pop(),
+        other => other,
+    };
+    let Some(error) = parsed.as_ref().and_then(|v| v.get("error")) else { return failure };
+    let message = error.get("message").and_then(|m| m.as_str()).unwrap_or_default();
+    match format {
+        super::WireFormat::Openai => {}
+        super::WireFormat::Anthropic => {
+            let kind = error.get("type").and_then(|t| t.as_str()).unwrap_or_default();
+            if let Some(code) = super::anthropic::code_of_type(kind, message) {
+                failure.code = code;
+            }
+        }
+        super::WireFormat::Gemini => {
+            let (code, retry_after_ms) = super::gemini::code_of_error(error, message);
+            failure.code = code.unwrap_or(failure.code);
+            failure.provider_retry_after_ms = failure.provider_retry_after_ms.or(retry_after_ms);
+        }
+    }
+    failure
 }
 
 /// Classifies a non-2xx response.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::endpoint::Endpoint;
 use crate::event::{ErrorCode, Failure};
@@ -88,6 +88,67 @@ pub enum Preset {
     Deepseek,
     /// Any OpenAI-compatible `/chat/completions` endpoint.
     OpenaiCompatible,
+    /// Anthropic's Messages API: `https://api.anthropic.com` + `/v1/messages`,
+    /// `ANTHROPIC_API_KEY`; the model is required.
+    Anthropic,
+    /// Google's Gemini API: `https://generativelanguage.googleapis.com` +
+    /// `/v1beta/models/MODEL:streamGenerateContent`, `GEMINI_API_KEY`; the model is required.
+    Gemini,
+}
+
+impl Preset {
+    /// The wire format its requests and streams are in.
+    pub fn format(self) -> WireFormat {
+        match self {
+            Preset::Deepseek | Preset::OpenaiCompatible => WireFormat::Openai,
+            Preset::Anthropic => WireFormat::Anthropic,
+            Preset::Gemini => WireFormat::Gemini,
+        }
+    }
+}
+
+/// A provider's wire format (FAILURE-WIRE-FORMATS): how a request is shaped and sent, and
+/// how its stream and its failures read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireFormat {
+    /// OpenAI-compatible chat completions (DeepSeek, OpenAI, and the many compatible APIs).
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Google's Gemini API (`streamGenerateContent`).
+    Gemini,
+}
+
+impl WireFormat {
+    /// Every format.
+    pub const ALL: [WireFormat; 3] = [WireFormat::Openai, WireFormat::Anthropic, WireFormat::Gemini];
+
+    /// As configs and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WireFormat::Openai => "openai",
+            WireFormat::Anthropic => "anthropic",
+            WireFormat::Gemini => "gemini",
+        }
+    }
+}
+
+impl std::str::FromStr for WireFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        WireFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown wire format {s:?} (openai, anthropic or gemini)"))
+    }
+}
+
+impl fmt::Display for WireFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// `[provider]` as written. Its `Debug` hides URL credentials (a user, a password). Made by
@@ -124,7 +185,22 @@ pub struct ProviderConfig {
     /// overrides `HTTPS_PROXY` / `HTTP_PROXY`.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// Most tokens an answer may use (`max_tokens`, Gemini's `maxOutputTokens`): required by
+    /// Anthropic's API (default [`MAX_TOKENS_DEFAULT`] there), sent to the others only when set.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Turns the provider's reasoning on with this budget (Anthropic's `thinking`, Gemini's
+    /// `thinkingConfig`); OpenAI-compatible endpoints reason by model, not by request.
+    #[serde(default)]
+    pub thinking_budget_tokens: Option<u32>,
 }
+
+/// The answer budget sent to Anthropic when `max_tokens` is not set.
+pub const MAX_TOKENS_DEFAULT: u32 = 8192;
+/// Largest `max_tokens` accepted.
+pub const MAX_TOKENS_MAX: u32 = 1_000_000;
+/// Smallest thinking budget Anthropic accepts.
+pub const THINKING_BUDGET_TOKENS_MIN: u32 = 1024;
 
 /// `[provider.retry_policy]` as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -357,6 +433,10 @@ pub struct ResolvedProvider {
     pub ca_file: Option<String>,
     /// The route's own proxy URL (credentials included: never printed).
     pub proxy: Option<String>,
+    /// The answer budget, when set (Anthropic's requests always carry one).
+    pub max_tokens: Option<u32>,
+    /// The reasoning budget, when reasoning is asked for.
+    pub thinking_budget_tokens: Option<u32>,
 }
 
 /// `url` with whatever sits between `scheme://` and the authority's `@` (a user, a
@@ -383,6 +463,8 @@ impl fmt::Debug for ProviderConfig {
             .field("retry_policy", &self.retry_policy)
             .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
+            .field("max_tokens", &self.max_tokens)
+            .field("thinking_budget_tokens", &self.thinking_budget_tokens)
             .finish()
     }
 }
@@ -399,6 +481,8 @@ impl fmt::Debug for ResolvedProvider {
             .field("retry", &self.retry)
             .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
+            .field("max_tokens", &self.max_tokens)
+            .field("thinking_budget_tokens", &self.thinking_budget_tokens)
             .finish()
     }
 }
@@ -410,6 +494,11 @@ impl ResolvedProvider {
     /// exactly as the same `[provider]` table would be.
     pub fn openai_compatible(base_url: &str, model: &str) -> Result<ResolvedProvider, ConfigError> {
         ProviderConfig::openai_compatible(base_url, model).resolve("provider")
+    }
+
+    /// [`ProviderConfig::of_format`], resolved.
+    pub fn of_format(format: WireFormat, base_url: &str, model: &str) -> Result<ResolvedProvider, ConfigError> {
+        ProviderConfig::of_format(format, base_url, model).resolve("provider")
     }
 
     /// The route's name (the `provider` field of `llm/retry` events).
@@ -473,8 +562,18 @@ fn check_idle_timeout_ms(ms: u64, path: &str) -> Result<(), ConfigError> {
 impl ProviderConfig {
     /// `[provider]` with `preset = "openai-compatible"`, `base_url` and `model`, nothing else.
     pub fn openai_compatible(base_url: &str, model: &str) -> ProviderConfig {
+        Self::of_format(WireFormat::Openai, base_url, model)
+    }
+
+    /// `[provider]` with the preset of `format` (`openai-compatible`, `anthropic`, `gemini`),
+    /// `base_url` (the API root the format appends its path to) and `model`, nothing else.
+    pub fn of_format(format: WireFormat, base_url: &str, model: &str) -> ProviderConfig {
         ProviderConfig {
-            preset: Preset::OpenaiCompatible,
+            preset: match format {
+                WireFormat::Openai => Preset::OpenaiCompatible,
+                WireFormat::Anthropic => Preset::Anthropic,
+                WireFormat::Gemini => Preset::Gemini,
+            },
             name: None,
             base_url: Some(base_url.to_owned()),
             model: Some(model.to_owned()),
@@ -483,6 +582,8 @@ impl ProviderConfig {
             retry_policy: None,
             ca_file: None,
             proxy: None,
+            max_tokens: None,
+            thinking_budget_tokens: None,
         }
     }
 
@@ -493,6 +594,10 @@ impl ProviderConfig {
                 (Some("https://api.deepseek.com"), Some("deepseek-chat"), Some("DEEPSEEK_API_KEY"), "deepseek")
             }
             Preset::OpenaiCompatible => (None, None, None, "openai-compatible"),
+            Preset::Anthropic => (Some("https://api.anthropic.com"), None, Some("ANTHROPIC_API_KEY"), "anthropic"),
+            Preset::Gemini => {
+                (Some("https://generativelanguage.googleapis.com"), None, Some("GEMINI_API_KEY"), "gemini")
+            }
         };
         let base_url =
             self.base_url.as_deref().or(default_url).ok_or_else(|| {
@@ -519,6 +624,7 @@ impl ProviderConfig {
         if let Some(url) = &self.proxy {
             super::proxy::parse(url).map_err(|e| ConfigError::at(&format!("{path}.proxy"), &e))?;
         }
+        self.check_budgets(path, &model)?;
         Ok(ResolvedProvider {
             name: self.name.clone().unwrap_or_else(|| default_name.to_owned()),
             preset: self.preset,
@@ -529,7 +635,42 @@ impl ProviderConfig {
             retry,
             ca_file: self.ca_file.clone(),
             proxy: self.proxy.clone(),
+            max_tokens: self.max_tokens,
+            thinking_budget_tokens: self.thinking_budget_tokens,
         })
+    }
+
+    /// The answer and reasoning budgets, and a model name the format can put in a URL.
+    fn check_budgets(&self, path: &str, model: &str) -> Result<(), ConfigError> {
+        if let Some(max) = self.max_tokens.filter(|m| !(1..=MAX_TOKENS_MAX).contains(m)) {
+            return Err(ConfigError::at(
+                &format!("{path}.max_tokens"),
+                format!("{max} is outside 1..={MAX_TOKENS_MAX}"),
+            ));
+        }
+        if let Some(budget) = self.thinking_budget_tokens {
+            let at = format!("{path}.thinking_budget_tokens");
+            if self.preset.format() == WireFormat::Openai {
+                return Err(ConfigError::at(
+                    &at,
+                    "an OpenAI-compatible endpoint reasons by model, not by request: remove it",
+                ));
+            }
+            if budget < THINKING_BUDGET_TOKENS_MIN {
+                return Err(ConfigError::at(&at, format!("must be at least {THINKING_BUDGET_TOKENS_MIN}")));
+            }
+            let max = self.max_tokens.unwrap_or(MAX_TOKENS_DEFAULT);
+            if self.preset == Preset::Anthropic && budget >= max {
+                return Err(ConfigError::at(&at, format!("must be below max_tokens ({max})")));
+            }
+        }
+        // Gemini names the model in the request path.
+        if self.preset == Preset::Gemini
+            && !model.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        {
+            return Err(ConfigError::at(&format!("{path}.model"), "a Gemini model name is [A-Za-z0-9._-]+"));
+        }
+        Ok(())
     }
 }
 

@@ -42,8 +42,21 @@ impl Endpoint {
         }
     }
 
-    /// The request path.
+    /// The request path of an OpenAI-compatible chat completion.
     pub fn chat_path(&self) -> String {
         format!("{}/chat/completions", self.path_prefix)
+    }
+
+    /// The streaming request path of `format` for `model`: `/chat/completions`,
+    /// `/v1/messages`, or `/v1beta/models/MODEL:streamGenerateContent?alt=sse`, after the base
+    /// URL's own path.
+    pub fn stream_path(&self, format: super::WireFormat, model: &str) -> String {
+        match format {
+            super::WireFormat::Openai => self.chat_path(),
+            super::WireFormat::Anthropic => format!("{}/v1/messages", self.path_prefix),
+            super::WireFormat::Gemini => {
+                format!("{}/v1beta/models/{model}:streamGenerateContent?alt=sse", self.path_prefix)
+            }
+        }
     }
 }

@@ -2,25 +2,30 @@
 //! DeepSeek preset, failure classification, provider configuration and credentials.
 
 mod adapter;
+mod anthropic;
 mod classify;
 mod config;
+pub(crate) mod conversation;
 mod endpoint;
+mod gemini;
 pub(crate) mod normalise;
 mod proxy;
+mod reading;
 mod request;
 pub(crate) mod sse;
 pub(crate) mod tls;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
-pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
+pub use classify::{classify_for, classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
 pub use config::{
     from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, LiveProvider, Preset,
-    ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, DELAY_MS_MAX,
-    IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, RETRYABLE_CODES_DEFAULT,
+    ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, WireFormat,
+    DELAY_MS_MAX, IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX,
+    RETRYABLE_CODES_DEFAULT, THINKING_BUDGET_TOKENS_MIN,
 };
 pub use endpoint::Endpoint;
 pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
-pub use request::chat_body;
-pub(crate) use request::chat_body_of;
+pub use request::{chat_body, prompt_body};
+pub(crate) use request::{openai_messages, request_body};
 pub use sse::{SseError, SSE_BODY_BYTES_MAX, SSE_EVENT_BYTES_MAX, SSE_LINE_BYTES_MAX};
 pub use tls::PlatformRoots;

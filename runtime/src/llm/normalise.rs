@@ -197,6 +197,7 @@ impl Normaliser {
                         .prompt_cache_hit_tokens
                         .or(usage.prompt_tokens_details.and_then(|d| d.cached_tokens)),
                     cache_miss_tokens: usage.prompt_cache_miss_tokens,
+                    cache_write_tokens: None,
                 },
             });
         }
@@ -209,7 +210,7 @@ impl Normaliser {
             BlockKind::Text => &self.text,
             BlockKind::Reasoning => &self.reasoning,
             BlockKind::Refusal => &self.refusal,
-            BlockKind::ToolCall => unreachable!("tool calls have blocks of their own"),
+            BlockKind::ToolCall | BlockKind::RedactedReasoning => unreachable!("not one of the simple streams"),
         };
         if let Some(index) = *slot {
             return index;

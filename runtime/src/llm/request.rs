@@ -1,10 +1,126 @@
-//! The request body of a streaming chat completion.
+//! The request body of a streaming chat completion (OpenAI's format), and the one door every
+//! format's request goes through ([`request_body`]).
 
 use bytes::Bytes;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::config::{ResolvedProvider, WireFormat};
+use super::conversation::{AssistantEntry, Entry};
 use crate::event::{RequestPrefix, ToolSchema};
+
+/// The body of a conversation of one user message, `prompt`, in `route`'s format (what
+/// `faultline llm stream` and the conformance referees send).
+pub fn prompt_body(route: &ResolvedProvider, prefix: &RequestPrefix, prompt: &str) -> Bytes {
+    request_body(route, prefix, &[Entry::User { text: super::conversation::escape(prompt) }])
+}
+
+/// The exact bytes of one request of `route`'s format: the request prefix (model, system
+/// prompt, tools) and the conversation. Built once per attempt from the same inputs, so a
+/// retry re-sends identical bytes.
+pub(crate) fn request_body(route: &ResolvedProvider, prefix: &RequestPrefix, entries: &[Entry]) -> Bytes {
+    match route.preset.format() {
+        WireFormat::Openai => openai_body(prefix, route.max_tokens, entries),
+        WireFormat::Anthropic => super::anthropic::request_body(route, prefix, entries),
+        WireFormat::Gemini => super::gemini::request_body(route, prefix, entries),
+    }
+}
+
+/// The conversation in OpenAI's shape, one message per entry.
+fn openai_view(entries: &[Entry]) -> Vec<OpenaiMessage<'_>> {
+    entries.iter().map(OpenaiMessage).collect()
+}
+
+fn openai_body(prefix: &RequestPrefix, max_tokens: Option<u32>, entries: &[Entry]) -> Bytes {
+    let messages = openai_view(entries);
+    if max_tokens.is_none() {
+        return chat_body_of(prefix, &messages);
+    }
+    let body = ChatBody {
+        max_tokens,
+        messages: Messages { system: prefix.system.as_deref(), rest: &messages },
+        model: &prefix.model,
+        stream: true,
+        stream_options: StreamOptions { include_usage: true },
+        tools: (!prefix.tools.is_empty()).then_some(Tools(&prefix.tools)),
+    };
+    Bytes::from(serde_json::to_vec(&body).expect("request bodies always serialise"))
+}
+
+/// The conversation in OpenAI's shape, decoded (for readers and tests).
+pub(crate) fn openai_messages(entries: &[Entry]) -> Vec<Value> {
+    openai_view(entries).iter().map(|m| serde_json::to_value(m).expect("a message serialises")).collect()
+}
+
+/// One entry as the chat API reads it. Fields are written in the order a JSON object's keys
+/// sort in (how the `Value` trees this replaced wrote them), so the bytes a request sends did
+/// not change: `{"content":…,"refusal":…,"role":…,"tool_call_id":…,"tool_calls":[…]}`.
+struct OpenaiMessage<'a>(&'a Entry);
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    /// `null` for an assistant message that only calls tools (or only refuses).
+    content: Option<&'a RawValue>,
+    /// An assistant message's refusal, as OpenAI sent it (and takes back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a RawValue>,
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    function: WireFunction<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    arguments: &'a RawValue,
+    name: &'a str,
+}
+
+impl Serialize for OpenaiMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let message = match self.0 {
+            Entry::User { text } => WireMessage {
+                content: Some(text),
+                refusal: None,
+                role: "user",
+                tool_call_id: None,
+                tool_calls: Vec::new(),
+            },
+            Entry::Tool { call_id, text, .. } => WireMessage {
+                content: Some(text),
+                refusal: None,
+                role: "tool",
+                tool_call_id: Some(call_id),
+                tool_calls: Vec::new(),
+            },
+            Entry::Assistant(AssistantEntry { text, refusal, calls, .. }) => WireMessage {
+                content: text.as_deref(),
+                refusal: refusal.as_deref(),
+                role: "assistant",
+                tool_call_id: None,
+                tool_calls: calls
+                    .iter()
+                    .map(|c| WireCall {
+                        function: WireFunction { arguments: &c.arguments, name: &c.name },
+                        id: &c.id,
+                        kind: "function",
+                    })
+                    .collect(),
+            },
+        };
+        message.serialize(serializer)
+    }
+}
 
 /// The exact bytes of one request: `stream: true`, usage in the stream, function tools.
 /// `messages` are already in the OpenAI shape (`role`, `content`, `tool_calls`,
@@ -23,6 +139,7 @@ pub fn chat_body(prefix: &RequestPrefix, messages: &[Value]) -> Bytes {
 /// its messages encoded once (`RawValue`), written verbatim.
 pub(crate) fn chat_body_of<M: Serialize>(prefix: &RequestPrefix, messages: &[M]) -> Bytes {
     let body = ChatBody {
+        max_tokens: None,
         messages: Messages { system: prefix.system.as_deref(), rest: messages },
         model: &prefix.model,
         stream: true,
@@ -34,6 +151,8 @@ pub(crate) fn chat_body_of<M: Serialize>(prefix: &RequestPrefix, messages: &[M])
 
 #[derive(Serialize)]
 struct ChatBody<'a, M> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
     messages: Messages<'a, M>,
     model: &'a str,
     stream: bool,
@@ -74,7 +193,7 @@ struct SystemMessage<'a> {
 }
 
 /// The tool schemas as OpenAI function tools.
-struct Tools<'a>(&'a [ToolSchema]);
+pub(super) struct Tools<'a>(pub(super) &'a [ToolSchema]);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

@@ -130,11 +130,7 @@ fn repair_closes_only_the_calls_nobody_answered() {
     log.push(Event::StepStart(StepRef { turn: 1, step: 1 }));
     log.push(Event::UserMessage(UserMessage { message: Message::user_text("both") }));
     let mut message = tool_message(1, 1, "c0");
-    message.message.content.push(ContentBlock::ToolCall {
-        id: "c1".into(),
-        name: "send".into(),
-        arguments: "{}".into(),
-    });
+    message.message.content.push(ContentBlock::tool_call("c1", "send", "{}"));
     log.push(Event::AssistantMessage(message));
     log.push(Event::ToolCall(tool_call(1, 1, "c0")));
     log.push(Event::ToolCall(tool_call(1, 1, "c1")));

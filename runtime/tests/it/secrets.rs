@@ -91,11 +91,7 @@ fn a_secret_anywhere_in_an_event_is_found_without_encoding_it_and_a_clean_event_
     // Deep in a later block, in a tool call's arguments, needing JSON escapes.
     let leaky = message(vec![
         ContentBlock::Text { text: "clean".into() },
-        ContentBlock::ToolCall {
-            id: "c1".into(),
-            name: "post".into(),
-            arguments: r#"{"token":"we\"ird\\key-123","again":"LEAKCANARY2plainKey"}"#.into(),
-        },
+        ContentBlock::tool_call("c1", "post", r#"{"token":"we\"ird\\key-123","again":"LEAKCANARY2plainKey"}"#),
     ]);
     let line = Record::new(0, 0, secrets.scrub_event(leaky)).encode();
     assert!(!line.contains("LEAKCANARY") && !line.contains("ird"), "{line}");

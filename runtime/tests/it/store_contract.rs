@@ -104,11 +104,7 @@ pub fn interrupted_turn(turn: u32) -> Log {
     log.push(Event::UserMessage(UserMessage { message: Message::user_text("send two") }));
     let c = log.push(chunk(turn, 1, 1, tool_delta()));
     let mut message = tool_message(turn, 1, "c1");
-    message.message.content.push(ContentBlock::ToolCall {
-        id: "c2".into(),
-        name: "send".into(),
-        arguments: "{}".into(),
-    });
+    message.message.content.push(ContentBlock::tool_call("c2", "send", "{}"));
     log.push_cited(Event::AssistantMessage(message), vec![c]);
     log.push(Event::ToolCall(tool_call(turn, 1, "c1")));
     log

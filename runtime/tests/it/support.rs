@@ -72,10 +72,7 @@ pub fn tool_message(turn: u32, step: u32, call_id: &str) -> AssistantMessage {
     AssistantMessage {
         turn,
         step,
-        message: Message {
-            role: Role::Assistant,
-            content: vec![ContentBlock::ToolCall { id: call_id.into(), name: "send".into(), arguments: "{}".into() }],
-        },
+        message: Message { role: Role::Assistant, content: vec![ContentBlock::tool_call(call_id, "send", "{}")] },
         usage: None,
     }
 }

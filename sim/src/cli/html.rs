@@ -494,6 +494,26 @@ pub fn run_page(result: &RunResult) -> String {
     page(&format!("faultline: {} seed {}", result.scenario, result.seed), &timeline_fragment(result))
 }
 
+/// Runs, failures and simulated time per `what` (a scenario, a wire format).
+fn totals_table(class: &str, what: &str, totals: &BTreeMap<String, crate::sweep::ScenarioSummary>) -> String {
+    let mut body = format!(
+        r#"<h2>{class}</h2><table class="{class}"><tr><th>{what}</th><th>runs</th><th>failures</th><th>sim time s</th></tr>"#
+    );
+    for (name, s) in totals {
+        let _ = write!(
+            body,
+            r#"<tr class="{}"><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>"#,
+            if s.failures > 0 { "named" } else { "" },
+            escape(name),
+            s.runs,
+            s.failures,
+            s.sim_ms as f64 / 1000.0
+        );
+    }
+    body.push_str("</table>");
+    body
+}
+
 /// A sweep's summary page: per-scenario totals, the coverage grid, every failure with its
 /// replay command, and the timeline of each scenario's first failing seed (`timelines`).
 pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
@@ -509,19 +529,9 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
         escape(&summary.seeds),
         escape(&summary.shard),
     );
-    body.push_str(r#"<h2>scenarios</h2><table class="scenarios"><tr><th>scenario</th><th>runs</th><th>failures</th><th>sim time s</th></tr>"#);
-    for (name, s) in &summary.scenarios {
-        let _ = write!(
-            body,
-            r#"<tr class="{}"><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>"#,
-            if s.failures > 0 { "named" } else { "" },
-            escape(name),
-            s.runs,
-            s.failures,
-            s.sim_ms as f64 / 1000.0
-        );
-    }
-    body.push_str("</table><h2>coverage</h2>");
+    body.push_str(&totals_table("scenarios", "scenario", &summary.scenarios));
+    body.push_str(&totals_table("formats", "wire format", &summary.formats));
+    body.push_str("<h2>coverage</h2>");
     let points: Vec<String> = faultline_runtime::seams::CRASH_POINTS.iter().map(|p| p.to_string()).collect();
     let sometimes: Vec<String> = crate::SOMETIMES.iter().map(|s| (*s).to_owned()).collect();
     body.push_str(&grid("crash points reached (hits)", &points, &summary.crash_point_hits));

@@ -2,9 +2,13 @@
 
 mod recorded;
 mod render;
+mod render_anthropic;
+mod render_gemini;
 mod request;
 mod script;
 mod server;
+mod signature;
+mod validate;
 
 pub use recorded::Recorded;
 pub(crate) use render::{echoes_credential, sse_body};

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::json;
 
+use faultline_runtime::llm::WireFormat;
+
 use super::request::RequestHead;
 use super::script::{Dialect, Frame, Response};
 
@@ -52,6 +54,7 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
     for frame in &mut response.frames {
         match frame {
             Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => fill(text),
+            Frame::ErrorEvent { message, .. } => fill(message),
             Frame::ToolCall { arguments, .. } => fill(arguments),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => {}
         }
@@ -70,6 +73,7 @@ pub fn echoes_credential(response: &Response) -> bool {
         || response.headers.values().any(|v| echoes(v))
         || response.frames.iter().any(|f| match f {
             Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => echoes(text),
+            Frame::ErrorEvent { message, .. } => echoes(message),
             Frame::ToolCall { arguments, .. } => echoes(arguments),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => false,
         })
@@ -127,7 +131,7 @@ pub(super) fn completion_json(meta: &Meta, response: &Response) -> serde_json::V
                 call.1 = call.1.take().or_else(|| name.clone());
                 call.2.push_str(arguments);
             }
-            Frame::KeepAlive | Frame::Raw(_) | Frame::DelayMs(_) => {}
+            Frame::KeepAlive | Frame::Raw(_) | Frame::ErrorEvent { .. } | Frame::DelayMs(_) => {}
         }
     }
     let mut message = json!({"role": "assistant", "content": content});
@@ -249,6 +253,10 @@ pub(super) fn frame_event(meta: &Meta, first: bool, frame: &Frame, dialect: Dial
         }
         Frame::KeepAlive => (Some(format!("{comment}: keep-alive\n\n")), 0),
         Frame::Raw(raw) => (Some(format!("{comment}{}", event(raw))), 0),
+        Frame::ErrorEvent { status, message } => {
+            let error = json!({"error": {"message": message, "type": "server_error", "code": status}});
+            (Some(format!("{comment}{}", event(&error.to_string()))), 0)
+        }
         Frame::DelayMs(ms) => (None, *ms),
     }
 }
@@ -281,16 +289,34 @@ pub(super) fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
     tail
 }
 
-/// The whole SSE body request `n` gets for `response`, ignoring delays and faults: what a
-/// benchmark serves from memory so that the transport costs nothing measurable.
-pub fn sse_body(n: usize, response: &Response) -> String {
+/// The SSE events of each frame of `response` in `format` (with the delay it asks for), and
+/// the tail after them.
+pub(super) fn render(
+    format: WireFormat,
+    meta: &Meta,
+    response: &Response,
+) -> (Vec<(Option<String>, u64)>, Vec<String>) {
+    match format {
+        WireFormat::Openai => {
+            let events = response
+                .frames
+                .iter()
+                .enumerate()
+                .map(|(i, frame)| frame_event(meta, i == 0, frame, response.dialect))
+                .collect();
+            (events, tail_events(meta, response))
+        }
+        WireFormat::Anthropic => super::render_anthropic::render(meta, response),
+        WireFormat::Gemini => super::render_gemini::render(meta, response),
+    }
+}
+
+/// The whole SSE body request `n` gets for `response` in `format`, ignoring delays and faults:
+/// what a benchmark serves from memory so that the transport costs nothing measurable.
+pub fn sse_body(format: WireFormat, n: usize, response: &Response) -> String {
     let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false, include_usage: true };
-    let frames = response
-        .frames
-        .iter()
-        .enumerate()
-        .filter_map(|(i, frame)| frame_event(&meta, i == 0, frame, response.dialect).0);
-    frames.chain(tail_events(&meta, response)).collect()
+    let (events, tail) = render(format, &meta, response);
+    events.into_iter().filter_map(|(event, _)| event).chain(tail).collect()
 }
 
 #[cfg(test)]

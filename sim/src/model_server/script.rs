@@ -61,6 +61,10 @@ pub struct Response {
     /// Stop sending, keeping the connection open, after this many frames.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_after_frames: Option<usize>,
+    /// During the stall, ping every this many ms (a ping storm: Anthropic's `ping` events,
+    /// OpenAI's keep-alive comments) — alive, and never going on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping_every_ms: Option<u64>,
     /// Delay before each frame, in ms.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub frame_delay_ms: u64,
@@ -184,6 +188,14 @@ pub enum Frame {
     KeepAlive,
     /// A raw `data:` payload, sent verbatim (malformed JSON, say).
     Raw(String),
+    /// An error event inside the 200 stream, in the format's own shape: OpenAI's
+    /// `{"error":{…}}` chunk, Anthropic's `event: error`, Gemini's `{"error":{"code":…}}`.
+    ErrorEvent {
+        /// The HTTP status the error names.
+        status: u16,
+        /// Its message.
+        message: String,
+    },
     /// Wait this many ms.
     DelayMs(u64),
 }
@@ -202,7 +214,7 @@ impl Response {
             || self.stall_after_frames.is_some()
             || !self.done
             || self.frames.is_empty()
-            || self.frames.iter().any(|f| matches!(f, Frame::Raw(_)))
+            || self.frames.iter().any(|f| matches!(f, Frame::Raw(_) | Frame::ErrorEvent { .. }))
     }
 
     /// A plain text completion streamed in `pieces`.

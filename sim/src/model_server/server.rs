@@ -22,9 +22,12 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::render::{completion_json, echo_credential, frame_event, tail_events, Meta, MODEL_ID};
+use faultline_runtime::llm::WireFormat;
+
+use super::render::{completion_json, echo_credential, render, Meta, MODEL_ID};
 use super::request::{header_text, text_of, RequestHead};
-use super::script::{Response, Script};
+use super::script::{Frame, Response, Script};
+use super::validate::{anthropic_problem, call_key, gemini_problem, Issued};
 
 /// Largest request body recorded, in bytes.
 pub const REQUEST_BODY_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -68,6 +71,10 @@ struct State {
     /// What each request was served, by request number: the script slot (none when the
     /// script was exhausted) and its description (for timelines and coverage).
     served: Mutex<BTreeMap<usize, (Option<usize>, String)>>,
+    /// The requests refused for a conversation the real API would refuse, and why.
+    refused: Mutex<BTreeMap<usize, String>>,
+    /// What the server signed, to know a signature that should have come back.
+    issued: Mutex<Issued>,
 }
 
 /// One request and what the server answered.
@@ -82,6 +89,12 @@ pub struct Exchange {
     /// The script slot it was served from (none: the script was exhausted, or no reply).
     #[serde(skip)]
     pub slot: Option<usize>,
+    /// The request was refused before any model ran, as the real API refuses it, and why:
+    /// the oracle's evidence of a request the provider would not accept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The wire format the request came in.
+    pub format: WireFormat,
 }
 
 impl State {
@@ -137,6 +150,8 @@ impl ModelServer {
             heal_now: tokio::sync::Notify::new(),
             cursor: AtomicUsize::new(0),
             served: Mutex::default(),
+            refused: Mutex::default(),
+            issued: Mutex::default(),
         });
         let serving = state.clone();
         // Where to listen again after a refusal window: the address asked for, on the port
@@ -189,11 +204,13 @@ impl ModelServer {
     /// Every request with what it was served, in arrival order.
     pub fn exchanges(&self) -> Vec<Exchange> {
         let served = self.state.served.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let refused = self.state.refused.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.requests()
             .into_iter()
             .map(|r| {
                 let (slot, served) = served.get(&r.n).cloned().unwrap_or_else(|| (None, "no reply".into()));
-                Exchange { n: r.n, at_ms: r.at_ms, served, slot }
+                let format = format_of(&r.path).map_or(WireFormat::Openai, |(f, _)| f);
+                Exchange { n: r.n, at_ms: r.at_ms, served, slot, refused: refused.get(&r.n).cloned(), format }
             })
             .collect()
     }
@@ -246,6 +263,37 @@ fn full(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes, 
     http_body_util::Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed()
 }
 
+/// The wire format a path speaks, and the model a Gemini path names: OpenAI's
+/// `…/chat/completions`, Anthropic's `…/v1/messages`, Gemini's
+/// `…/v1beta/models/MODEL:streamGenerateContent`.
+pub(crate) fn format_of(path: &str) -> Option<(WireFormat, Option<String>)> {
+    if path.ends_with("/chat/completions") {
+        return Some((WireFormat::Openai, None));
+    }
+    if path.ends_with("/v1/messages") {
+        return Some((WireFormat::Anthropic, None));
+    }
+    let model = path.rsplit_once("/models/")?.1.strip_suffix(":streamGenerateContent")?;
+    Some((WireFormat::Gemini, Some(model.chars().take(super::render::MODEL_NAME_CHARS_MAX).collect())))
+}
+
+/// The credential a request carries in its format's header (`Authorization: Bearer`,
+/// Anthropic's `x-api-key` — its newest SDK sends a bearer token too — or Gemini's
+/// `x-goog-api-key`), as an `Authorization` value: what a hostile script echoes.
+fn credential(format: WireFormat, headers: &hyper::HeaderMap) -> String {
+    let bearer = header_text(headers, hyper::header::AUTHORIZATION.as_str());
+    let key = match format {
+        WireFormat::Openai => return bearer,
+        WireFormat::Anthropic => header_text(headers, "x-api-key"),
+        WireFormat::Gemini => header_text(headers, "x-goog-api-key"),
+    };
+    if key.is_empty() {
+        bearer
+    } else {
+        format!("Bearer {key}")
+    }
+}
+
 async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
     let path = request.uri().path().to_owned();
     // What real providers answer besides chat: the model list, and 404 for anything else.
@@ -258,15 +306,15 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
             ]}),
         ));
     }
-    if request.method() != hyper::Method::POST || !path.ends_with("/chat/completions") {
+    let Some((format, path_model)) = format_of(&path).filter(|_| request.method() == hyper::Method::POST) else {
         return Ok(json_reply(
             StatusCode::NOT_FOUND,
             &json!({"error": {"message": format!("no route for {} {path}", request.method()), "type": "invalid_request_error"}}),
         ));
-    }
-    let had_authorization = request.headers().contains_key(hyper::header::AUTHORIZATION);
+    };
     // Held only to echo it back where a hostile script asks for it; never recorded.
-    let authorization = header_text(request.headers(), hyper::header::AUTHORIZATION.as_str());
+    let authorization = credential(format, request.headers());
+    let had_authorization = !authorization.is_empty();
     let body = match http_body_util::Limited::new(request.into_body(), REQUEST_BODY_BYTES_MAX).collect().await {
         Ok(body) => text_of(body.to_bytes()),
         Err(_) => return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or broken")),
@@ -282,13 +330,81 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     }
     let head = RequestHead::parse(&recorded.body);
     // What the real APIs refuse before any model runs (and no scripted response is used).
-    if let Err(problem) = head.conversation_problem() {
+    if let Err(problem) = conversation_problem(&state, format, &head, &recorded.body) {
         state.note_served(recorded.n, None, format!("HTTP 400 ({problem})"));
-        return Ok(json_reply(
-            StatusCode::BAD_REQUEST,
-            &json!({"error": {"message": problem, "type": "invalid_request_error", "param": "messages", "code": null}}),
-        ));
+        state.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(recorded.n, problem.clone());
+        return Ok(refusal(format, &problem));
     }
+    let mut meta = Meta::of(recorded.n, state.created_s(), &head);
+    if let Some(model) = path_model {
+        meta.model = model;
+    }
+    let Some((slot, response)) = next_response(&state) else {
+        state.note_served(recorded.n, None, "HTTP 500 (script exhausted)".into());
+        return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}"));
+    };
+    state.note_served(recorded.n, Some(slot), response.describe());
+    remember_signed(&state, format, &response);
+    Ok(reply(state, meta, format, echo_credential(response, &authorization)))
+}
+
+/// Why the real API of `format` would refuse this request's conversation.
+fn conversation_problem(state: &State, format: WireFormat, head: &RequestHead, body: &str) -> Result<(), String> {
+    match format {
+        WireFormat::Openai => head.conversation_problem(),
+        WireFormat::Anthropic | WireFormat::Gemini => {
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else {
+                return Err("The request body is not valid JSON".into());
+            };
+            let issued = state.issued.lock().unwrap_or_else(|p| p.into_inner());
+            if format == WireFormat::Anthropic {
+                anthropic_problem(&value, &issued)
+            } else {
+                gemini_problem(&value, &issued)
+            }
+        }
+    }
+}
+
+/// A refusal in the shape `format`'s API gives it.
+fn refusal(format: WireFormat, problem: &str) -> Reply {
+    let body = match format {
+        WireFormat::Openai => {
+            json!({"error": {"message": problem, "type": "invalid_request_error", "param": "messages", "code": null}})
+        }
+        WireFormat::Anthropic => {
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": problem}})
+        }
+        WireFormat::Gemini => json!({"error": {"code": 400, "message": problem, "status": "INVALID_ARGUMENT"}}),
+    };
+    json_reply(StatusCode::BAD_REQUEST, &body)
+}
+
+/// What the response signs, remembered so that a history which drops it is refused.
+fn remember_signed(state: &State, format: WireFormat, response: &Response) {
+    let mut issued = state.issued.lock().unwrap_or_else(|p| p.into_inner());
+    match format {
+        WireFormat::Openai => {}
+        WireFormat::Anthropic => {
+            if response.frames.iter().any(|f| matches!(f, Frame::Reasoning(_))) {
+                for frame in &response.frames {
+                    if let Frame::ToolCall { id: Some(id), .. } = frame {
+                        issued.thinking_calls.insert(id.clone());
+                    }
+                }
+            }
+        }
+        WireFormat::Gemini => {
+            if let Some((name, args)) = super::render_gemini::first_signed_call(response) {
+                issued.signed_calls.insert(call_key(&name, &args));
+            }
+        }
+    }
+}
+
+/// The scripted response request `n` gets, and its slot: in order; after the heal, failing
+/// responses are stepped over and past the script's end the last good one repeats.
+fn next_response(state: &State) -> Option<(usize, Response)> {
     let responses = &state.script.responses;
     let mut index = state.cursor.fetch_add(1, Ordering::SeqCst);
     if state.healed.load(Ordering::SeqCst) {
@@ -297,26 +413,17 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
         }
         if index >= responses.len() {
             if let Some(slot) = responses.iter().rposition(|r| !r.fails()) {
-                let good = &responses[slot];
-                state.note_served(recorded.n, Some(slot), good.describe());
-                let meta = Meta::of(recorded.n, state.created_s(), &head);
-                return Ok(reply(state.clone(), meta, good.clone()));
+                return Some((slot, responses[slot].clone()));
             }
         }
     }
-    let (slot, response) = match responses.get(index) {
-        Some(response) => (index, response.clone()),
+    match responses.get(index) {
+        Some(response) => Some((index, response.clone())),
         None if state.script.repeat_last && !responses.is_empty() => {
-            (responses.len() - 1, responses[responses.len() - 1].clone())
+            Some((responses.len() - 1, responses[responses.len() - 1].clone()))
         }
-        None => {
-            state.note_served(recorded.n, None, "HTTP 500 (script exhausted)".into());
-            return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}"));
-        }
-    };
-    state.note_served(recorded.n, Some(slot), response.describe());
-    let meta = Meta::of(recorded.n, state.created_s(), &head);
-    Ok(reply(state, meta, echo_credential(response, &authorization)))
+        None => None,
+    }
 }
 
 fn json_reply(status: StatusCode, value: &serde_json::Value) -> Reply {
@@ -334,17 +441,17 @@ fn plain(status: StatusCode, body: &'static str) -> Reply {
     reply
 }
 
-fn reply(state: Arc<State>, meta: Meta, response: Response) -> Reply {
+fn reply(state: Arc<State>, meta: Meta, format: WireFormat, response: Response) -> Reply {
     let status = response.status.unwrap_or(200);
     let body = match (&response.body, response.status) {
         (Some(text), _) => full(text.clone()),
         (None, Some(_)) => full(""),
-        (None, None) if meta.whole && response.recorded.is_none() => {
+        (None, None) if meta.whole && response.recorded.is_none() && format == WireFormat::Openai => {
             return json_reply(StatusCode::OK, &completion_json(&meta, &response));
         }
         (None, None) => {
             let (sender, frames) = mpsc::channel(FRAME_QUEUE_LEN);
-            tokio::spawn(generate(state, meta, response.clone(), sender));
+            tokio::spawn(generate(state, meta, format, response.clone(), sender));
             ChannelBody { frames }.boxed()
         }
     };
@@ -360,7 +467,13 @@ fn reply(state: Arc<State>, meta: Meta, response: Response) -> Reply {
     builder.body(body).unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "bad scripted header"))
 }
 
-async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mpsc::Sender<Result<Bytes, io::Error>>) {
+async fn generate(
+    state: Arc<State>,
+    meta: Meta,
+    format: WireFormat,
+    response: Response,
+    sender: mpsc::Sender<Result<Bytes, io::Error>>,
+) {
     if let Some(recorded) = response.recorded {
         // Byte for byte as the provider sent it.
         if !send(&response, recorded.body(), &sender).await {
@@ -368,14 +481,13 @@ async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mps
         }
         return;
     }
-    // None = a DelayMs marker handled inline.
-    let (events, delays): (Vec<Option<String>>, Vec<u64>) =
-        response.frames.iter().enumerate().map(|(i, f)| frame_event(&meta, i == 0, f, response.dialect)).unzip();
-    let tail = tail_events(&meta, &response);
+    // None = a frame that sends nothing here (a delay marker, a call fragment held back).
+    let (groups, tail) = render(format, &meta, &response);
+    let (events, delays): (Vec<Option<String>>, Vec<u64>) = groups.into_iter().unzip();
 
     let mut sent_frames = 0;
     for (i, text) in events.into_iter().enumerate() {
-        if !fault_point(&state, &response, sent_frames, &sender).await {
+        if !fault_point(&state, &response, format, sent_frames, &sender).await {
             return finish_abandoned(&state, &sender);
         }
         if delays[i] > 0 {
@@ -390,7 +502,7 @@ async fn generate(state: Arc<State>, meta: Meta, response: Response, sender: mps
         }
         sent_frames += 1;
     }
-    if !fault_point(&state, &response, sent_frames, &sender).await {
+    if !fault_point(&state, &response, format, sent_frames, &sender).await {
         return finish_abandoned(&state, &sender);
     }
     for text in tail {
@@ -407,6 +519,7 @@ const DISCONNECT_FLUSH_MS: u64 = 5;
 async fn fault_point(
     state: &State,
     response: &Response,
+    format: WireFormat,
     sent: usize,
     sender: &mpsc::Sender<Result<Bytes, io::Error>>,
 ) -> bool {
@@ -418,8 +531,25 @@ async fn fault_point(
         return false;
     }
     if response.stall_after_frames == Some(sent) {
-        // Keep the stream open and silent until the client goes away.
-        sender.closed().await;
+        match (response.ping_every_ms, format) {
+            // A ping storm: the stream stays open and pings, and never goes on (Anthropic's
+            // `ping`, OpenAI's keep-alive comment; Gemini sends no keep-alives).
+            (Some(every), WireFormat::Anthropic | WireFormat::Openai) if every > 0 => loop {
+                tokio::select! {
+                    () = sender.closed() => return false,
+                    () = state.clock.sleep(Duration::from_millis(every)) => {}
+                }
+                let ping = match format {
+                    WireFormat::Anthropic => "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+                    _ => ": keep-alive\n\n",
+                };
+                if sender.send(Ok(Bytes::from_static(ping.as_bytes()))).await.is_err() {
+                    return false;
+                }
+            },
+            // Keep the stream open and silent until the client goes away.
+            _ => sender.closed().await,
+        }
         return false;
     }
     true

@@ -176,6 +176,10 @@ catalog! {
         "Every recorded failure carries the code of what the server served.",
         "the scripted responses, read by the oracle's own classifier",
         "A runtime defect in the adapter's classifier: the recorded code differs from what the server served (SPEC §3).";
+    RequestAccepted = "request-accepted", Safety,
+        "Every request the runtime sends (after a retry, a crash and its repair) is one the provider's API accepts.",
+        "the model server's validator: each provider's own 400 rules, applied to the bytes it received",
+        "A runtime defect in the request writer or in crash repair: the history sent breaks the provider's rules (the refusal quotes which), and the session cannot go on; every tool call needs its result next, and signed reasoning must come back exactly as signed.";
     Expectation = "expectation", Expectation,
         "What a scenario file says of its own run holds.",
         "the scenario's [expect] table against the transcript, receipts and requests",

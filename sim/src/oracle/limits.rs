@@ -137,7 +137,8 @@ pub(super) fn recorded_failure(record: &Record) -> Option<(&'static str, &Failur
 /// The text a content block carries (a tool call's arguments included).
 fn block_text(block: &ContentBlock) -> &str {
     match block {
-        ContentBlock::Text { text } | ContentBlock::Reasoning { text } | ContentBlock::Refusal { text } => text,
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } | ContentBlock::Refusal { text } => text,
+        ContentBlock::RedactedReasoning { data } => data,
         ContentBlock::ToolCall { arguments, .. } => arguments,
     }
 }

@@ -17,6 +17,7 @@ mod liveness;
 #[cfg(test)]
 mod planted_evidence;
 mod refusal;
+mod requests;
 mod retries;
 mod secrets;
 mod served;
@@ -52,6 +53,7 @@ pub(super) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     effects::check(evidence, &mut found);
     services::check(evidence, &mut found);
     retries::check(evidence, &mut found);
+    requests::check(evidence, &mut found);
     expectations::check_table(evidence, &mut found);
     expectations::check_faults_fired(evidence, &mut found);
     found.0

@@ -44,8 +44,58 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     found.0.extend(backoff_respected(plan, &entries, exchanges));
     if let Some(transcript) = evidence.transcript() {
         let cut_off = |from_ms, to_ms| model_cut_off(plan, from_ms, to_ms);
-        found.0.extend(failure_codes_as_served(plan, transcript, exchanges, cut_off));
+        found.0.extend(failure_codes_as_served(plan, transcript, exchanges, &cut_off));
+        found.0.extend(failures_not_taken_as_answers(plan, transcript, exchanges, &cut_off));
     }
+}
+
+/// A failure the script decides (an error status, an error event inside a 200 stream, a clean
+/// end without the format's last event) is never taken as an answer: the first record that
+/// settles its attempt, before the next request arrives, is a failure, not an
+/// `assistant/message`.
+fn failures_not_taken_as_answers(
+    plan: &Plan,
+    transcript: &[Record],
+    exchanges: &[Exchange],
+    cut_off: &impl Fn(u64, u64) -> bool,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for (i, exchange) in exchanges.iter().enumerate() {
+        let Some(code) = exchange.slot.and_then(|slot| plan.script.responses.get(slot)).and_then(served_code) else {
+            continue;
+        };
+        let next_ms = exchanges.get(i + 1).map_or(u64::MAX, |e| e.at_ms);
+        let settled = transcript.iter().find(|record| {
+            let at_ms = record.time.saturating_sub(crate::seams::SIM_EPOCH_MS);
+            (exchange.at_ms..next_ms).contains(&at_ms)
+                && (recorded_failure(record).is_some() || matches!(record.event, Event::AssistantMessage(_)))
+        });
+        let Some(record) = settled.filter(|r| matches!(r.event, Event::AssistantMessage(_))) else { continue };
+        let at_ms = record.time.saturating_sub(crate::seams::SIM_EPOCH_MS);
+        if cut_off(exchange.at_ms, at_ms) {
+            continue;
+        }
+        out.push(
+            Violation::new(
+                Invariant::FailureCodeAsServed,
+                format!(
+                    "model request {} was served {} ({} format), which means {code}, but seq {} took it as an \
+                     answer",
+                    exchange.n,
+                    exchange.served,
+                    exchange.format.name(),
+                    record.seq
+                ),
+                at_ms,
+            )
+            .advised(format!(
+                "A runtime defect in the {} stream reader: a failure the provider reported was taken as an answer; \
+                 an error event or a stream cut before its last event must end the attempt with its code (SPEC §3).",
+                exchange.format.name()
+            )),
+        );
+    }
+    out
 }
 
 /// The most retries per step any policy of the run allows (the scenario's, or a live update's
@@ -210,7 +260,9 @@ fn model_cut_off(plan: &Plan, from_ms: u64, to_ms: u64) -> bool {
 fn run_policies(plan: &Plan) -> Vec<faultline_runtime::llm::RetryPolicy> {
     std::iter::once(&plan.provider)
         .chain(plan.faults.config_update.iter().map(|u| &u.provider))
-        .filter_map(|provider| crate::world::setup::resolve_route(crate::world::setup::SIM_MODEL_URL, provider).ok())
+        .filter_map(|provider| {
+            crate::world::setup::resolve_route(plan.format, crate::world::setup::SIM_MODEL_ROOT, provider).ok()
+        })
         .map(|route| route.retry)
         .collect()
 }
@@ -244,7 +296,7 @@ fn failure_codes_as_served(
     plan: &Plan,
     transcript: &[Record],
     exchanges: &[Exchange],
-    cut_off: impl Fn(u64, u64) -> bool,
+    cut_off: &impl Fn(u64, u64) -> bool,
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     // The step's start, by the agent's clock: a request before it belongs to another step (a

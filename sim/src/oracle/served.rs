@@ -40,6 +40,16 @@ pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
             other => ErrorCode::Http(other),
         });
     }
+    let untimed = response.disconnect_after_frames.is_none() && response.stall_after_frames.is_none();
+    // An error event inside a 200 stream is the provider's failure, with the status it names,
+    // in every format: never a normal end.
+    let error_event = response.frames.iter().find_map(|f| match f {
+        Frame::ErrorEvent { status, message } => Some((*status, message.as_str())),
+        _ => None,
+    });
+    if let (Some((status, message)), true) = (error_event, untimed) {
+        return served_code(&Response::status(status, &[], message));
+    }
     let timing_free = response.disconnect_after_frames.is_none()
         && response.stall_after_frames.is_none()
         && response.frame_delay_ms == 0

@@ -89,7 +89,7 @@ pub struct HostArgs {
     pub life: u64,
     /// The run's working directory (the agent's disk is `DIR/data`).
     pub dir: PathBuf,
-    /// The model server's base URL.
+    /// The model server's root URL (each format's path goes after it).
     pub model_url: String,
     /// The gateway's `host:port`.
     pub gateway: String,
@@ -332,7 +332,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
     let outcome = runtime.block_on(async {
         let setup = LifeSetup {
             plan: &plan,
-            route: resolve_route(&args.model_url, &plan.provider),
+            route: resolve_route(plan.format, &args.model_url, &plan.provider),
             seed: args.seed,
             life: args.life,
             seams,

@@ -157,6 +157,7 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
         Err(e) => RunResult {
             scenario: scenario.name.clone(),
             seed,
+            format: scenario.format_for(seed),
             real: true,
             violations: vec![super::Violation::new(super::Invariant::RealRun, e, 0)],
             trace: Vec::new(),
@@ -520,7 +521,7 @@ impl<'a> RealWorld<'a> {
             .args(["--seed", &self.seed.to_string(), "--life", &life.to_string()])
             .arg("--dir")
             .arg(&self.dir)
-            .args(["--model-url", &format!("http://{model_addr}/v1"), "--gateway", &gateway_addr.to_string()])
+            .args(["--model-url", &format!("http://{model_addr}"), "--gateway", &gateway_addr.to_string()])
             .env_remove(CRASH_AT_VAR)
             .env_remove(FS_FAULT_VAR)
             .stdin(Stdio::piped())

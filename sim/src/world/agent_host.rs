@@ -9,7 +9,7 @@ use faultline_runtime::seams::Fs;
 
 use super::evidence::{lock, sim_ms, trace, Outcome, Shared, World};
 use super::probe::{CrashControl, SimProbe};
-use super::setup::{OUTBOX_PATH, SESSIONS_DIR, SIM_MODEL_URL};
+use super::setup::{OUTBOX_PATH, SESSIONS_DIR, SIM_MODEL_ROOT};
 use super::user::AgentUnderTest;
 use super::{io_trace, life, rot, seeded};
 use crate::scenario::{RotKind, RotTarget};
@@ -128,7 +128,7 @@ impl AgentLife {
             seams: seams.clone(),
             sessions_dir: SESSIONS_DIR.into(),
             outbox_path: OUTBOX_PATH.into(),
-            model_url: SIM_MODEL_URL.into(),
+            model_url: SIM_MODEL_ROOT.into(),
             gateway: "gateway:80".into(),
             earlier,
             user: self.user.clone(),

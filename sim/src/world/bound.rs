@@ -228,6 +228,7 @@ impl std::fmt::Display for LivenessBound {
 /// the deadlines of the tools that may wait on the network (an embedder's own, each scenario
 /// tool that declares one).
 pub(crate) fn of_run(
+    format: faultline_runtime::llm::WireFormat,
     heal_at_ms: u64,
     workload_ms: u64,
     providers: &[&str],
@@ -237,8 +238,9 @@ pub(crate) fn of_run(
     let resolved: Vec<(ResolvedProvider, toml::Table)> = providers
         .iter()
         .filter_map(|extra| {
-            let route = super::setup::resolve_route(super::setup::SIM_MODEL_URL, extra).ok()?;
-            let written = super::setup::provider_file(super::setup::SIM_MODEL_URL, extra).parse().unwrap_or_default();
+            let route = super::setup::resolve_route(format, super::setup::SIM_MODEL_ROOT, extra).ok()?;
+            let written =
+                super::setup::provider_file(format, super::setup::SIM_MODEL_ROOT, extra).parse().unwrap_or_default();
             Some((route, written))
         })
         .collect();
@@ -295,7 +297,12 @@ mod tests {
     use super::*;
 
     fn route(extra: &str) -> ResolvedProvider {
-        super::super::setup::resolve_route(super::super::setup::SIM_MODEL_URL, extra).unwrap()
+        super::super::setup::resolve_route(
+            faultline_runtime::llm::WireFormat::Openai,
+            super::super::setup::SIM_MODEL_ROOT,
+            extra,
+        )
+        .unwrap()
     }
 
     #[test]

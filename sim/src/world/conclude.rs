@@ -23,6 +23,8 @@ pub struct RunResult {
     pub scenario: String,
     /// Seed.
     pub seed: u64,
+    /// The wire format the agent spoke to the model in.
+    pub format: faultline_runtime::llm::WireFormat,
     /// Run for real (`--real`: real processes, files, sockets, SIGKILL), not simulated.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub real: bool,
@@ -174,6 +176,7 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
     RunResult {
         scenario: scenario.name.clone(),
         seed,
+        format: plan.format,
         real: false,
         violations,
         trace_hash: fnv1a(&world.trace),
@@ -238,7 +241,9 @@ fn faults_fired(
 ) -> BTreeSet<String> {
     let mut faults_fired = world.faults_fired.clone();
     for slot in exchanges.iter().filter_map(|e| e.slot) {
-        faults_fired.extend(seeded::response_families(&plan.script.responses[slot]).into_iter().map(str::to_owned));
+        faults_fired.extend(
+            seeded::response_families(&plan.script.responses[slot], plan.format).into_iter().map(str::to_owned),
+        );
     }
     for receipt in service_receipts {
         match receipt.fate {

@@ -29,7 +29,7 @@ use super::evidence::{fnv1a, lock, Shared, World};
 use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
 use super::setup::SESSION;
-use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_URL};
+use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_ROOT};
 use super::{gateway, io_trace};
 use crate::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
 use crate::oracle::{self, Invariant, Violation};
@@ -115,7 +115,7 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
         worker: Worker::A,
         plan: Arc::new(plan.clone()),
         seed,
-        route: resolve_route(SIM_MODEL_URL, &plan.provider),
+        route: resolve_route(plan.format, SIM_MODEL_ROOT, &plan.provider),
         store,
         log: log.clone(),
         stamp,
@@ -233,6 +233,7 @@ fn conclude(
     RunResult {
         scenario: scenario.name.clone(),
         seed,
+        format: plan.format,
         real: false,
         violations,
         trace_hash: fnv1a(&trace),

@@ -72,7 +72,7 @@ pub(crate) struct LifeSetup<'a> {
     /// Where sessions live, and the delivery queue's journal.
     pub sessions_dir: PathBuf,
     pub outbox_path: PathBuf,
-    /// The model host's base URL (a live config update names it too).
+    /// The model host's root URL (a live config update names it too).
     pub model_url: String,
     /// `host:port` of the gateway.
     pub gateway: String,
@@ -306,9 +306,10 @@ fn update_config_later(
 ) {
     let Some(update) = plan.faults.config_update.clone() else { return };
     let (live, clock, report, model_url) = (live.clone(), seams.clock.clone(), report.clone(), model_url.to_owned());
+    let format = plan.format;
     tokio::spawn(async move {
         clock.sleep_until(faultline_runtime::seams::Monotonic(Duration::from_millis(update.at_ms))).await;
-        let text = provider_file(&model_url, &update.provider);
+        let text = provider_file(format, &model_url, &update.provider);
         let applied = from_toml::<ProviderFile>(&text).and_then(|f| live.update(&f.provider, "provider"));
         let (family, line) = match applied {
             Ok(()) => ("config-applied", "config update applied".to_owned()),

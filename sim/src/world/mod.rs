@@ -46,7 +46,7 @@ use conclude::{conclude, note_disk_faults, Concluded};
 use evidence::{lock, Shared};
 use hosts::{build_sim, first_life_faults, host_gateway, host_model, host_services};
 use probe::CrashControl;
-use setup::{resolve_route, SIM_MODEL_URL};
+use setup::{resolve_route, SIM_MODEL_ROOT};
 
 /// Runs `scenario` with `seed`.
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
@@ -125,7 +125,7 @@ fn run_and_judge(
     let service_receipts = host_services(&mut sim, &plan, &world, seed, user.as_deref());
     let life = AgentLife {
         user,
-        route: resolve_route(SIM_MODEL_URL, &plan.provider),
+        route: resolve_route(plan.format, SIM_MODEL_ROOT, &plan.provider),
         world: world.clone(),
         control: control.clone(),
         first_life_fs: first_life_fs.clone(),

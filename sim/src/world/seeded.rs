@@ -2,6 +2,7 @@
 //! draws its whole conversation here (`generate.rs`); one whose faults are `from_seed` draws a
 //! swarm: which fault families are on for this seed and how hard.
 
+use faultline_runtime::llm::WireFormat;
 use faultline_runtime::seams::CrashPoint;
 use faultline_runtime::{seams::Entropy, seams::EntropyExt};
 
@@ -23,6 +24,8 @@ pub struct Plan {
     pub heal_at_ms: u64,
     pub messages: Vec<String>,
     pub provider: String,
+    /// The wire format the agent speaks to the model in.
+    pub format: WireFormat,
     pub tools: Vec<ScenarioTool>,
     pub tool_concurrency: usize,
     /// Where the session lives.
@@ -70,9 +73,33 @@ fn failing_response(kind: usize) -> Response {
             Response { frames: vec![Frame::Text("stalled".into())], stall_after_frames: Some(1), ..Response::default() }
         }
         4 => Response { finish: Some("stop".into()), done: true, ..Response::default() },
-        _ => Response { frames: vec![Frame::Raw("{\"choices\": [".into())], done: true, ..Response::default() },
+        5 => Response { frames: vec![Frame::Raw("{\"choices\": [".into())], done: true, ..Response::default() },
+        // An error after the stream began with 200 (Anthropic's `overloaded_error` event): a
+        // failure, never a normal end.
+        ERROR_EVENT_KIND => Response {
+            frames: vec![Frame::Text("par".into()), Frame::ErrorEvent { status: 529, message: "Overloaded".into() }],
+            done: false,
+            ..Response::default()
+        },
+        // Reasoning cut right after its last frame: the signature that closes it never came.
+        _ => Response {
+            frames: vec![Frame::Reasoning("Let me".into()), Frame::Reasoning(" think.".into())],
+            disconnect_after_frames: Some(2),
+            ..Response::default()
+        },
     }
 }
+
+/// The failing kind of a mid-stream error event (beyond the drawn kinds: its own family).
+const ERROR_EVENT_KIND: usize = FAILURE_KINDS;
+/// The failing kind of a signature lost with its stream (beyond the drawn kinds).
+const SIGNATURE_LOSS_KIND: usize = FAILURE_KINDS + 1;
+
+/// How often a stalled stream pings in a ping storm, in ms.
+const PING_EVERY_MS: u64 = 1_000;
+
+/// The reasoning a swarm's good tool-call responses think first (signed by the server).
+const REASONING_TEXT: &str = "The user asked for it; the tool does it.";
 
 /// The failures no default policy retries (SPEC §4) that the `final-failure` family serves,
 /// one per seed: each must end its step with its own code.
@@ -125,6 +152,13 @@ pub struct Swarm {
     pub crash: Option<CrashFault>,
     /// Unsynced writes are torn at this block size when the host crashes.
     pub torn_block: Option<u64>,
+    /// Mid-stream error events join the failing kinds.
+    pub error_event: bool,
+    /// A stalled stream pings while it stalls (a ping storm: alive, and never going on).
+    pub ping_storm: bool,
+    /// Reasoning cut before its signature joins the failing kinds, and the good tool-call
+    /// responses think first (formats that sign reasoning: it must come back as signed).
+    pub reasoning: bool,
     /// A disk operation fails (EIO or ENOSPC) once.
     pub fs_error: Option<(u64, FsErrorKind)>,
     /// A crash before a numbered disk operation.
@@ -259,6 +293,9 @@ impl Swarm {
         let no_finish_reason = stream(seed, "swarm/no-finish").unit_f64() < NO_FINISH_REASON_PROBABILITY;
         let refusal = stream(seed, "swarm/refusal").unit_f64() < REFUSAL_PROBABILITY;
         Swarm {
+            error_event: model_failures.is_some() && on("error-event"),
+            ping_storm: on("ping-storm"),
+            reasoning: on("reasoning"),
             model_failures,
             refused: on("refused"),
             crash,
@@ -320,8 +357,21 @@ impl Swarm {
 
     /// Interleaves failing attempts before the good responses of `responses`; with
     /// `exhaust_retries`, the first step first meets `retries_max + 1` retryable failures.
-    fn interleave(&self, seed: u64, responses: Vec<Response>, retries_max: Option<u32>) -> Vec<Response> {
-        let Some((p, kinds)) = &self.model_failures else { return responses };
+    fn interleave(
+        &self,
+        seed: u64,
+        format: WireFormat,
+        responses: Vec<Response>,
+        retries_max: Option<u32>,
+    ) -> Vec<Response> {
+        let Some((p, drawn)) = &self.model_failures else { return responses };
+        let mut kinds = drawn.clone();
+        if self.error_event {
+            kinds.push(ERROR_EVENT_KIND);
+        }
+        if self.reasoning && format != WireFormat::Openai {
+            kinds.push(SIGNATURE_LOSS_KIND);
+        }
         let model = stream(seed, "model/attempts");
         let mut out = Vec::new();
         if self.final_failure {
@@ -337,7 +387,10 @@ impl Swarm {
         for good in responses {
             let mut failures = 0;
             while failures < FAILURES_PER_RESPONSE_MAX && model.unit_f64() < *p {
-                let failing = failing_response(*pick(&model, kinds));
+                let mut failing = failing_response(*pick(&model, &kinds));
+                if self.ping_storm && failing.stall_after_frames.is_some() {
+                    failing.ping_every_ms = Some(PING_EVERY_MS);
+                }
                 out.push(if self.echo { echoing(failing) } else { failing });
                 failures += 1;
             }
@@ -351,6 +404,13 @@ impl Swarm {
         let mut on = Vec::new();
         if let Some((p, kinds)) = &self.model_failures {
             on.push(format!("model-failures p={p:.2} kinds={kinds:?}"));
+        }
+        for (flag, name) in
+            [(self.error_event, "error-event"), (self.ping_storm, "ping-storm"), (self.reasoning, "reasoning")]
+        {
+            if flag {
+                on.push(name.into());
+            }
         }
         if self.refused {
             on.push("refused".into());
@@ -428,16 +488,22 @@ fn standard_responses(messages: usize) -> Vec<Response> {
 
 impl Swarm {
     /// The swarm's failing attempts, refusal window and response shapes, in `script`.
-    fn shape_script(&self, seed: u64, scenario: &Scenario, script: &mut Script) {
+    fn shape_script(&self, seed: u64, scenario: &Scenario, format: WireFormat, script: &mut Script) {
         // The budget of the scenario's own policy (a policy without one is not exhausted).
-        let retries_max =
-            super::setup::resolve_route(super::setup::SIM_MODEL_URL, &scenario.provider).ok().and_then(|route| {
-                match route.retry {
-                    faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
-                    _ => None,
-                }
+        let retries_max = super::setup::resolve_route(format, super::setup::SIM_MODEL_ROOT, &scenario.provider)
+            .ok()
+            .and_then(|route| match route.retry {
+                faultline_runtime::llm::RetryPolicy::Normal { max_retries, .. } => Some(max_retries),
+                _ => None,
             });
-        script.responses = self.interleave(seed, std::mem::take(&mut script.responses), retries_max);
+        if self.reasoning && format != WireFormat::Openai {
+            for good in script.responses.iter_mut().filter(|r| !r.fails() && r.recorded.is_none()) {
+                if good.frames.iter().any(|f| matches!(f, Frame::ToolCall { .. })) {
+                    good.frames.insert(0, Frame::Reasoning(REASONING_TEXT.into()));
+                }
+            }
+        }
+        script.responses = self.interleave(seed, format, std::mem::take(&mut script.responses), retries_max);
         if self.refused {
             script.refuse_until_ms = 300;
         }
@@ -516,6 +582,9 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
         }
         (false, _) => scenario,
     };
+    // An embedder's agent speaks its own preset's format; a scenario's seeds cycle through
+    // the formats it declares.
+    let format = user.map_or_else(|| scenario.format_for(seed), |u| u.format);
     let mut script = scenario.script();
     let mut faults = scenario.faults.clone();
     if scenario.model.from_seed {
@@ -527,7 +596,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
     if faults.from_seed {
         let swarm = Swarm::draw(seed);
         swarm_line = Some(swarm.describe());
-        swarm.shape_script(seed, scenario, &mut script);
+        swarm.shape_script(seed, scenario, format, &mut script);
         swarm.add_faults(seed, user, &mut faults);
         if swarm.zstd {
             store = SessionFormat::Zstd;
@@ -548,6 +617,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
     let mut providers = vec![scenario.provider.as_str()];
     providers.extend(faults.config_update.as_ref().map(|update| update.provider.as_str()));
     let liveness = super::bound::of_run(
+        format,
         heal_at_ms,
         scenario.budget_ms.saturating_sub(heal_at_ms),
         &providers,
@@ -560,6 +630,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
         heal_at_ms,
         messages: scenario.messages.clone(),
         provider: scenario.provider.clone(),
+        format,
         tools: scenario.tools.clone(),
         tool_concurrency: scenario.tool_concurrency.unwrap_or(4),
         store,
@@ -573,7 +644,7 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
 
 /// The fault families a served response exercises: coverage counts what the model server
 /// actually answered with, not what the script holds (a response never requested never ran).
-pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
+pub(crate) fn response_families(r: &Response, format: WireFormat) -> Vec<&'static str> {
     let mut out = Vec::new();
     if let Some(status) = r.status {
         out.push("http-status");
@@ -586,6 +657,18 @@ pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
     }
     if r.stall_after_frames.is_some() {
         out.push("stall");
+        // Gemini sends no keep-alives: its stalls are silent.
+        if r.ping_every_ms.is_some() && format != WireFormat::Gemini {
+            out.push("ping-storm");
+        }
+    }
+    if r.frames.iter().any(|f| matches!(f, Frame::ErrorEvent { .. })) {
+        out.push("error-event");
+    }
+    // Reasoning cut right after its last frame, in a format that signs it when it closes.
+    let last_reasoning = r.frames.iter().rposition(|f| matches!(f, Frame::Reasoning(_)));
+    if format != WireFormat::Openai && last_reasoning.is_some_and(|i| r.disconnect_after_frames == Some(i + 1)) {
+        out.push("signature-loss");
     }
     if !r.done && r.status.is_none() && r.body.is_none() {
         out.push("partial-eof");
@@ -601,7 +684,7 @@ pub(crate) fn response_families(r: &Response) -> Vec<&'static str> {
     if r.frames.is_empty() && r.status.is_none() && r.body.is_none() && r.done {
         out.push("empty-completion");
     }
-    if r.dialect != crate::model_server::Dialect::Openai {
+    if r.dialect != crate::model_server::Dialect::Openai && format == WireFormat::Openai {
         out.push(match r.dialect {
             crate::model_server::Dialect::Mistral => "dialect-mistral",
             _ => "dialect-openrouter",

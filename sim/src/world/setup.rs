@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use faultline_runtime::llm::{from_toml, ProviderConfig};
+use faultline_runtime::llm::{from_toml, ProviderConfig, WireFormat};
 
 /// Where the agent keeps its sessions on the simulated disk.
 pub(crate) const SESSIONS_DIR: &str = "/data/sessions";
@@ -23,13 +23,20 @@ pub(crate) struct ProviderFile {
     pub(crate) provider: ProviderConfig,
 }
 
-/// The simulated model host's base URL.
-pub(crate) const SIM_MODEL_URL: &str = "http://model:80/v1";
+/// The simulated model host's root URL: each wire format's path goes after it, as the one
+/// `model-server` answers all three.
+pub(crate) const SIM_MODEL_ROOT: &str = "http://model:80";
 
-/// The agent's provider file: the model host at `base_url` plus the scenario's extra lines.
-pub(crate) fn provider_file(base_url: &str, extra: &str) -> String {
+/// The agent's provider file for `format`: the model host at `root` (`/v1` after it for the
+/// OpenAI-compatible preset, whose base URL names the version) plus the scenario's extra lines.
+pub(crate) fn provider_file(format: WireFormat, root: &str, extra: &str) -> String {
+    let (preset, base_url) = match format {
+        WireFormat::Openai => ("openai-compatible", format!("{root}/v1")),
+        WireFormat::Anthropic => ("anthropic", root.to_owned()),
+        WireFormat::Gemini => ("gemini", root.to_owned()),
+    };
     format!(
-        "[provider]\npreset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
+        "[provider]\npreset = \"{preset}\"\nbase_url = \"{base_url}\"\nmodel = \"sim-model\"\napi_key_env = \"{SIM_KEY_VAR}\"\n{extra}"
     )
 }
 
@@ -47,25 +54,26 @@ pub fn sim_secret(seed: u64) -> String {
     format!("LEAKCANARY{seed:016x}plainKey")
 }
 
-/// The model route of `provider` (extra `[provider]` lines), or why it is invalid. Resolved
+/// The model route of `provider` (extra `[provider]` lines) in `format`, or why it is invalid. Resolved
 /// once per run: every incarnation reads the same file.
 ///
 /// Parsing the TOML was ~5 % of a sweep (the world, the swarm's draw and the oracle each
 /// resolve the same text, thousands of runs over a few dozen distinct files), so each thread
 /// keeps what it resolved, keyed by the whole text: the same text always resolves the same.
 pub(crate) fn resolve_route(
-    base_url: &str,
+    format: WireFormat,
+    root: &str,
     provider: &str,
 ) -> Result<faultline_runtime::llm::ResolvedProvider, String> {
-    type Routes = BTreeMap<(String, String), Result<faultline_runtime::llm::ResolvedProvider, String>>;
+    type Routes = BTreeMap<(WireFormat, String, String), Result<faultline_runtime::llm::ResolvedProvider, String>>;
     thread_local! {
         static RESOLVED: std::cell::RefCell<Routes> = const { std::cell::RefCell::new(BTreeMap::new()) };
     }
-    let key = (base_url.to_owned(), provider.to_owned());
+    let key = (format, root.to_owned(), provider.to_owned());
     if let Some(route) = RESOLVED.with_borrow(|routes| routes.get(&key).cloned()) {
         return route;
     }
-    let route = from_toml::<ProviderFile>(&provider_file(base_url, provider))
+    let route = from_toml::<ProviderFile>(&provider_file(format, root, provider))
         .and_then(|f| f.provider.resolve("provider"))
         .map_err(|e| e.to_string());
     RESOLVED.with_borrow_mut(|routes| {

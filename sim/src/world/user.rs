@@ -24,6 +24,9 @@ pub struct AgentUnderTest {
     /// Extra `[provider]` lines (retry policy, timeouts): the route's address, model and key
     /// are the simulated model's.
     pub(crate) provider: String,
+    /// The wire format of the file's preset (default OpenAI-compatible): the simulated model
+    /// speaks it.
+    pub(crate) format: faultline_runtime::llm::WireFormat,
     pub(crate) config: AgentConfig,
     pub(crate) tools: ToolsFn,
     pub(crate) services: Vec<Service>,
@@ -52,6 +55,7 @@ impl AgentUnderTest {
         Self {
             name: name.into(),
             provider: String::new(),
+            format: faultline_runtime::llm::WireFormat::Openai,
             config: AgentConfig::default(),
             tools: Arc::new(tools),
             services: Vec::new(),
@@ -86,9 +90,12 @@ impl AgentUnderTest {
 
     /// The `[provider]` table as production reads it (a whole agent or provider file, or the
     /// table's own lines): its retry policy and timeouts are kept; its `base_url`, `model`,
-    /// `preset`, key variable, proxy and CA file are the simulated model's.
+    /// `preset`, key variable, proxy and CA file are the simulated model's, which speaks the
+    /// preset's wire format.
     pub fn provider_toml(mut self, text: &str) -> Result<Self, String> {
-        self.provider = provider_lines(text)?;
+        let (lines, format) = provider_lines(text)?;
+        self.provider = lines;
+        self.format = format;
         Ok(self)
     }
 
@@ -158,20 +165,29 @@ impl AgentUnderTest {
                 return Err(format!("tool {}: its parameter schema{at}: {message}", schema.name));
             }
         }
-        super::setup::resolve_route(super::setup::SIM_MODEL_URL, &self.provider).map(|_| ())
+        super::setup::resolve_route(self.format, super::setup::SIM_MODEL_ROOT, &self.provider).map(|_| ())
     }
 }
 
 /// Keys of `[provider]` the simulated model replaces.
 const REPLACED_KEYS: [&str; 7] = ["preset", "base_url", "model", "api_key_env", "proxy", "ca_file", "headers"];
 
-/// The `[provider]` lines of `text` the world keeps (see [`AgentUnderTest::provider_toml`]).
-fn provider_lines(text: &str) -> Result<String, String> {
+/// The `[provider]` lines of `text` the world keeps (see [`AgentUnderTest::provider_toml`]),
+/// and the wire format of its preset.
+fn provider_lines(text: &str) -> Result<(String, faultline_runtime::llm::WireFormat), String> {
     let parsed: toml::Table = text.parse().map_err(|e| format!("provider settings: {e}"))?;
     let mut table = match parsed.get("provider") {
         Some(toml::Value::Table(provider)) => provider.clone(),
         Some(_) => return Err("provider settings: [provider] is not a table".into()),
         None => parsed,
+    };
+    let format = match table.get("preset") {
+        None => faultline_runtime::llm::WireFormat::Openai,
+        Some(preset) => preset
+            .clone()
+            .try_into::<faultline_runtime::llm::Preset>()
+            .map_err(|e| format!("provider settings: preset: {e}"))?
+            .format(),
     };
     for key in REPLACED_KEYS {
         table.remove(key);
@@ -180,7 +196,7 @@ fn provider_lines(text: &str) -> Result<String, String> {
     wrapped.insert("provider".into(), toml::Value::Table(table));
     let text = toml::to_string(&wrapped).map_err(|e| format!("provider settings: {e}"))?;
     // The world writes its own `[provider]` header with the model's address first.
-    Ok(text.strip_prefix("[provider]\n").unwrap_or(&text).to_owned())
+    Ok((text.strip_prefix("[provider]\n").unwrap_or(&text).to_owned(), format))
 }
 
 #[cfg(test)]
@@ -189,13 +205,23 @@ mod tests {
 
     #[test]
     fn provider_lines_keep_the_policy_and_drop_the_route() {
-        let lines = provider_lines(
+        let (lines, format) = provider_lines(
             "[provider]\npreset = \"deepseek\"\nmodel = \"x\"\nidle_timeout_ms = 900\n\
              [provider.retry_policy]\nmax_retries = 3\n[agent]\nmax_steps = 4\n",
         )
         .unwrap();
+        assert_eq!(format, faultline_runtime::llm::WireFormat::Openai);
         assert!(!lines.contains("preset") && !lines.contains("model"), "{lines}");
         assert!(lines.contains("idle_timeout_ms = 900"), "{lines}");
         assert!(lines.contains("[provider.retry_policy]\nmax_retries = 3"), "{lines}");
+    }
+
+    #[test]
+    fn the_presets_format_is_the_one_the_simulated_model_speaks() {
+        let (_, format) = provider_lines("[provider]\npreset = \"anthropic\"\nmodel = \"claude\"\n").unwrap();
+        assert_eq!(format, faultline_runtime::llm::WireFormat::Anthropic);
+        let (_, format) = provider_lines("preset = \"gemini\"\n").unwrap();
+        assert_eq!(format, faultline_runtime::llm::WireFormat::Gemini);
+        assert!(provider_lines("preset = \"claude\"\n").unwrap_err().contains("preset"));
     }
 }

@@ -1007,7 +1007,7 @@ fn resume_repairs_and_the_model_sees_the_unknown_outcome_without_a_rerun() {
     push(Event::TurnStart(TurnStart { turn: 1 }), None);
     push(Event::StepStart(StepRef { turn: 1, step: 1 }), None);
     push(Event::UserMessage(UserMessage { message: Message::user_text("send it") }), None);
-    let call = ContentBlock::ToolCall { id: "c1".into(), name: "send".into(), arguments: "{}".into() };
+    let call = ContentBlock::tool_call("c1", "send", "{}");
     push(
         Event::AssistantMessage(AssistantMessage {
             turn: 1,

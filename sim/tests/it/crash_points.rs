@@ -29,7 +29,7 @@ fn session() -> SessionId {
 /// second turn left open.
 fn batches() -> Vec<Vec<Event>> {
     let arguments = format!("{{\"text\":\"{}\"}}", "x".repeat(ARGUMENT_BYTES));
-    let call = ContentBlock::ToolCall { id: "c1".into(), name: "send".into(), arguments: arguments.clone() };
+    let call = ContentBlock::tool_call("c1", "send", arguments.clone());
     vec![
         vec![
             Event::TurnStart(TurnStart { turn: 1 }),

@@ -89,21 +89,38 @@ fn every_crash_point_and_fault_family_fires_in_the_built_in_scenarios() {
 }
 
 /// The recovered transcript of seed 1 of every scenario, as readable JSON lines, reviewed
-/// like code (`snapshots/`). CI runs with INSTA_UPDATE=no: drift fails.
+/// like code (`snapshots/`), under each wire format it declares: the first format's is
+/// `NAME.snap`; another format gets `NAME-FORMAT.snap` only where its transcript differs.
+/// CI runs with INSTA_UPDATE=no: drift fails.
 #[test]
 fn recovered_transcripts_match_their_snapshots() {
     for scenario in scenarios() {
-        let result = run(&scenario, 1);
-        let mut text = match &result.refused {
-            // No transcript was recovered: the refusal itself is what a person would read.
-            Some(refused) => format!("refused: {refused}\n"),
-            None => elide_runs(&result.transcript.iter().map(|r| r.encode() + "\n").collect::<String>()),
-        };
-        text.push_str(&world_events(&result.trace));
-        insta::with_settings!({ snapshot_path => "../../../snapshots", prepend_module_to_snapshot => false, omit_expression => true, description => scenario.description.clone() }, {
-            insta::assert_snapshot!(scenario.name.clone(), text);
-        });
+        let mut first: Option<String> = None;
+        for format in scenario.formats.clone() {
+            let text = snapshot_text(&Scenario { formats: vec![format], ..scenario.clone() });
+            let name = match &first {
+                None => scenario.name.clone(),
+                Some(first) if *first == text => continue,
+                Some(_) => format!("{}-{format}", scenario.name),
+            };
+            insta::with_settings!({ snapshot_path => "../../../snapshots", prepend_module_to_snapshot => false, omit_expression => true, description => scenario.description.clone() }, {
+                insta::assert_snapshot!(name, text);
+            });
+            first.get_or_insert(text);
+        }
     }
+}
+
+/// Seed 1's recovered transcript and world events, as the snapshot holds them.
+fn snapshot_text(scenario: &Scenario) -> String {
+    let result = run(scenario, 1);
+    let mut text = match &result.refused {
+        // No transcript was recovered: the refusal itself is what a person would read.
+        Some(refused) => format!("refused: {refused}\n"),
+        None => elide_runs(&result.transcript.iter().map(|r| r.encode() + "\n").collect::<String>()),
+    };
+    text.push_str(&world_events(&result.trace));
+    text
 }
 
 /// What happened around the transcript, from the trace: every line that is not a record the

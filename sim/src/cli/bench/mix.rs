@@ -112,7 +112,7 @@ pub fn turn(t: u64, first_seq: u64) -> Vec<Record> {
         role: Role::Assistant,
         content: vec![
             ContentBlock::Text { text: prose(t + 3, 520) },
-            ContentBlock::ToolCall { id: call_id.clone(), name: "send".into(), arguments: arguments.clone() },
+            ContentBlock::tool_call(call_id.clone(), "send", arguments.clone()),
         ],
     };
     let sources = (first_chunk..first_chunk + 20).collect();

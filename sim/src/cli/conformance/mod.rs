@@ -1,7 +1,8 @@
-//! Conformance with the official `openai` SDK (FAILURE-PROVIDER-SHAPES): a recorded `.sse`
-//! body is served byte for byte on 127.0.0.1 and read twice — by faultline's adapter, and by
-//! the SDK itself (`referee.py`, in a Python the caller names) — and the two readings are
-//! compared: text, reasoning, refusal, tool calls (ids, names, arguments), finish and usage.
+//! Conformance with the official SDKs (FAILURE-PROVIDER-SHAPES, FAILURE-WIRE-FORMATS): a
+//! recorded `.sse` body is served byte for byte on 127.0.0.1 and read twice — by faultline's
+//! adapter, and by the format's own SDK (`openai`, `anthropic`, `google-genai`: `referee*.py`,
+//! in a Python the caller names) — and the two readings are compared: text, reasoning,
+//! refusal, tool calls (ids, names, arguments), finish and usage.
 //! `faultline llm conform DIR` runs it over a directory, so a user can check a provider we have
 //! never seen from one recording.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // real sockets and a real Python
@@ -10,13 +11,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use faultline_runtime::event::{Chunk, FinishReason};
-use faultline_runtime::llm::{Adapter, ResolvedProvider, StaticCredentials};
+use faultline_runtime::llm::{Adapter, ResolvedProvider, StaticCredentials, WireFormat};
 use serde::{Deserialize, Serialize};
 
 use crate::model_server::{ModelServer, Response, Script};
 
 /// The referee: the SDK's objects, accumulated as its readers do.
 pub const REFEREE_PY: &str = include_str!("referee.py");
+/// The referee of Anthropic's Messages API: the `anthropic` SDK's events.
+pub const REFEREE_ANTHROPIC_PY: &str = include_str!("referee_anthropic.py");
+/// The referee of Gemini's API: the `google-genai` SDK's objects.
+pub const REFEREE_GEMINI_PY: &str = include_str!("referee_gemini.py");
+
+/// The referee of `format`, and the Python package it needs.
+pub fn referee(format: WireFormat) -> (&'static str, &'static str) {
+    match format {
+        WireFormat::Openai => (REFEREE_PY, "openai"),
+        WireFormat::Anthropic => (REFEREE_ANTHROPIC_PY, "anthropic"),
+        WireFormat::Gemini => (REFEREE_GEMINI_PY, "google-genai"),
+    }
+}
 
 /// One tool call, as read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +121,7 @@ impl AdapterReading {
                 Chunk::Usage { usage } => {
                     reading.usage = Some([usage.prompt_tokens, usage.completion_tokens, usage.total_tokens]);
                 }
+                Chunk::SignatureDelta { .. } => {}
                 Chunk::Finish { reason, inferred } => {
                     reading.finish = reason.clone();
                     reading.inferred = *inferred;
@@ -130,7 +145,8 @@ pub fn differences(ours: &AdapterReading, sdk: &SdkReading) -> Vec<String> {
     differ("reasoning", format!("{:?}", ours.reasoning), format!("{:?}", sdk.reasoning));
     differ("refusal", format!("{:?}", ours.refusal), format!("{:?}", sdk.refusal));
     differ("tool calls", format!("{:?}", ours.tool_calls), format!("{:?}", sdk.tool_calls));
-    if let Some(usage) = sdk.usage {
+    // A failed attempt's usage is never recorded: what came before an error is not compared.
+    if let (Some(usage), None) = (sdk.usage, &sdk.error) {
         differ("usage", format!("{:?}", ours.usage), format!("{:?}", Some(usage)));
     }
     let finish = match (&ours.finish, &sdk.error) {
@@ -176,8 +192,8 @@ pub struct Verdict {
 }
 
 /// Serves `body` byte for byte on 127.0.0.1 and reads it with faultline's adapter, then with
-/// the SDK under `python`.
-pub fn conform(python: &Path, file: &Path, body: &str) -> Result<Verdict, String> {
+/// `format`'s SDK under `python`.
+pub fn conform(python: &Path, format: WireFormat, file: &Path, body: &str) -> Result<Verdict, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -189,12 +205,16 @@ pub fn conform(python: &Path, file: &Path, body: &str) -> Result<Verdict, String
         let server = ModelServer::start(seams.net.clone(), seams.clock.clone(), "127.0.0.1:0", script, None)
             .await
             .map_err(|e| format!("serving {}: {e}", file.display()))?;
-        let base_url = format!("http://{}/v1", server.addr());
-        let chunks = read_with_adapter(&seams, &base_url).await?;
-        let referee = tempfile::NamedTempFile::new().map_err(|e| format!("the referee's file: {e}"))?;
-        std::fs::write(referee.path(), REFEREE_PY).map_err(|e| format!("the referee's file: {e}"))?;
+        // The API root: OpenAI's base URL names its version, the others' paths do.
+        let base_url = match format {
+            WireFormat::Openai => format!("http://{}/v1", server.addr()),
+            _ => format!("http://{}", server.addr()),
+        };
+        let chunks = read_with_adapter(&seams, format, &base_url).await?;
+        let script = tempfile::NamedTempFile::new().map_err(|e| format!("the referee's file: {e}"))?;
+        std::fs::write(script.path(), referee(format).0).map_err(|e| format!("the referee's file: {e}"))?;
         let output = tokio::process::Command::new(python)
-            .arg(referee.path())
+            .arg(script.path())
             .arg(&base_url)
             .output()
             .await
@@ -208,22 +228,31 @@ pub fn conform(python: &Path, file: &Path, body: &str) -> Result<Verdict, String
         }
         let sdk: SdkReading = serde_json::from_slice(&output.stdout)
             .map_err(|e| format!("the referee's answer: {e}: {}", String::from_utf8_lossy(&output.stdout)))?;
-        let faultline = AdapterReading::of(&chunks);
+        let mut faultline = AdapterReading::of(&chunks);
+        // Gemini's calls may come without ids; faultline names them, the SDK leaves them none.
+        for (ours, theirs) in faultline.tool_calls.iter_mut().zip(&sdk.tool_calls) {
+            let synthesised = ours.id.as_deref().is_some_and(|id| id.starts_with("gemini_call_"));
+            if format == WireFormat::Gemini && theirs.id.is_none() && synthesised {
+                ours.id = None;
+            }
+        }
         let differences = differences(&faultline, &sdk);
         Ok(Verdict { file: file.to_path_buf(), faultline, sdk, differences })
     })
 }
 
 /// One attempt of faultline's adapter against `base_url`: every chunk, to the finish.
-async fn read_with_adapter(seams: &faultline_runtime::seams::Seams, base_url: &str) -> Result<Vec<Chunk>, String> {
-    let provider: faultline_runtime::llm::ProviderConfig = faultline_runtime::llm::from_toml(&format!(
-        "preset = \"openai-compatible\"\nbase_url = \"{base_url}\"\nmodel = \"m\""
-    ))
-    .map_err(|e| e.to_string())?;
-    let route: ResolvedProvider = provider.resolve("provider").map_err(|e| e.to_string())?;
-    let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials::default()));
+async fn read_with_adapter(
+    seams: &faultline_runtime::seams::Seams,
+    format: WireFormat,
+    base_url: &str,
+) -> Result<Vec<Chunk>, String> {
+    let route = ResolvedProvider::of_format(format, base_url, "m").map_err(|e| e.to_string())?;
+    // A key in the format's own header (its preset names the variable), as the SDK sends one.
+    let keys = route.api_key_env.iter().map(|var| (var.clone(), "referee-not-real".to_owned())).collect();
+    let adapter = Adapter::new(seams.net.clone(), seams.clock.clone(), Arc::new(StaticCredentials(keys)));
     let prefix = faultline_runtime::event::RequestPrefix { model: "m".into(), system: None, tools: Vec::new() };
-    let body = faultline_runtime::llm::chat_body(&prefix, &[serde_json::json!({"role": "user", "content": "hi"})]);
+    let body = faultline_runtime::llm::prompt_body(&route, &prefix, "hi");
     let mut stream = adapter.stream(Arc::new(route), body, tokio_util::sync::CancellationToken::new());
     let mut chunks = Vec::new();
     while let Some(chunk) = stream.next().await {

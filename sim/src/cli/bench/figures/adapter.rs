@@ -29,7 +29,7 @@ pub(super) async fn adapter(dir: &Path, chunks: usize) -> Vec<Figure> {
     let seams = production::seams();
     let frames: Vec<Frame> = (0..chunks).map(|i| Frame::Text(format!("token{i} "))).collect();
     let response = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
-    let addr = serve_fixed_sse(sse_body(0, &response)).await;
+    let addr = serve_fixed_sse(sse_body(faultline_runtime::llm::WireFormat::Openai, 0, &response)).await;
     let route = Arc::new(
         ResolvedProvider::openai_compatible(&format!("http://{addr}/v1"), "m")
             .expect("url")

@@ -1,0 +1,61 @@
+//! What one event of a provider's stream meant to the reader of its format: the common
+//! answer every format's reader gives the adapter.
+
+use crate::event::Chunk;
+
+/// What one `data:` payload meant.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Chunks (maybe none), and more to come.
+    More,
+    /// A keep-alive (Anthropic's `ping`): it proves the connection, not progress, so the
+    /// idle watchdog does not re-arm on it.
+    Ping,
+    /// The end of the answer: the terminal chunk.
+    Done(Chunk),
+}
+
+use super::config::WireFormat;
+use super::normalise::Normaliser;
+use crate::event::{ErrorCode, Failure, FinishReason};
+
+/// The reader of one attempt's stream, in its route's format.
+pub(crate) enum Reader {
+    Openai(Normaliser),
+    Anthropic(super::anthropic::Reader),
+    Gemini(super::gemini::Reader),
+}
+
+impl Reader {
+    pub(crate) fn new(format: WireFormat) -> Self {
+        match format {
+            WireFormat::Openai => Reader::Openai(Normaliser::new()),
+            WireFormat::Anthropic => Reader::Anthropic(super::anthropic::Reader::new()),
+            WireFormat::Gemini => Reader::Gemini(super::gemini::Reader::new()),
+        }
+    }
+
+    /// Reads one `data:` payload into `out`.
+    pub(crate) fn on_data(&mut self, data: &str, out: &mut Vec<Chunk>) -> Result<Step, Failure> {
+        match self {
+            Reader::Openai(normaliser) if data.trim() == "[DONE]" => Ok(Step::Done(normaliser.on_done(out))),
+            Reader::Openai(normaliser) => normaliser.on_data(data, out).map(|()| Step::More),
+            Reader::Anthropic(reader) => reader.on_data(data, out),
+            Reader::Gemini(reader) => reader.on_data(data, out),
+        }
+    }
+
+    /// The body ended before the answer did (`total_bytes` of it arrived).
+    pub(crate) fn on_end(&self, total_bytes: u64) -> FinishReason {
+        match self {
+            Reader::Openai(_) if total_bytes == 0 => {
+                FinishReason::Error { failure: Failure::new(ErrorCode::EmptyResponse, "the response had no body") }
+            }
+            Reader::Openai(_) => FinishReason::Error {
+                failure: Failure::new(ErrorCode::StreamClosed, "the stream ended without [DONE]"),
+            },
+            Reader::Anthropic(reader) => reader.on_end(total_bytes),
+            Reader::Gemini(reader) => reader.on_end(total_bytes),
+        }
+    }
+}
