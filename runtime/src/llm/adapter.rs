@@ -18,11 +18,13 @@ use hyper::{header, Request};
 use hyper_util::rt::TokioIo;
 use tokio_util::sync::CancellationToken;
 
-use super::classify::classify_for;
-use super::config::{resolve_credential, Credentials, ResolvedProvider, WireFormat};
+use super::config::{resolve_credential, Credentials, ResolvedProvider};
+use super::format::WireFormat;
+use super::format_errors::classify_for;
 use super::proxy::Proxy;
-use super::reading::{Reader, Step};
+use super::reading::Reader;
 use super::sse::{SseDecoder, SseItem};
+use super::step::Step;
 use super::tls::ClientConfig;
 use crate::event::{Chunk, ErrorCode, Failure, FinishReason};
 use crate::seams::{Clock, Fs, Net};

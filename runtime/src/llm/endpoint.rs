@@ -50,11 +50,11 @@ impl Endpoint {
     /// The streaming request path of `format` for `model`: `/chat/completions`,
     /// `/v1/messages`, or `/v1beta/models/MODEL:streamGenerateContent?alt=sse`, after the base
     /// URL's own path.
-    pub fn stream_path(&self, format: super::WireFormat, model: &str) -> String {
+    pub fn stream_path(&self, format: super::format::WireFormat, model: &str) -> String {
         match format {
-            super::WireFormat::Openai => self.chat_path(),
-            super::WireFormat::Anthropic => format!("{}/v1/messages", self.path_prefix),
-            super::WireFormat::Gemini => {
+            super::format::WireFormat::Openai => self.chat_path(),
+            super::format::WireFormat::Anthropic => format!("{}/v1/messages", self.path_prefix),
+            super::format::WireFormat::Gemini => {
                 format!("{}/v1beta/models/{model}:streamGenerateContent?alt=sse", self.path_prefix)
             }
         }

@@ -1,5 +1,5 @@
-//! The model adapter (SPEC §3, §9): OpenAI-compatible streaming chat completions with a
-//! DeepSeek preset, failure classification, provider configuration and credentials.
+//! The model adapter (SPEC §3, §9): OpenAI-compatible, Anthropic and Gemini streams read into
+//! one chunk model, failure classification, provider configuration and credentials.
 
 mod adapter;
 mod anthropic;
@@ -7,23 +7,28 @@ mod classify;
 mod config;
 pub(crate) mod conversation;
 mod endpoint;
+mod format;
+mod format_errors;
 mod gemini;
 pub(crate) mod normalise;
 mod proxy;
 mod reading;
 mod request;
 pub(crate) mod sse;
+mod step;
 pub(crate) mod tls;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};
-pub use classify::{classify_for, classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
+pub use classify::{classify_status, request_id, retry_after_ms, ERROR_MESSAGE_BYTES_MAX};
 pub use config::{
     from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, LiveProvider, Preset,
-    ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, WireFormat,
-    DELAY_MS_MAX, IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX,
+    ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, DELAY_MS_MAX,
+    IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX,
     RETRYABLE_CODES_DEFAULT, THINKING_BUDGET_TOKENS_MIN,
 };
 pub use endpoint::Endpoint;
+pub use format::WireFormat;
+pub use format_errors::classify_for;
 pub use proxy::{ProxyEnv, PROXY_RESPONSE_BYTES_MAX};
 pub use request::{chat_body, prompt_body};
 pub(crate) use request::{openai_messages, request_body};

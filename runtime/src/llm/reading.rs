@@ -1,22 +1,9 @@
-//! What one event of a provider's stream meant to the reader of its format: the common
-//! answer every format's reader gives the adapter.
+//! One attempt's stream reader, in its route's wire format.
 
-use crate::event::Chunk;
-
-/// What one `data:` payload meant.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// Chunks (maybe none), and more to come.
-    More,
-    /// A keep-alive (Anthropic's `ping`): it proves the connection, not progress, so the
-    /// idle watchdog does not re-arm on it.
-    Ping,
-    /// The end of the answer: the terminal chunk.
-    Done(Chunk),
-}
-
-use super::config::WireFormat;
+use super::format::WireFormat;
 use super::normalise::Normaliser;
+use super::step::Step;
+use crate::event::Chunk;
 use crate::event::{ErrorCode, Failure, FinishReason};
 
 /// The reader of one attempt's stream, in its route's format.

@@ -6,8 +6,9 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::config::{ResolvedProvider, WireFormat};
+use super::config::ResolvedProvider;
 use super::conversation::{AssistantEntry, Entry};
+use super::format::WireFormat;
 use crate::event::{RequestPrefix, ToolSchema};
 
 /// The body of a conversation of one user message, `prompt`, in `route`'s format (what

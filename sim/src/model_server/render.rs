@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::json;
 
-use faultline_runtime::llm::WireFormat;
-
 use super::request::RequestHead;
 use super::script::{Dialect, Frame, Response};
 
@@ -289,34 +287,16 @@ pub(super) fn tail_events(meta: &Meta, response: &Response) -> Vec<String> {
     tail
 }
 
-/// The SSE events of each frame of `response` in `format` (with the delay it asks for), and
-/// the tail after them.
-pub(super) fn render(
-    format: WireFormat,
-    meta: &Meta,
-    response: &Response,
-) -> (Vec<(Option<String>, u64)>, Vec<String>) {
-    match format {
-        WireFormat::Openai => {
-            let events = response
-                .frames
-                .iter()
-                .enumerate()
-                .map(|(i, frame)| frame_event(meta, i == 0, frame, response.dialect))
-                .collect();
-            (events, tail_events(meta, response))
-        }
-        WireFormat::Anthropic => super::render_anthropic::render(meta, response),
-        WireFormat::Gemini => super::render_gemini::render(meta, response),
-    }
-}
-
-/// The whole SSE body request `n` gets for `response` in `format`, ignoring delays and faults:
-/// what a benchmark serves from memory so that the transport costs nothing measurable.
-pub fn sse_body(format: WireFormat, n: usize, response: &Response) -> String {
-    let meta = Meta { n, created: 0, model: MODEL_ID.to_owned(), whole: false, include_usage: true };
-    let (events, tail) = render(format, &meta, response);
-    events.into_iter().filter_map(|(event, _)| event).chain(tail).collect()
+/// The SSE events of each frame of `response` in OpenAI's format (with the delay each asks
+/// for), and the tail after them.
+pub(super) fn openai(meta: &Meta, response: &Response) -> (Vec<(Option<String>, u64)>, Vec<String>) {
+    let events = response
+        .frames
+        .iter()
+        .enumerate()
+        .map(|(i, frame)| frame_event(meta, i == 0, frame, response.dialect))
+        .collect();
+    (events, tail_events(meta, response))
 }
 
 #[cfg(test)]

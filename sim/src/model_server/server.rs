@@ -24,7 +24,8 @@ use tokio::sync::mpsc;
 
 use faultline_runtime::llm::WireFormat;
 
-use super::render::{completion_json, echo_credential, render, Meta, MODEL_ID};
+use super::render::{completion_json, echo_credential, Meta, MODEL_ID};
+use super::render_format::render;
 use super::request::{header_text, text_of, RequestHead};
 use super::script::{Frame, Response, Script};
 use super::validate::{anthropic_problem, call_key, gemini_problem, Issued};

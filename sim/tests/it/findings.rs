@@ -317,7 +317,7 @@ fn a_real_run_that_cannot_start_names_what_is_missing() {
 }
 
 /// Where each invariant of the catalog has its finding test: a new invariant must get one.
-const FINDING_TESTS: [(&str, &str); 31] = [
+const FINDING_TESTS: [(&str, &str); 32] = [
     ("secret-leak", "planted scrub-by-pattern-only"),
     ("false-corrupt", "planted holes-are-corrupt"),
     ("refusal-left-file-untouched", "oracle::planted_evidence"),
@@ -344,7 +344,8 @@ const FINDING_TESTS: [(&str, &str); 31] = [
     ("final-failure-not-retried", "planted stream-closed-retryable"),
     ("answer-not-retried", "planted refusal-as-empty"),
     ("retry-backoff", "planted unlogged-retry"),
-    ("failure-code-as-served", "oracle::planted_evidence"),
+    ("failure-code-as-served", "oracle::planted_evidence; planted error-event-as-end"),
+    ("request-accepted", "planted signature-dropped"),
     ("expectation", "a_scenario_whose_promises_no_longer_hold_is_told_which_key_to_update"),
     ("planned-fault-fired", "a_scenario_whose_promises_no_longer_hold_is_told_which_key_to_update"),
     ("parity", "oracle::planted_evidence"),

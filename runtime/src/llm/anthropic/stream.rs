@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::event::{BlockKind, Chunk, ErrorCode, Failure, FinishReason, Usage};
-use crate::llm::reading::Step;
+use crate::llm::step::Step;
 
 #[derive(Deserialize)]
 struct Event {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::event::{BlockKind, Chunk, ErrorCode, Failure, FinishReason, Usage};
 use crate::llm::conversation::SYNTHESISED_CALL_ID_PREFIX;
-use crate::llm::reading::Step;
+use crate::llm::step::Step;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
