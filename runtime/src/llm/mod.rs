@@ -12,10 +12,10 @@ mod format_errors;
 mod gemini;
 pub(crate) mod normalise;
 mod proxy;
-mod reading;
+pub(crate) mod reading;
 mod request;
 pub(crate) mod sse;
-mod step;
+pub(crate) mod step;
 pub(crate) mod tls;
 
 pub use adapter::{Adapter, ModelStream, ERROR_BODY_BYTES_MAX};

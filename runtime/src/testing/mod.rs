@@ -9,6 +9,8 @@ pub mod bugs;
 mod http;
 #[cfg(all(feature = "testing", feature = "postgres"))]
 mod pg_server;
+#[cfg(feature = "testing")]
+mod stream;
 #[cfg(feature = "test-pki")]
 mod tls;
 
@@ -24,5 +26,7 @@ pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
 pub use http::read_http_request;
 #[cfg(all(feature = "testing", feature = "postgres"))]
 pub use pg_server::{PgServer, REQUIRE_POSTGRES_ENV, ROLE as PG_TEST_ROLE};
+#[cfg(feature = "testing")]
+pub use stream::StreamReader;
 #[cfg(feature = "test-pki")]
 pub use tls::TestPki;

@@ -281,15 +281,7 @@ mod tests {
 
     fn read(events: &[&str]) -> (Vec<Chunk>, Result<Option<Chunk>, Failure>) {
         let mut reader = Reader::new();
-        let mut out = Vec::new();
-        for data in events {
-            match reader.on_data(data, &mut out) {
-                Ok(Step::Done(finish)) => return (out, Ok(Some(finish))),
-                Ok(_) => {}
-                Err(failure) => return (out, Err(failure)),
-            }
-        }
-        (out, Ok(None))
+        crate::llm::step::read_events(|data, out| reader.on_data(data, out), events)
     }
 
     fn message(chunks: &[Chunk]) -> (crate::event::Message, Option<Usage>) {

@@ -4,6 +4,7 @@ mod adapter;
 mod append;
 mod figure;
 mod memory;
+mod parse;
 mod postgres;
 mod recovery;
 mod simulator;
@@ -20,7 +21,8 @@ use figure::tempfile_dir;
 pub use figure::{BenchReport, Figure};
 
 /// The groups of figures, in the order they run (`faultline bench --only GROUP`).
-pub const GROUPS: [&str; 7] = ["memory", "append", "write-behind", "recovery", "adapter", "simulator", "postgres"];
+pub const GROUPS: [&str; 8] =
+    ["memory", "append", "write-behind", "recovery", "adapter", "parse", "simulator", "postgres"];
 
 /// Runs every figure (`quick`: smaller sizes, same shapes); `exe` is the `faultline` binary
 /// whose `transcript inspect` the memory figure measures (skipped without one).
@@ -62,6 +64,10 @@ pub fn run_all_with(quick: bool, only: Option<&str>, exe: Option<&Path>, phase: 
     if wanted("adapter") {
         phase("adapter");
         figures.extend(runtime.block_on(adapter::adapter(&dir, 20_000 * scale)));
+    }
+    if wanted("parse") {
+        phase("parse cost per wire format");
+        figures.extend(parse::parse_cost(20_000 * scale));
     }
     if wanted("simulator") {
         phase("simulator");
