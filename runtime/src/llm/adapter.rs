@@ -445,9 +445,11 @@ impl ModelStream {
     }
 
     /// Waits for the next body frame (the idle watchdog runs only during this wait) and
-    /// queues the chunks it completes. A frame of nothing but pings re-arms the wait for the
-    /// next frame, not for the answer: once no progress came for the idle timeout, the stream
-    /// is given up however often it pinged.
+    /// queues the chunks it completes. A frame of nothing but pings (Anthropic's `ping` events)
+    /// re-arms the wait for the next frame, not for the answer: once no progress came for the
+    /// idle timeout, the stream is given up however often it pinged. An SSE comment (an
+    /// OpenAI-compatible provider's `: keep-alive`) re-arms it as any byte does: DeepSeek sends
+    /// them while a request waits in its queue for the model, for up to ten minutes.
     async fn read_more(&mut self, streaming: &mut Streaming) -> Result<(), FinishReason> {
         let idle = self.route.idle_timeout;
         let frame = tokio::select! {

@@ -17,7 +17,7 @@ pub(crate) type Escaped = Box<RawValue>;
 
 /// The tool-call id the Gemini reader makes up for a call that came without one: never sent
 /// back (Gemini matches such responses by name and order).
-pub(crate) const SYNTHESISED_CALL_ID_PREFIX: &str = "gemini_call_";
+pub const SYNTHESISED_CALL_ID_PREFIX: &str = "gemini_call_";
 
 pub(crate) fn escape(text: &str) -> Escaped {
     serde_json::value::to_raw_value(text).expect("a string serialises")

@@ -26,6 +26,7 @@ pub use config::{
     IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX,
     RETRYABLE_CODES_DEFAULT, THINKING_BUDGET_TOKENS_MIN,
 };
+pub use conversation::SYNTHESISED_CALL_ID_PREFIX;
 pub use endpoint::Endpoint;
 pub use format::WireFormat;
 pub use format_errors::classify_for;

@@ -95,10 +95,22 @@ fn has_content(entry: &Entry) -> bool {
     }
 }
 
-/// Whether an escaped text is empty or only whitespace (the API refuses such text blocks).
+/// Whether an escaped text is empty or only whitespace (the API refuses such text blocks),
+/// however long it is.
 fn blank(text: &RawValue) -> bool {
     let raw = text.get();
-    raw.len() <= 2 || (raw.len() < 256 && serde_json::from_str::<String>(raw).is_ok_and(|t| t.trim().is_empty()))
+    let inner = raw.as_bytes().get(1..raw.len().saturating_sub(1)).unwrap_or_default();
+    // A text that says something says it early: one printable byte outside an escape decides,
+    // with no parse. Only texts of whitespace, escapes and non-ASCII are parsed whole.
+    let mut at = 0;
+    while at < inner.len() {
+        match inner[at] {
+            b'\\' => at += if inner.get(at + 1) == Some(&b'u') { 6 } else { 2 },
+            b if b.is_ascii_graphic() => return false,
+            _ => at += 1,
+        }
+    }
+    serde_json::from_str::<String>(raw).is_ok_and(|t| t.trim().is_empty())
 }
 
 struct Message<'a> {
@@ -210,6 +222,16 @@ mod tests {
 
     use super::*;
     use crate::event::{ContentBlock, Message as EventMessage, Role};
+
+    #[test]
+    fn a_text_of_whitespace_is_blank_however_long_and_one_printable_byte_is_not() {
+        let raw = |text: &str| RawValue::from_string(serde_json::to_string(text).unwrap()).unwrap();
+        assert!(blank(&raw("")));
+        assert!(blank(&raw(&"\n".repeat(10_000))), "the API refuses it at any length");
+        assert!(blank(&raw(" \t\u{b}\u{a0}\r\n")));
+        assert!(!blank(&raw(&format!("{}x", " ".repeat(300)))));
+        assert!(!blank(&raw("\n\u{1}é")));
+    }
 
     fn route() -> ResolvedProvider {
         let config: crate::llm::ProviderConfig =

@@ -21,13 +21,35 @@ struct Event {
     #[serde(default)]
     message: Option<MessageStart>,
     #[serde(default)]
-    content_block: Option<serde_json::Value>,
+    content_block: Option<BlockStart>,
     #[serde(default)]
     delta: Option<serde_json::Value>,
     #[serde(default)]
     usage: Option<ApiUsage>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+}
+
+/// A `content_block_start`'s block. A tool call's `input` is kept as the provider wrote it:
+/// its keys in their order, its numbers as written (a large id is not rounded).
+#[derive(Deserialize)]
+struct BlockStart {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: String,
+    #[serde(default)]
+    thinking: String,
+    #[serde(default)]
+    signature: String,
+    #[serde(default)]
+    data: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    input: Option<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -66,12 +88,14 @@ impl ApiUsage {
     /// As the runtime counts: the prompt is everything read, cached or not.
     fn usage(self) -> Usage {
         let (written, read) = (self.cache_creation_input_tokens, self.cache_read_input_tokens);
-        let prompt = self.input_tokens.unwrap_or(0) + written.unwrap_or(0) + read.unwrap_or(0);
+        // Counts off the network: a hostile one saturates, never overflows.
+        let prompt =
+            self.input_tokens.unwrap_or(0).saturating_add(written.unwrap_or(0)).saturating_add(read.unwrap_or(0));
         let completion = self.output_tokens.unwrap_or(0);
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
-            total_tokens: prompt + completion,
+            total_tokens: prompt.saturating_add(completion),
             reasoning_tokens: None,
             cache_hit_tokens: read,
             cache_miss_tokens: None,
@@ -91,14 +115,25 @@ enum Kind {
     Other,
 }
 
+/// One of the provider's blocks, as this reader keeps it.
+#[derive(Clone, Copy)]
+struct Block {
+    /// Our block index.
+    ours: u32,
+    kind: Kind,
+    /// A tool call's input arrived (whole at the start, or in fragments).
+    had_arguments: bool,
+    /// Started and not yet stopped: only an open block takes deltas.
+    open: bool,
+}
+
 /// The reader of one attempt's stream.
 #[derive(Default)]
 pub(crate) struct Reader {
     started: bool,
     next_index: u32,
-    /// The provider's block index → (ours, what it is, whether it carried any arguments).
-    blocks: BTreeMap<u32, (u32, Kind, bool)>,
-    open: Vec<u32>,
+    /// The provider's block index → the block.
+    blocks: BTreeMap<u32, Block>,
     usage: Option<ApiUsage>,
     stop_reason: Option<String>,
     /// What a refusal stop said of itself (`stop_details`).
@@ -128,7 +163,7 @@ impl Reader {
             _ if !self.started => {
                 return Err(Failure::new(
                     ErrorCode::MalformedResponse,
-                    format!("a {} event before message_start", event.kind),
+                    format!("a {} event before message_start", crate::llm::classify::bounded(&event.kind)),
                 ))
             }
             "content_block_start" => self.block_start(event.index, event.content_block, out)?,
@@ -161,14 +196,14 @@ impl Reader {
             Kind::Redacted => BlockKind::RedactedReasoning,
             Kind::ToolUse => BlockKind::ToolCall,
             Kind::Other => {
-                self.blocks.insert(theirs, (u32::MAX, kind, false));
+                self.blocks.insert(theirs, Block { ours: u32::MAX, kind, had_arguments: false, open: true });
                 return u32::MAX;
             }
         };
         self.next_index += 1;
-        self.blocks.insert(theirs, (index, kind, false));
-        self.open.push(index);
-        self.saw_content = true;
+        self.blocks.insert(theirs, Block { ours: index, kind, had_arguments: false, open: true });
+        // A call or an encrypted thought is content by itself; text is when it says something.
+        self.saw_content |= matches!(kind, Kind::ToolUse | Kind::Redacted);
         out.push(Chunk::BlockStart { index, kind: ours });
         index
     }
@@ -176,7 +211,7 @@ impl Reader {
     fn block_start(
         &mut self,
         theirs: Option<u32>,
-        block: Option<serde_json::Value>,
+        block: Option<BlockStart>,
         out: &mut Vec<Chunk>,
     ) -> Result<(), Failure> {
         let (theirs, block) =
@@ -184,38 +219,45 @@ impl Reader {
         if self.blocks.contains_key(&theirs) {
             return Err(malformed(&format!("block {theirs} started twice")));
         }
-        let text = |key: &str| block.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-        let kind = match block.get("type").and_then(|t| t.as_str()) {
-            Some("text") => Kind::Text,
-            Some("thinking") => Kind::Thinking,
-            Some("redacted_thinking") => Kind::Redacted,
-            Some("tool_use") => Kind::ToolUse,
+        let kind = match block.kind.as_str() {
+            "text" => Kind::Text,
+            "thinking" => Kind::Thinking,
+            "redacted_thinking" => Kind::Redacted,
+            "tool_use" => Kind::ToolUse,
             _ => Kind::Other,
         };
         let index = self.open_block(theirs, kind, out);
         match kind {
-            Kind::Text if !text("text").is_empty() => out.push(Chunk::TextDelta { index, text: text("text") }),
+            Kind::Text if !block.text.is_empty() => {
+                self.saw_content = true;
+                out.push(Chunk::TextDelta { index, text: block.text });
+            }
             Kind::Thinking => {
-                if !text("thinking").is_empty() {
-                    out.push(Chunk::ReasoningDelta { index, text: text("thinking") });
+                if !block.thinking.is_empty() {
+                    self.saw_content = true;
+                    out.push(Chunk::ReasoningDelta { index, text: block.thinking });
                 }
-                if !text("signature").is_empty() {
-                    out.push(Chunk::SignatureDelta { index, signature: text("signature") });
+                if !block.signature.is_empty() {
+                    out.push(Chunk::SignatureDelta { index, signature: block.signature });
                 }
             }
-            Kind::Redacted => out.push(Chunk::SignatureDelta { index, signature: text("data") }),
+            Kind::Redacted => out.push(Chunk::SignatureDelta { index, signature: block.data }),
             Kind::ToolUse => {
                 self.saw_tool = true;
                 out.push(Chunk::ToolCallDelta {
                     index,
-                    id: Some(text("id")),
-                    name: Some(text("name")),
+                    id: Some(block.id),
+                    name: Some(block.name),
                     arguments_delta: String::new(),
                 });
-                // An input given whole at the start (not streamed) is the call's arguments.
-                if let Some(input) = block.get("input").filter(|i| i.as_object().is_some_and(|o| !o.is_empty())) {
-                    self.blocks.entry(theirs).and_modify(|b| b.2 = true);
-                    out.push(Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: input.to_string() });
+                // An input given whole at the start (not streamed) is the call's arguments,
+                // byte for byte; the usual `{}` placeholder before the fragments is not.
+                let given = block.input.map(|raw| raw.get().trim().to_owned()).filter(|raw| {
+                    raw.starts_with('{') && raw[1..raw.len() - 1].bytes().any(|b| !b.is_ascii_whitespace())
+                });
+                if let Some(input) = given {
+                    self.blocks.entry(theirs).and_modify(|b| b.had_arguments = true);
+                    out.push(Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: input });
                 }
             }
             _ => {}
@@ -231,18 +273,23 @@ impl Reader {
     ) -> Result<(), Failure> {
         let (theirs, delta) =
             theirs.zip(delta).ok_or_else(|| malformed("content_block_delta without index or delta"))?;
-        let Some(&(index, kind, _)) = self.blocks.get(&theirs) else {
+        let Some(&Block { ours: index, kind, open, .. }) = self.blocks.get(&theirs) else {
             return Err(malformed(&format!("a delta of block {theirs}, which never started")));
         };
+        if !open {
+            return Err(malformed(&format!("a delta of block {theirs} after it stopped")));
+        }
         let field = |key: &str| delta.get(key).and_then(|v| v.as_str()).map(str::to_owned);
         match (kind, delta.get("type").and_then(|t| t.as_str())) {
             (Kind::Text, Some("text_delta")) => {
                 if let Some(text) = field("text").filter(|t| !t.is_empty()) {
+                    self.saw_content = true;
                     out.push(Chunk::TextDelta { index, text });
                 }
             }
             (Kind::Thinking, Some("thinking_delta")) => {
                 if let Some(text) = field("thinking").filter(|t| !t.is_empty()) {
+                    self.saw_content = true;
                     out.push(Chunk::ReasoningDelta { index, text });
                 }
             }
@@ -253,7 +300,7 @@ impl Reader {
             }
             (Kind::ToolUse, Some("input_json_delta")) => {
                 if let Some(json) = field("partial_json").filter(|j| !j.is_empty()) {
-                    self.blocks.entry(theirs).and_modify(|b| b.2 = true);
+                    self.blocks.entry(theirs).and_modify(|b| b.had_arguments = true);
                     out.push(Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: json });
                 }
             }
@@ -261,7 +308,7 @@ impl Reader {
             (_, other) => {
                 return Err(malformed(&format!(
                     "a {} delta in a block that cannot take one",
-                    other.unwrap_or("typeless")
+                    crate::llm::classify::bounded(other.unwrap_or("typeless"))
                 )))
             }
         }
@@ -270,9 +317,14 @@ impl Reader {
 
     fn block_stop(&mut self, theirs: Option<u32>, out: &mut Vec<Chunk>) -> Result<(), Failure> {
         let theirs = theirs.ok_or_else(|| malformed("content_block_stop without index"))?;
-        let Some(&(index, kind, had_arguments)) = self.blocks.get(&theirs) else {
+        let Some(block) = self.blocks.get_mut(&theirs) else {
             return Err(malformed(&format!("block {theirs} stopped without starting")));
         };
+        if !block.open {
+            return Err(malformed(&format!("block {theirs} stopped twice")));
+        }
+        block.open = false;
+        let Block { ours: index, kind, had_arguments, .. } = *block;
         if kind == Kind::Other {
             return Ok(());
         }
@@ -280,10 +332,7 @@ impl Reader {
         if kind == Kind::ToolUse && !had_arguments {
             out.push(Chunk::ToolCallDelta { index, id: None, name: None, arguments_delta: "{}".into() });
         }
-        if let Some(at) = self.open.iter().position(|i| *i == index) {
-            self.open.remove(at);
-            out.push(Chunk::BlockEnd { index });
-        }
+        out.push(Chunk::BlockEnd { index });
         Ok(())
     }
 
@@ -301,9 +350,13 @@ impl Reader {
             ]);
             self.saw_content = true;
         }
-        for index in std::mem::take(&mut self.open) {
+        let mut open: Vec<u32> =
+            self.blocks.values_mut().filter(|b| b.open && b.kind != Kind::Other).map(|b| b.ours).collect();
+        open.sort_unstable();
+        for index in open {
             out.push(Chunk::BlockEnd { index });
         }
+        self.blocks.values_mut().for_each(|b| b.open = false);
         if let Some(usage) = self.usage {
             out.push(Chunk::Usage { usage: usage.usage() });
         }
@@ -343,7 +396,7 @@ fn mid_stream_failure(error: Option<&serde_json::Value>) -> Failure {
     let message = error.and_then(|e| e.get("message")).and_then(|m| m.as_str()).unwrap_or("error event in the stream");
     let kind = error.and_then(|e| e.get("type")).and_then(|t| t.as_str()).unwrap_or_default();
     let code = super::code_of_type(kind, message).unwrap_or(ErrorCode::Server);
-    let named = if kind.is_empty() { String::new() } else { format!(" ({kind})") };
+    let named = if kind.is_empty() { String::new() } else { format!(" ({})", crate::llm::classify::bounded(kind)) };
     let message = crate::llm::classify::bounded(message);
     Failure::new(code, format!("provider reported an error mid-stream{named}: {message}"))
 }
@@ -461,5 +514,47 @@ mod tests {
         assert_eq!(unknown.unwrap_err().code, ErrorCode::MalformedResponse);
         let (_, ignored) = read(&[START, r#"{"type":"brand_new_event"}"#]);
         assert!(ignored.is_ok());
+    }
+
+    #[test]
+    fn a_whole_input_is_kept_as_written_and_a_block_takes_nothing_after_its_stop() {
+        let start = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{"z":1,"a":12345678901234567890123}}}"#;
+        let stop = r#"{"type":"content_block_stop","index":0}"#;
+        let (chunks, _) = read(&[START, start, stop]);
+        let arguments: String = chunks
+            .iter()
+            .filter_map(|c| {
+                if let Chunk::ToolCallDelta { arguments_delta, .. } = c {
+                    Some(arguments_delta.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(arguments, r#"{"z":1,"a":12345678901234567890123}"#, "keys in order, the number as written");
+        let (_, twice) = read(&[START, start, stop, stop]);
+        assert!(twice.unwrap_err().message.contains("stopped twice"));
+        let late =
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#;
+        let (_, after) = read(&[START, start, stop, late]);
+        assert!(after.unwrap_err().message.contains("after it stopped"));
+    }
+
+    #[test]
+    fn an_empty_text_block_is_no_answer_and_hostile_counts_saturate() {
+        let empty = [
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":18446744073709551615}}"#,
+            r#"{"type":"message_stop"}"#,
+        ];
+        let (chunks, finish) = read(&empty);
+        let Some(Chunk::Finish { reason: FinishReason::Error { failure }, .. }) = finish.unwrap() else {
+            panic!("an answer of nothing is EMPTY_RESPONSE")
+        };
+        assert_eq!(failure.code, ErrorCode::EmptyResponse);
+        let usage = chunks.iter().find_map(|c| if let Chunk::Usage { usage } = c { Some(*usage) } else { None });
+        assert_eq!(usage.map(|u| u.total_tokens), Some(u64::MAX));
     }
 }

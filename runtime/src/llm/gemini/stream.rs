@@ -63,8 +63,9 @@ struct FunctionCall {
     id: Option<String>,
     #[serde(default)]
     name: String,
+    /// As the provider wrote it: its keys in their order, its numbers as written.
     #[serde(default)]
-    args: Option<serde_json::Value>,
+    args: Option<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -93,7 +94,8 @@ impl ApiUsage {
     fn usage(self) -> Usage {
         Usage {
             prompt_tokens: self.prompt_token_count,
-            completion_tokens: self.candidates_token_count + self.thoughts_token_count.unwrap_or(0),
+            // Counts off the network: a hostile one saturates, never overflows.
+            completion_tokens: self.candidates_token_count.saturating_add(self.thoughts_token_count.unwrap_or(0)),
             total_tokens: self.total_token_count,
             reasoning_tokens: self.thoughts_token_count,
             cache_hit_tokens: self.cached_content_token_count,
@@ -149,7 +151,7 @@ impl Reader {
                 FinishReason::Error {
                     failure: Failure::new(
                         ErrorCode::InvalidRequest,
-                        format!("the provider blocked the prompt ({reason})"),
+                        format!("the provider blocked the prompt ({})", crate::llm::classify::bounded(&reason)),
                     ),
                 },
                 out,
@@ -174,7 +176,8 @@ impl Reader {
                 None => format!("{SYNTHESISED_CALL_ID_PREFIX}{}", self.calls),
             });
             self.calls += 1;
-            let arguments = call.args.map_or_else(|| "{}".to_owned(), |a| a.to_string());
+            let arguments =
+                call.args.map(|raw| raw.get().to_owned()).filter(|a| a != "null").unwrap_or_else(|| "{}".to_owned());
             out.push(Chunk::ToolCallDelta { index, id: Some(id), name: Some(call.name), arguments_delta: arguments });
             if let Some(signature) = part.thought_signature.filter(|s| !s.is_empty()) {
                 out.push(Chunk::SignatureDelta { index, signature });
@@ -211,6 +214,7 @@ impl Reader {
     fn reason(&self, reason: &str, message: Option<&str>) -> FinishReason {
         let failure = |code, what: &str| {
             let said = message.map_or_else(String::new, |m| format!(": {}", crate::llm::classify::bounded(m)));
+            let reason = crate::llm::classify::bounded(reason);
             FinishReason::Error { failure: Failure::new(code, format!("{what} (finishReason {reason}){said}")) }
         };
         match reason {
@@ -249,7 +253,6 @@ impl Reader {
     }
 }
 
-/// An `{"error":…}` event after the 200: the code it names.
 /// Longest part of a response id kept in a synthesised call id, in bytes.
 const RESPONSE_ID_BYTES_MAX: usize = 64;
 
@@ -258,6 +261,7 @@ fn id_safe(id: &str) -> String {
     id.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-')).take(RESPONSE_ID_BYTES_MAX).collect()
 }
 
+/// An `{"error":…}` event after the 200: the code it names.
 fn mid_stream_failure(error: &serde_json::Value) -> Failure {
     let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("error event in the stream");
     let (code, retry_after_ms) = super::code_of_error(error, message);
@@ -308,7 +312,7 @@ mod tests {
                     // Unique across the session's responses: the response's id is in it.
                     id: "gemini_call_r1_0".into(),
                     name: "get_weather".into(),
-                    arguments: r#"{"city":"shanghai"}"#.into(),
+                    arguments: r#"{"city": "shanghai"}"#.into(),
                     signature: Some("EjQK".into()),
                 },
             ]
@@ -344,5 +348,15 @@ mod tests {
         let (_, max) =
             read(&[r#"{"candidates": [{"content": {"parts": [{"text": "We"}]},"finishReason": "MAX_TOKENS"}]}"#]);
         assert_eq!(max.unwrap().unwrap(), Chunk::finish(FinishReason::MaxTokens));
+    }
+
+    #[test]
+    fn a_calls_arguments_are_kept_as_written() {
+        let (chunks, _) = read(&[
+            r#"{"candidates": [{"content": {"parts": [{"functionCall": {"name": "pay", "args": {"to": "b", "amount_minor": 12345678901234567890123}}}],"role": "model"},"finishReason": "STOP","index": 0}]}"#,
+        ]);
+        let (message, _) = message(&chunks);
+        let arguments = message.tool_calls().next().map(|(_, _, arguments)| arguments.to_owned());
+        assert_eq!(arguments.as_deref(), Some(r#"{"to": "b", "amount_minor": 12345678901234567890123}"#));
     }
 }
