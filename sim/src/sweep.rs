@@ -67,6 +67,16 @@ pub struct ScenarioSummary {
     pub parity_differences: usize,
 }
 
+impl ScenarioSummary {
+    /// Counts `result` in these totals.
+    fn add(&mut self, result: &RunResult) {
+        self.runs += 1;
+        self.failures += usize::from(!result.passed());
+        self.sim_ms += result.sim_ms;
+        self.parity_differences += usize::from(result.violations.iter().any(|v| v.invariant == "parity"));
+    }
+}
+
 /// Slow recoveries a sweep keeps whole (the rest are counted).
 pub const SLOW_RECOVERIES_KEPT_MAX: usize = 100;
 
@@ -104,15 +114,8 @@ pub struct SweepReport {
 impl SweepReport {
     fn add(&mut self, result: RunResult, want_junit: bool) {
         self.runs += 1;
-        let s = self.per_scenario.entry(result.scenario.clone()).or_default();
-        s.runs += 1;
-        s.failures += usize::from(!result.passed());
-        s.sim_ms += result.sim_ms;
-        s.parity_differences += usize::from(result.violations.iter().any(|v| v.invariant == "parity"));
-        let f = self.per_format.entry(result.format.name().to_owned()).or_default();
-        f.runs += 1;
-        f.failures += usize::from(!result.passed());
-        f.sim_ms += result.sim_ms;
+        self.per_scenario.entry(result.scenario.clone()).or_default().add(&result);
+        self.per_format.entry(result.format.name().to_owned()).or_default().add(&result);
         for (point, hits) in &result.crash_point_hits {
             *self.crash_points.entry(point.clone()).or_default() += hits;
         }

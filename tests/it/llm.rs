@@ -451,9 +451,11 @@ fn claude_and_gemini_streams_read_as_their_official_sdks_read_them() {
     let (gemini, ours) = &sdk["gemini/thought-text-and-function-call.sse"];
     assert_eq!(
         gemini["tool_calls"][0],
-        json!({"id": null, "name": "get_weather", "arguments": "{\"city\":\"Shanghai\",\"unit\":\"celsius\"}"})
+        json!({"id": null, "name": "get_weather", "arguments": "{\"unit\":\"celsius\",\"city\":\"Shanghai\"}"})
     );
     assert_eq!((&gemini["finish"], &gemini["usage"]), (&json!("tool_calls"), &json!([391, 145, 536])));
+    // faultline keeps the arguments as the provider wrote them: keys in their order.
+    assert_eq!(ours["tool_calls"][0]["arguments"], "{\"unit\":\"celsius\",\"city\":\"Shanghai\"}");
     assert_eq!(ours["finish"]["kind"], "tool-calls");
     let (safety, ours) = &sdk["gemini/safety-stop.sse"];
     assert_eq!(safety["finish"], "content_filter");

@@ -121,7 +121,7 @@ impl Blocks {
             Frame::ToolCall { index: call, id, name, arguments } => {
                 if self.open.is_none() {
                     self.open = Some(Open::ToolUse(*call));
-                    let block = json!({"type": "tool_use", "id": id.clone().unwrap_or_else(|| format!("toolu_{call}")),
+                    let block = json!({"type": "tool_use", "id": tool_use_id(*call, id.as_deref()),
                                        "name": name.clone().unwrap_or_default(), "input": {}});
                     text.push_str(&event(
                         "content_block_start",
@@ -203,6 +203,12 @@ fn close(index: u32, block: &Open) -> String {
     }
     out.push_str(&event("content_block_stop", &json!({"type": "content_block_stop", "index": index})));
     out
+}
+
+/// The id of the `tool_use` block a call's first frame opens: the script's, or one made of
+/// its index.
+pub(super) fn tool_use_id(call: u32, id: Option<&str>) -> String {
+    id.map_or_else(|| format!("toolu_{call}"), str::to_owned)
 }
 
 /// Anthropic's error `type` for an HTTP status.

@@ -388,9 +388,14 @@ fn remember_signed(state: &State, format: WireFormat, response: &Response) {
         WireFormat::Openai => {}
         WireFormat::Anthropic => {
             if response.frames.iter().any(|f| matches!(f, Frame::Reasoning(_))) {
+                // Each call's block is opened by its first frame, with the id the renderer
+                // gives it (the script's, or one it makes).
+                let mut opened = std::collections::BTreeSet::new();
                 for frame in &response.frames {
-                    if let Frame::ToolCall { id: Some(id), .. } = frame {
-                        issued.thinking_calls.insert(id.clone());
+                    if let Frame::ToolCall { index, id, .. } = frame {
+                        if opened.insert(*index) {
+                            issued.thinking_calls.insert(super::render_anthropic::tool_use_id(*index, id.as_deref()));
+                        }
                     }
                 }
             }

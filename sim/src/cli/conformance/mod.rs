@@ -133,6 +133,26 @@ impl AdapterReading {
     }
 }
 
+/// A call as compared: arguments that are JSON as their value (an SDK re-serialises what it
+/// parsed, spacing its own way), anything else as the text it is.
+#[derive(Debug, PartialEq)]
+struct Compared<'a> {
+    id: Option<&'a str>,
+    name: Option<&'a str>,
+    arguments: Result<serde_json::Value, &'a str>,
+}
+
+fn comparable(calls: &[Call]) -> Vec<Compared<'_>> {
+    calls
+        .iter()
+        .map(|c| Compared {
+            id: c.id.as_deref(),
+            name: c.name.as_deref(),
+            arguments: serde_json::from_str(&c.arguments).map_err(|_| c.arguments.as_str()),
+        })
+        .collect()
+}
+
 /// Where the two readings disagree, one line each (empty: they agree).
 pub fn differences(ours: &AdapterReading, sdk: &SdkReading) -> Vec<String> {
     let mut out = Vec::new();
@@ -144,7 +164,7 @@ pub fn differences(ours: &AdapterReading, sdk: &SdkReading) -> Vec<String> {
     differ("text", format!("{:?}", ours.text), format!("{:?}", sdk.text));
     differ("reasoning", format!("{:?}", ours.reasoning), format!("{:?}", sdk.reasoning));
     differ("refusal", format!("{:?}", ours.refusal), format!("{:?}", sdk.refusal));
-    differ("tool calls", format!("{:?}", ours.tool_calls), format!("{:?}", sdk.tool_calls));
+    differ("tool calls", format!("{:?}", comparable(&ours.tool_calls)), format!("{:?}", comparable(&sdk.tool_calls)));
     // A failed attempt's usage is never recorded: what came before an error is not compared.
     if let (Some(usage), None) = (sdk.usage, &sdk.error) {
         differ("usage", format!("{:?}", ours.usage), format!("{:?}", Some(usage)));
@@ -231,7 +251,8 @@ pub fn conform(python: &Path, format: WireFormat, file: &Path, body: &str) -> Re
         let mut faultline = AdapterReading::of(&chunks);
         // Gemini's calls may come without ids; faultline names them, the SDK leaves them none.
         for (ours, theirs) in faultline.tool_calls.iter_mut().zip(&sdk.tool_calls) {
-            let synthesised = ours.id.as_deref().is_some_and(|id| id.starts_with("gemini_call_"));
+            let synthesised =
+                ours.id.as_deref().is_some_and(|id| id.starts_with(faultline_runtime::llm::SYNTHESISED_CALL_ID_PREFIX));
             if format == WireFormat::Gemini && theirs.id.is_none() && synthesised {
                 ours.id = None;
             }

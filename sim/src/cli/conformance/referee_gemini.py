@@ -3,7 +3,7 @@
 `python referee_gemini.py BASE_URL` makes one `generate_content_stream` request and prints, as
 one JSON object in the terms `faultline llm conform` compares (see `referee.py`), what the
 SDK's own objects carry: text and thought parts joined, the whole `functionCall` parts (their
-arguments as compact JSON with sorted keys), the finish reason in OpenAI's words (`STOP` with a
+arguments as compact JSON, keys in the order they came), the finish reason in OpenAI's words (`STOP` with a
 call is `tool_calls`; a safety, recitation or other stop is a failure, `content_filter`), the
 usage (the completion counts the thoughts) and the error the SDK raised.
 """
@@ -25,7 +25,7 @@ try:
             for part in (candidate.content.parts if candidate.content else None) or []:
                 if part.function_call is not None:
                     call = part.function_call
-                    args = json.dumps(call.args or {}, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+                    args = json.dumps(call.args or {}, separators=(",", ":"), ensure_ascii=False)
                     out["tool_calls"].append({"id": call.id, "name": call.name, "arguments": args})
                 elif part.text:
                     out["reasoning" if part.thought else "text"] += part.text
