@@ -34,15 +34,16 @@ impl Reader {
 
     /// The body ended before the answer did (`total_bytes` of it arrived).
     pub(crate) fn on_end(&self, total_bytes: u64) -> FinishReason {
-        match self {
-            Reader::Openai(_) if total_bytes == 0 => {
-                FinishReason::Error { failure: Failure::new(ErrorCode::EmptyResponse, "the response had no body") }
-            }
-            Reader::Openai(_) => FinishReason::Error {
-                failure: Failure::new(ErrorCode::StreamClosed, "the stream ended without [DONE]"),
-            },
-            Reader::Anthropic(reader) => reader.on_end(total_bytes),
-            Reader::Gemini(reader) => reader.on_end(total_bytes),
+        if total_bytes == 0 {
+            return FinishReason::Error { failure: Failure::new(ErrorCode::EmptyResponse, "the response had no body") };
+        }
+        let last = match self {
+            Reader::Openai(_) => "[DONE]",
+            Reader::Anthropic(_) => "message_stop",
+            Reader::Gemini(_) => "a finishReason",
+        };
+        FinishReason::Error {
+            failure: Failure::new(ErrorCode::StreamClosed, format!("the stream ended without {last}")),
         }
     }
 }

@@ -34,19 +34,7 @@ fn openai_view(entries: &[Entry]) -> Vec<OpenaiMessage<'_>> {
 }
 
 fn openai_body(prefix: &RequestPrefix, max_tokens: Option<u32>, entries: &[Entry]) -> Bytes {
-    let messages = openai_view(entries);
-    if max_tokens.is_none() {
-        return chat_body_of(prefix, &messages);
-    }
-    let body = ChatBody {
-        max_tokens,
-        messages: Messages { system: prefix.system.as_deref(), rest: &messages },
-        model: &prefix.model,
-        stream: true,
-        stream_options: StreamOptions { include_usage: true },
-        tools: (!prefix.tools.is_empty()).then_some(Tools(&prefix.tools)),
-    };
-    Bytes::from(serde_json::to_vec(&body).expect("request bodies always serialise"))
+    chat_body_with(prefix, max_tokens, &openai_view(entries))
 }
 
 /// The conversation in OpenAI's shape, decoded (for readers and tests).
@@ -139,8 +127,13 @@ pub fn chat_body(prefix: &RequestPrefix, messages: &[Value]) -> Bytes {
 /// [`chat_body`] of anything that serialises to one message each: the agent's history keeps
 /// its messages encoded once (`RawValue`), written verbatim.
 pub(crate) fn chat_body_of<M: Serialize>(prefix: &RequestPrefix, messages: &[M]) -> Bytes {
+    chat_body_with(prefix, None, messages)
+}
+
+/// The chat body, with `max_tokens` when the route sets one.
+fn chat_body_with<M: Serialize>(prefix: &RequestPrefix, max_tokens: Option<u32>, messages: &[M]) -> Bytes {
     let body = ChatBody {
-        max_tokens: None,
+        max_tokens,
         messages: Messages { system: prefix.system.as_deref(), rest: messages },
         model: &prefix.model,
         stream: true,

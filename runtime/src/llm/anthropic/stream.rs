@@ -376,14 +376,6 @@ impl Reader {
         let inferred = self.stop_reason.is_none() && reason.failure().is_none();
         Chunk::Finish { reason, inferred }
     }
-
-    /// The body ended: before `message_stop` the answer is incomplete.
-    pub(crate) fn on_end(&self, total_bytes: u64) -> FinishReason {
-        if total_bytes == 0 {
-            return FinishReason::Error { failure: Failure::new(ErrorCode::EmptyResponse, "the response had no body") };
-        }
-        FinishReason::Error { failure: Failure::new(ErrorCode::StreamClosed, "the stream ended without message_stop") }
-    }
 }
 
 fn malformed(what: &str) -> Failure {
@@ -486,9 +478,9 @@ mod tests {
         assert!(failure.message.contains("overloaded_error") && failure.message.contains("Overloaded"), "{failure:?}");
         let (_, rate) = read(&[START, r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}"#]);
         assert_eq!(rate.unwrap_err().code, ErrorCode::RateLimit);
-        let reader = Reader::new();
+        let reader = crate::llm::reading::Reader::new(crate::llm::WireFormat::Anthropic);
         assert!(
-            matches!(reader.on_end(10), FinishReason::Error { failure } if failure.code == ErrorCode::StreamClosed)
+            matches!(reader.on_end(10), FinishReason::Error { failure } if failure.code == ErrorCode::StreamClosed && failure.message.contains("message_stop"))
         );
     }
 

@@ -241,16 +241,6 @@ impl Reader {
         }
         Chunk::finish(reason)
     }
-
-    /// The body ended: before a `finishReason` the answer is incomplete.
-    pub(crate) fn on_end(&self, total_bytes: u64) -> FinishReason {
-        if total_bytes == 0 {
-            return FinishReason::Error { failure: Failure::new(ErrorCode::EmptyResponse, "the response had no body") };
-        }
-        FinishReason::Error {
-            failure: Failure::new(ErrorCode::StreamClosed, "the stream ended without a finishReason"),
-        }
-    }
 }
 
 /// Longest part of a response id kept in a synthesised call id, in bytes.
@@ -343,7 +333,7 @@ mod tests {
         let failure = error.unwrap_err();
         assert_eq!((failure.code, failure.status), (ErrorCode::Server, Some(503)));
         assert!(
-            matches!(Reader::new().on_end(5), FinishReason::Error { failure } if failure.code == ErrorCode::StreamClosed)
+            matches!(crate::llm::reading::Reader::new(crate::llm::WireFormat::Gemini).on_end(5), FinishReason::Error { failure } if failure.code == ErrorCode::StreamClosed)
         );
         let (_, max) =
             read(&[r#"{"candidates": [{"content": {"parts": [{"text": "We"}]},"finishReason": "MAX_TOKENS"}]}"#]);
