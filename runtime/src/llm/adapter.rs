@@ -445,11 +445,11 @@ impl ModelStream {
     }
 
     /// Waits for the next body frame (the idle watchdog runs only during this wait) and
-    /// queues the chunks it completes. A frame of nothing but pings (Anthropic's `ping` events)
-    /// re-arms the wait for the next frame, not for the answer: once no progress came for the
-    /// idle timeout, the stream is given up however often it pinged. An SSE comment (an
-    /// OpenAI-compatible provider's `: keep-alive`) re-arms it as any byte does: DeepSeek sends
-    /// them while a request waits in its queue for the model, for up to ten minutes.
+    /// queues the chunks it completes. One rule for every format: a keep-alive (Anthropic's
+    /// `ping`, an SSE comment such as DeepSeek's `: keep-alive`) is activity, not progress. It
+    /// re-arms the wait for the next frame, not for the answer: once no data came for the idle
+    /// timeout, the stream is given up however often it pinged (a provider that queues a request
+    /// longer than that meets a retry; a longer `idle_timeout_ms` waits for it).
     async fn read_more(&mut self, streaming: &mut Streaming) -> Result<(), FinishReason> {
         let idle = self.route.idle_timeout;
         let frame = tokio::select! {
@@ -471,7 +471,10 @@ impl ModelStream {
         let mut chunks = Vec::new();
         let mut pinged = false;
         for item in items {
-            let SseItem::Data(data) = item else { continue };
+            let SseItem::Data(data) = item else {
+                pinged = true;
+                continue;
+            };
             match streaming.reader.on_data(&data, &mut chunks) {
                 Ok(Step::More) => streaming.progress = self.adapter.clock.now(),
                 Ok(Step::Ping) => pinged = true,

@@ -388,9 +388,8 @@ impl Swarm {
             let mut failures = 0;
             while failures < FAILURES_PER_RESPONSE_MAX && model.unit_f64() < *p {
                 let mut failing = failing_response(*pick(&model, &kinds));
-                // Anthropic's pings: OpenAI keep-alive comments during a stall are left out
-                // until the adapter decides whether a comment is progress (they re-arm it now).
-                if self.ping_storm && format == WireFormat::Anthropic && failing.stall_after_frames.is_some() {
+                // Gemini sends no keep-alives: its stalls stay silent.
+                if self.ping_storm && format != WireFormat::Gemini && failing.stall_after_frames.is_some() {
                     failing.ping_every_ms = Some(PING_EVERY_MS);
                 }
                 out.push(if self.echo { echoing(failing) } else { failing });
@@ -660,7 +659,7 @@ pub(crate) fn response_families(r: &Response, format: WireFormat) -> Vec<&'stati
     if r.stall_after_frames.is_some() {
         out.push("stall");
         // Gemini sends no keep-alives: its stalls are silent.
-        if r.ping_every_ms.is_some() && format == WireFormat::Anthropic {
+        if r.ping_every_ms.is_some() && format != WireFormat::Gemini {
             out.push("ping-storm");
         }
     }

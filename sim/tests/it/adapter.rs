@@ -370,7 +370,7 @@ fn stream_endings_are_classified() {
 }
 
 #[test]
-fn a_stall_ends_in_timeout_but_keep_alives_outlast_the_idle_timeout() {
+fn a_stall_ends_in_timeout_and_keep_alives_are_activity_not_progress() {
     let mut stall = Response::text(&["a", "b"]);
     stall.stall_after_frames = Some(1);
     both(Case::new(vec![stall]), |out, world| {
@@ -378,17 +378,32 @@ fn a_stall_ends_in_timeout_but_keep_alives_outlast_the_idle_timeout() {
         assert_eq!(out.text(), "a");
     });
 
-    // 4 × 200 ms of silence broken by keep-alives: 800 ms in all, idle timeout 300 ms.
+    // Keep-alives inside data that keeps coming: each 200 ms apart, idle timeout 300 ms.
+    let mut frames = Vec::new();
+    for i in 0..4 {
+        frames.push(Frame::DelayMs(100));
+        frames.push(Frame::KeepAlive);
+        frames.push(Frame::DelayMs(100));
+        frames.push(Frame::Text(format!("{i}")));
+    }
+    let keep_alive = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
+    both(Case::new(vec![keep_alive]), |out, world| {
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert_eq!(out.text(), "0123");
+    });
+
+    // 4 × 200 ms of keep-alives and no data: 800 ms in all, idle timeout 300 ms. Activity is
+    // not progress: the stream is given up (SPEC §12: a stream that only pings still ends).
     let mut frames = Vec::new();
     for _ in 0..4 {
         frames.push(Frame::DelayMs(200));
         frames.push(Frame::KeepAlive);
     }
-    frames.push(Frame::Text("done".into()));
-    let keep_alive = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
-    both(Case::new(vec![keep_alive]), |out, world| {
-        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
-        assert_eq!(out.text(), "done");
+    frames.push(Frame::Text("too late".into()));
+    let only_pings = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
+    both(Case::new(vec![only_pings]), |out, world| {
+        assert_eq!(out.code(), Some(ErrorCode::Timeout), "{world}");
+        assert_eq!(out.text(), "");
     });
 }
 

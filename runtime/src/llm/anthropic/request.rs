@@ -89,9 +89,7 @@ fn has_content(entry: &Entry) -> bool {
     match entry {
         Entry::User { text } => !blank(text),
         Entry::Tool { .. } => true,
-        Entry::Assistant(a) => {
-            a.text.as_deref().is_some_and(|t| !blank(t)) || a.refusal.is_some() || !a.calls.is_empty()
-        }
+        Entry::Assistant(a) => a.text.as_deref().is_some_and(|t| !blank(t)) || !a.calls.is_empty(),
     }
 }
 
@@ -165,10 +163,9 @@ fn assistant_blocks<S: SerializeSeq>(assistant: &AssistantEntry, seq: &mut S) ->
     if let Some(text) = assistant.text.as_deref().filter(|t| !blank(t)) {
         seq.serialize_element(&TextBlock { text, kind: "text" })?;
     }
-    // A refusal is the model's own words: the API has no block for it, so it goes back as text.
-    if let Some(refusal) = assistant.refusal.as_deref() {
-        seq.serialize_element(&TextBlock { text: refusal, kind: "text" })?;
-    }
+    // A refusal is not sent back: Anthropic's is its account of the stop (`stop_details`), not
+    // words the model wrote, and the API has no block for one; the refused turn is left out,
+    // as Anthropic advises after a refusal.
     for call in &assistant.calls {
         seq.serialize_element(&ToolUseBlock { id: &call.id, input: &call.object, name: &call.name, kind: "tool_use" })?;
     }
@@ -291,6 +288,8 @@ mod tests {
         let entries = vec![
             Entry::user(&EventMessage::user_text("go")),
             assistant(vec![ContentBlock::Reasoning { text: "only thought".into(), signature: Some("S".into()) }]),
+            // A refusal's words are the API's account of the stop, never sent as the model's.
+            assistant(vec![ContentBlock::Refusal { text: "This request was refused due to policy.".into() }]),
             Entry::user(&EventMessage::user_text("again")),
         ];
         let prefix = RequestPrefix { model: "claude-x".into(), system: None, tools: Vec::new() };
