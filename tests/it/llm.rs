@@ -61,6 +61,63 @@ fn llm_stream_reproduces_a_normal_turn_a_tool_call_turn_and_a_rate_limit() {
     assert_eq!(second["messages"][0], json!({"role": "user", "content": "hi"}));
 }
 
+/// FAILURE-WIRE-FORMATS: one script, one `model-server`, and `llm stream --format` reads each
+/// format at its own path with its own credential header: Anthropic's signed thinking and a
+/// mid-stream `error` event after the 200 (a failure, exit 2, never a normal end), Gemini's
+/// whole function call with a made-up id.
+#[test]
+fn llm_stream_reads_anthropic_and_gemini_from_one_model_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": [{"reasoning": "think"}, {"text": "Hel"}, {"text": "lo"}], "finish": "stop"},
+            {"frames": [{"text": "par"}, {"error_event": {"status": 529, "message": "Overloaded"}}], "done": false},
+            {"frames": [{"tool_call": {"index": 0, "name": "send", "arguments": "{\"to\":\"ops\"}"}}], "finish": "tool_calls"}
+        ]}),
+    );
+    let root = server.base_url().trim_end_matches("/v1").to_owned();
+    let run = |format: &str| {
+        let output = std::process::Command::new(faultline_e2e::faultline_bin())
+            .args(["llm", "stream", "--format", format, "--base-url", &root, "--model", "m", "--prompt", "hi"])
+            .args(["--api-key-env", "FAULTLINE_WIRE_TEST_KEY"])
+            .env("FAULTLINE_WIRE_TEST_KEY", "wire-test-key-not-real")
+            .output()
+            .unwrap();
+        let chunks: Vec<Value> = stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (output.status.code().unwrap(), chunks)
+    };
+
+    let (code, chunks) = run("anthropic");
+    assert_eq!(code, 0, "{chunks:?}");
+    assert!(chunks.contains(&json!({"type": "reasoning-delta", "index": 0, "text": "think"})), "{chunks:?}");
+    assert!(chunks.iter().any(|c| c["type"] == "signature-delta"), "the thinking block is signed: {chunks:?}");
+    assert_eq!(chunks.last().unwrap(), &json!({"type": "finish", "reason": {"kind": "stop"}}));
+
+    let (code, chunks) = run("anthropic");
+    assert_eq!(code, 2, "an error event after the 200 is a failure: {chunks:?}");
+    let failure = &chunks.last().unwrap()["reason"]["failure"];
+    assert_eq!(
+        (failure["code"].as_str(), chunks.last().unwrap()["reason"]["kind"].as_str()),
+        (Some("SERVER"), Some("error"))
+    );
+    assert!(failure["message"].as_str().unwrap().contains("Overloaded"), "{failure}");
+
+    let (code, chunks) = run("gemini");
+    assert_eq!(code, 0, "{chunks:?}");
+    let call = chunks.iter().find(|c| c["type"] == "tool-call-delta").unwrap();
+    assert_eq!((call["name"].as_str(), call["arguments_delta"].as_str()), (Some("send"), Some("{\"to\":\"ops\"}")));
+    assert!(call["id"].as_str().unwrap().starts_with("gemini_call_"), "{call}");
+    assert_eq!(chunks.last().unwrap(), &json!({"type": "finish", "reason": {"kind": "tool-calls"}}));
+
+    // Each request went to its format's path with its format's header, and no key was logged.
+    let requests = logged_requests(dir.path());
+    let paths: Vec<&str> = requests.iter().map(|r| r["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["/v1/messages", "/v1/messages", "/v1beta/models/m:streamGenerateContent"], "{requests:?}");
+    assert!(requests.iter().all(|r| r["had_authorization"] == true), "{requests:?}");
+    assert!(!std::fs::read_to_string(dir.path().join("requests.jsonl")).unwrap().contains("wire-test-key"));
+}
+
 #[test]
 fn llm_stream_exits_2_for_a_transport_failure_and_1_for_bad_arguments() {
     let dir = tempfile::tempdir().unwrap();
