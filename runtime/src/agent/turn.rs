@@ -665,3 +665,18 @@ fn answer_of(record: Option<&Record>) -> (String, Option<String>) {
     });
     (text, refusal)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_and_an_encrypted_thought_count_against_the_answer_limit() {
+        // Anthropic's signatures and redacted thinking are stored with the message: an answer
+        // of nothing else still fills its record, and the limit must see every byte.
+        let signature = Chunk::SignatureDelta { index: 0, signature: "s".repeat(4096) };
+        assert_eq!(answer_bytes_of(&signature), 4096);
+        let escaped = Chunk::SignatureDelta { index: 0, signature: "\"".repeat(10) };
+        assert_eq!(answer_bytes_of(&escaped), 20, "counted as JSON escapes them");
+    }
+}
