@@ -124,8 +124,9 @@ fn read_config(path: &Path) -> Result<ResolvedAgentFile, String> {
 }
 
 /// The tools a config declares; `via_outbox` tools deliver through `outbox`.
-fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>) -> ToolSet {
-    config.tools.iter().cloned().fold(ToolSet::new(), |set, tool| match (outbox, tool.via_outbox) {
+fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>, mcp: &[Arc<dyn Tool>]) -> ToolSet {
+    let served = mcp.iter().fold(ToolSet::new(), |set, tool| set.with(tool.clone()));
+    config.tools.iter().cloned().fold(served, |set, tool| match (outbox, tool.via_outbox) {
         (Some(queue), true) => {
             let schema = CommandTool::new(tool.clone()).schema();
             let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()).with_env(tool.env()));
@@ -140,6 +141,8 @@ struct Started {
     agent: Agent,
     live: Arc<LiveProvider>,
     outbox: Option<Arc<dyn Outbox>>,
+    /// The MCP servers' tools, listed once at start (a reload keeps them).
+    mcp: Vec<Arc<dyn Tool>>,
     id: SessionId,
     /// Every provider key variable this process has used: a reload that switches
     /// `api_key_env` must not hand tools the key the old route sent.
@@ -174,13 +177,14 @@ fn recovered(outbox: Arc<dyn Outbox>, named: &str) -> Result<Arc<dyn Outbox>, St
 
 /// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
 /// settled evidence) and starts the agent on the session.
-fn start_agent(
+async fn start_agent(
     seams: &faultline_runtime::seams::Seams,
     config: &ResolvedAgentFile,
     at: &SessionArgs,
     resume: bool,
 ) -> Result<Started, String> {
     let (session_dir, session) = (at.session_dir.as_path(), at.session.as_deref());
+    let mcp = super::agent_mcp::mcp_tools(seams, config).await?;
     let (store_kind, database) = store_of(at, config);
     let id = match session {
         Some(id) => SessionId::new(id),
@@ -230,7 +234,7 @@ fn start_agent(
     let agent = Agent::builder(live.clone(), Arc::new(EnvCredentials))
         .seams(seams.clone())
         .open(open)
-        .tools(tools_of(config, &outbox))
+        .tools(tools_of(config, &outbox, &mcp))
         .config(agent_config)
         .start(store.as_ref(), &id)
         .map_err(|e| match e {
@@ -251,7 +255,7 @@ fn start_agent(
         }
     }
     let key_vars = std::sync::Mutex::new(faultline_runtime::agent::provider_key_vars(&config.provider));
-    Ok(Started { agent, live, outbox, id, key_vars })
+    Ok(Started { agent, live, outbox, mcp, id, key_vars })
 }
 
 /// The validated config and the runtime both agent commands run on.
@@ -276,7 +280,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         };
         let seams = production::seams();
         let at = &args.session;
-        let Started { agent, id, .. } = match start_agent(&seams, &config, at, args.resume) {
+        let Started { agent, id, .. } = match start_agent(&seams, &config, at, args.resume).await {
             Ok(started) => started,
             Err(e) => return bad(e),
         };
@@ -348,7 +352,7 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
                     for tool in &mut config.tools {
                         tool.env_hidden = hidden.clone();
                     }
-                    started.agent.set_tools(tools_of(&config, &started.outbox));
+                    started.agent.set_tools(tools_of(&config, &started.outbox, &started.mcp));
                     format!(
                         "[config] reloaded: model {}, {} tool(s); applies to the next request",
                         config.provider.model,
@@ -374,7 +378,7 @@ fn chat(args: &ChatArgs) -> ExitCode {
         };
         let seams = production::seams();
         let exists = session_exists(args, &config, &seams);
-        let started = match start_agent(&seams, &config, args, exists) {
+        let started = match start_agent(&seams, &config, args, exists).await {
             Ok(started) => Arc::new(started),
             Err(e) => return bad(e),
         };

@@ -6,6 +6,7 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod agent_mcp;
 mod allocator;
 mod bench;
 mod database;

@@ -127,6 +127,15 @@ pub enum Error {
     /// The session's write-behind was closed.
     #[error("session writer is closed")]
     Closed,
+
+    /// An MCP server could not be reached, initialised or listed.
+    #[error("MCP server {server}: {message}")]
+    Mcp {
+        /// The server's name.
+        server: String,
+        /// What went wrong (scrubbed of held secrets by whoever prints it).
+        message: String,
+    },
     /// A file opened for inspection is not a faultline database; nothing was written to it.
     #[error("{path} is not a faultline database ({reason}); nothing was written to it")]
     NotFaultlineDatabase {

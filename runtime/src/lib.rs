@@ -81,7 +81,7 @@
 //! ```
 //!
 //! Every public item has one path: its module, by concern (`agent`, `event`, `llm`,
-//! `outbox`, `store`, `seams`, `secrets`, `production`, `report`, `telemetry`), and the crate's error at
+//! `mcp`, `outbox`, `store`, `seams`, `secrets`, `production`, `report`, `telemetry`), and the crate's error at
 //! the root. `docs/embedding.md` ("Modules") says what each module is for;
 //! `testing`, what the simulator reaches inside for, exists only with the `testing` feature.
 #![warn(missing_docs)]
@@ -90,6 +90,7 @@ pub mod agent;
 mod error;
 pub mod event;
 pub mod llm;
+pub mod mcp;
 pub mod outbox;
 pub mod production;
 pub mod report;

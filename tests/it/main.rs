@@ -10,6 +10,7 @@ mod hostile;
 mod incident;
 mod layout;
 mod llm;
+mod mcp;
 mod outbox;
 mod power_loss;
 mod quickstart;

@@ -3,10 +3,10 @@
 
 use serde::Deserialize;
 
+use super::mcp_config::{McpServerConfig, MCP_SERVERS_MAX};
+use super::sim_config::ToolSimConfig;
+use super::tools::TOOL_TIMEOUT_MS_MAX;
 use crate::llm::{from_toml, ConfigError, ProviderConfig, ResolvedProvider};
-
-/// Longest accepted command-tool timeout: one hour.
-pub const TOOL_TIMEOUT_MS_MAX: u64 = 3_600_000;
 
 /// The whole file as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -20,6 +20,9 @@ pub struct AgentFile {
     /// Tools run as external commands.
     #[serde(default)]
     pub tools: Vec<CommandToolConfig>,
+    /// Tools served by MCP servers.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerConfig>,
     /// The delivery queue for tools with `via_outbox = true`.
     #[serde(default)]
     pub outbox: Option<OutboxSection>,
@@ -212,142 +215,6 @@ pub struct CommandToolConfig {
     pub sim: Option<ToolSimConfig>,
 }
 
-/// `[tools.sim]`: the simulated stand-in of a command tool. The command itself never runs in
-/// the simulator.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct ToolSimConfig {
-    /// What the tool does to the world (default: `external` with `side_effects`, else `read`).
-    #[serde(default)]
-    pub effect: Option<SimEffect>,
-    /// How long the service (or the tool's own work) takes, in ms. Range
-    /// 0..=[`SIM_LATENCY_MS_MAX`]; default 5.
-    #[serde(default)]
-    pub latency_ms: Option<u64>,
-    /// Share of requests the service refuses (503) before any effect, while faults last.
-    /// Range 0..=1; default: drawn from the seed.
-    #[serde(default)]
-    pub failure_rate: Option<f64>,
-    /// Share of requests whose effect happens and whose reply is lost (the tool times out),
-    /// while faults last. Range 0..=1; default: drawn from the seed.
-    #[serde(default)]
-    pub timeout_rate: Option<f64>,
-    /// The tool's own retries of a failed or timed-out call. Range 0..=[`SIM_RETRIES_MAX`];
-    /// default 0.
-    #[serde(default)]
-    pub retries: Option<u32>,
-    /// For an `external` effect: whether the receiving service deduplicates by the execution
-    /// id the tool passes on (`FAULTLINE_EXECUTION_ID` as its idempotency key). Default `none`.
-    #[serde(default)]
-    pub dedup: Option<SimDedup>,
-}
-
-/// Longest `[tools.sim] latency_ms`.
-pub const SIM_LATENCY_MS_MAX: u64 = 60_000;
-/// Most `[tools.sim] retries`.
-pub const SIM_RETRIES_MAX: u32 = 10;
-
-/// What a simulated tool does to the world.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum SimEffect {
-    /// Calls a service that does something (an HTTP POST to a simulated receiver).
-    External,
-    /// Reads a service (an HTTP GET; no effect).
-    Read,
-    /// Works locally (no network, no effect).
-    Local,
-}
-
-/// Whether a simulated receiver deduplicates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SimDedup {
-    /// By the execution id the tool sends as its idempotency key.
-    ExecutionId,
-    /// Every request is an effect.
-    None,
-}
-
-impl SimEffect {
-    /// As the file spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            SimEffect::External => "external",
-            SimEffect::Read => "read",
-            SimEffect::Local => "local",
-        }
-    }
-}
-
-impl ToolSimConfig {
-    fn check(&self, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-        let bad = |field: &str, message: String| Err(ConfigError { path: at(&format!("sim.{field}")), message });
-        if self.latency_ms.is_some_and(|ms| ms > SIM_LATENCY_MS_MAX) {
-            return bad("latency_ms", format!("must be within 0..={SIM_LATENCY_MS_MAX}"));
-        }
-        if self.retries.is_some_and(|n| n > SIM_RETRIES_MAX) {
-            return bad("retries", format!("must be within 0..={SIM_RETRIES_MAX}"));
-        }
-        for (field, rate) in [("failure_rate", self.failure_rate), ("timeout_rate", self.timeout_rate)] {
-            if rate.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
-                return bad(field, "must be within 0..=1".into());
-            }
-        }
-        if self.dedup.is_some() && self.effect.is_some_and(|e| e != SimEffect::External) {
-            return bad("dedup", "applies to effect = \"external\" only".into());
-        }
-        Ok(())
-    }
-
-    /// A stand-in that contradicts the tool's own flags would test another tool than the one
-    /// declared: refused, never silently used or silently ignored.
-    fn check_against(
-        &self,
-        side_effects: bool,
-        via_outbox: bool,
-        at: &dyn Fn(&str) -> String,
-    ) -> Result<(), ConfigError> {
-        let bad = |field: &str, message: String| Err(ConfigError { path: at(&format!("sim.{field}")), message });
-        if via_outbox {
-            let unused = [
-                ("effect", self.effect.is_some()),
-                ("dedup", self.dedup.is_some()),
-                ("retries", self.retries.is_some()),
-                ("failure_rate", self.failure_rate.is_some()),
-                ("timeout_rate", self.timeout_rate.is_some()),
-            ];
-            if let Some((field, _)) = unused.iter().find(|(_, set)| *set) {
-                return bad(
-                    field,
-                    "a via_outbox = true tool is delivered by the queue, keyed by execution id: this would never be \
-                     used (only sim.latency_ms applies)"
-                        .into(),
-                );
-            }
-        }
-        match self.effect {
-            Some(effect @ (SimEffect::Read | SimEffect::Local)) if side_effects => bad(
-                "effect",
-                format!(
-                    "{:?} contradicts side_effects = true: a tool that changes the world cannot stand in as one \
-                     that does not",
-                    effect.name()
-                ),
-            ),
-            Some(SimEffect::External) if !side_effects => bad(
-                "effect",
-                "\"external\" contradicts side_effects = false: set side_effects = true if the command changes \
-                 the world"
-                    .into(),
-            ),
-            _ => Ok(()),
-        }
-    }
-}
-
 impl CommandToolConfig {
     /// The command's environment policy.
     pub fn env(&self) -> ToolEnv {
@@ -409,6 +276,25 @@ pub fn provider_key_vars(provider: &ResolvedProvider) -> Vec<String> {
     vars
 }
 
+/// Each server checked, at most [`MCP_SERVERS_MAX`], names unique.
+fn check_mcp_servers(servers: &[McpServerConfig]) -> Result<(), ConfigError> {
+    if servers.len() > MCP_SERVERS_MAX {
+        return Err(ConfigError {
+            path: "mcp_servers".into(),
+            message: format!("more than {MCP_SERVERS_MAX} servers"),
+        });
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for (i, server) in servers.iter().enumerate() {
+        let at = |field: &str| format!("mcp_servers[{i}].{field}");
+        server.check(&at)?;
+        if !names.insert(server.name.as_str()) {
+            return Err(ConfigError { path: at("name"), message: format!("duplicate server name {:?}", server.name) });
+        }
+    }
+    Ok(())
+}
+
 /// A validated agent configuration.
 #[derive(Debug, Clone)]
 pub struct ResolvedAgentFile {
@@ -420,6 +306,8 @@ pub struct ResolvedAgentFile {
     pub agent: AgentSection,
     /// Tools.
     pub tools: Vec<CommandToolConfig>,
+    /// MCP servers whose tools are offered too.
+    pub mcp_servers: Vec<McpServerConfig>,
     /// The delivery queue, if any tool uses it (or `[outbox]` is present).
     pub outbox: Option<OutboxSection>,
     /// The transcript store, when the file names one.
@@ -475,6 +363,7 @@ impl AgentFile {
                 sim.check_against(tool.side_effects, tool.via_outbox, &at)?;
             }
         }
+        check_mcp_servers(&file.mcp_servers)?;
         if let Some(store) = &file.store {
             store.check()?;
         }
@@ -492,6 +381,7 @@ impl AgentFile {
             provider_config: file.provider,
             agent: file.agent,
             tools,
+            mcp_servers: file.mcp_servers,
             outbox,
             store: file.store,
             telemetry: file.telemetry,
@@ -502,6 +392,7 @@ impl AgentFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::{SimDedup, SimEffect};
 
     const FILE: &str = "[provider]\npreset = \"deepseek\"\n\n[[tools]]\nname = \"send\"\ndescription = \"d\"\n\
                         command = [\"true\"]\nside_effects = true\n";

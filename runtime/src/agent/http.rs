@@ -71,6 +71,29 @@ pub struct HttpReply {
     pub body: String,
 }
 
+/// Most reply headers kept by [`ToolHttp::post_keeping_headers`] (hyper already bounds
+/// their bytes).
+const EXCHANGE_HEADERS_KEPT_MAX: usize = 64;
+
+/// A whole reply: status, headers (names in lower case) and bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Exchange {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl Exchange {
+    /// The value of header `name` (lower case), if the reply carried it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    fn into_reply(self) -> HttpReply {
+        HttpReply { status: self.status, body: String::from_utf8_lossy(&self.body).into_owned() }
+    }
+}
+
 /// Why a request did not produce a reply. [`HttpFailure::may_have_arrived`] is what a tool
 /// with a side effect must look at before it retries.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,12 +166,24 @@ impl ToolHttp {
         body: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<HttpReply, HttpFailure> {
-        self.request(hyper::Method::POST, url, headers, body.into(), timeout).await
+        self.request(hyper::Method::POST, url, headers, body.into(), timeout).await.map(Exchange::into_reply)
+    }
+
+    /// POSTs like [`ToolHttp::post`], keeping the reply's headers and bytes (the MCP client
+    /// reads its session id and content type).
+    pub(crate) async fn post_keeping_headers(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Exchange, HttpFailure> {
+        self.request(hyper::Method::POST, url, headers, body, timeout).await
     }
 
     /// GETs `url` with `headers`, waiting at most `timeout` for the whole reply.
     pub async fn get(&self, url: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<HttpReply, HttpFailure> {
-        self.request(hyper::Method::GET, url, headers, Bytes::new(), timeout).await
+        self.request(hyper::Method::GET, url, headers, Bytes::new(), timeout).await.map(Exchange::into_reply)
     }
 
     async fn request(
@@ -158,7 +193,7 @@ impl ToolHttp {
         headers: &[(&str, &str)],
         body: Bytes,
         timeout: Duration,
-    ) -> Result<HttpReply, HttpFailure> {
+    ) -> Result<Exchange, HttpFailure> {
         let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         if timeout_ms == 0 || timeout_ms > TOOL_HTTP_TIMEOUT_MS_MAX {
             return Err(HttpFailure::Invalid(format!(
@@ -180,7 +215,7 @@ impl ToolHttp {
         }
     }
 
-    async fn exchange(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<HttpReply, HttpFailure> {
+    async fn exchange(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<Exchange, HttpFailure> {
         let authority = endpoint.authority();
         let refused = |reason: String| HttpFailure::Connect { authority: authority.clone(), reason };
         let mut stream = self.net.connect(&authority).await.map_err(|e| refused(e.to_string()))?;
@@ -198,12 +233,18 @@ impl ToolHttp {
         let reply = async {
             let response = sender.send_request(request).await.map_err(|e| lost(e.to_string()))?;
             let status = response.status().as_u16();
+            let headers = response
+                .headers()
+                .iter()
+                .take(EXCHANGE_HEADERS_KEPT_MAX)
+                .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+                .collect();
             let body = Limited::new(response.into_body(), TOOL_HTTP_REPLY_BYTES_MAX)
                 .collect()
                 .await
                 .map_err(|e| lost(format!("reading the reply (at most {TOOL_HTTP_REPLY_BYTES_MAX} bytes): {e}")))?
                 .to_bytes();
-            Ok(HttpReply { status, body: String::from_utf8_lossy(&body).into_owned() })
+            Ok(Exchange { status, headers, body })
         }
         .await;
         driver.abort();

@@ -9,6 +9,9 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{ContentBlock, ErrorCode, ToolError, ToolSchema};
 use crate::seams::{BoxFuture, Clock};
 
+/// Longest accepted tool timeout (a command's, an MCP server's): one hour.
+pub const TOOL_TIMEOUT_MS_MAX: u64 = 3_600_000;
+
 /// Longest tool output kept, in bytes: a result goes to the model and into the log.
 pub const TOOL_OUTPUT_BYTES_MAX: usize = 256 * 1024;
 

@@ -57,4 +57,62 @@ impl Process for OsProcess {
             _ => Liveness::Dead,
         }
     }
+
+    fn spawn(&self, request: &crate::seams::SpawnRequest) -> std::io::Result<crate::seams::SpawnedChild> {
+        spawn_child(request)
+    }
+}
+
+/// A started child's process group, killed on request and when the last handle goes.
+struct GroupKiller {
+    pgid: Option<nix::unistd::Pid>,
+}
+
+impl crate::seams::ChildControl for GroupKiller {
+    fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        crate::seams::ChildControl::kill(self);
+    }
+}
+
+/// Starts `request` in a process group of its own, with this process's environment less the
+/// hidden variables (and the provider keys, whatever the request says), plus the added ones;
+/// stderr is discarded (a server's log is not ours to keep, and may hold what it was given).
+/// The child is reaped by a task of its own.
+pub(crate) fn spawn_child(request: &crate::seams::SpawnRequest) -> std::io::Result<crate::seams::SpawnedChild> {
+    if request.program.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no program named"));
+    }
+    let mut command = tokio::process::Command::new(&request.program);
+    let policy = crate::agent::ToolEnv::hiding(request.env_hidden.clone());
+    super::command_tool::apply_env(&mut command, &policy);
+    command
+        .args(&request.args)
+        .envs(request.env_added.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    let pgid = child.id().map(|id| nix::unistd::Pid::from_raw(id as i32));
+    let (stdin, stdout) = match (child.stdin.take(), child.stdout.take()) {
+        (Some(stdin), Some(stdout)) => (stdin, stdout),
+        _ => return Err(std::io::Error::other("the child's pipes were not opened")),
+    };
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    Ok(crate::seams::SpawnedChild {
+        stdin: Box::new(stdin),
+        stdout: Box::new(stdout),
+        control: Box::new(GroupKiller { pgid }),
+    })
 }

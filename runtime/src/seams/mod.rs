@@ -24,7 +24,7 @@ pub use fs::{Fs, FsFile, FsMetadata, OpenOptions};
 pub use future::BoxFuture;
 pub use net::{ByteStream, Listener, Net};
 pub use probe::{crash_point, CrashPoint, NoProbe, Probe, CRASH_POINTS};
-pub use process::{Liveness, OwnerIdentity, Process};
+pub use process::{ChildControl, Liveness, OwnerIdentity, Process, SpawnRequest, SpawnedChild};
 
 /// One world's worth of seams, cheap to clone and handed to every runtime component.
 #[derive(Clone)]

@@ -1,0 +1,38 @@
+//! `[[mcp_servers]]` for `agent run` and `agent chat`: each server started (or dialled),
+//! initialised and listed before any session is touched, so a server that cannot be reached
+//! ends the command with nothing created; its tools join the file's own (FAILURE-MCP-TOOLS).
+
+use std::sync::Arc;
+
+use faultline_runtime::agent::{provider_key_vars, ResolvedAgentFile, Tool};
+use faultline_runtime::mcp::{McpServer, McpTool};
+use faultline_runtime::seams::Seams;
+
+/// The tools of every server in `config`, or why one could not be listed (secrets scrubbed).
+/// Refused tools are said on stderr, by name and reason.
+pub async fn mcp_tools(seams: &Seams, config: &ResolvedAgentFile) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let hidden = provider_key_vars(&config.provider);
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for server in &config.mcp_servers {
+        let mut headers: Vec<(String, String)> = server.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (name, var) in &server.headers_env {
+            let value = std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+                format!("mcp_servers {}: headers_env.{name} names {var}, which is not set: export it", server.name)
+            })?;
+            seams.secrets.register(&value);
+            headers.push((name.clone(), value));
+        }
+        let handle = McpServer::new(server.clone(), seams.clone(), headers, hidden.clone());
+        let (listed, refused) = handle.list_tools().await.map_err(|e| seams.secrets.scrub(&e.to_string()))?;
+        for refused in refused {
+            let why = seams.secrets.scrub(&refused.why);
+            eprintln!("faultline: MCP server {}: tool {:?} is not offered: {why}", server.name, refused.name);
+        }
+        eprintln!("faultline: MCP server {}: {} tool(s) offered", server.name, listed.len());
+        tools.extend(McpTool::all(&handle, listed));
+    }
+    if let Some(clash) = tools.iter().find(|t| config.tools.iter().any(|c| c.name == t.schema().name)) {
+        return Err(format!("tool {} is both a [[tools]] command and an MCP server's tool", clash.schema().name));
+    }
+    Ok(tools)
+}
