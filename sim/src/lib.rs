@@ -26,6 +26,7 @@ pub mod seams;
 mod seed;
 pub mod shrink;
 mod stand_in;
+mod stand_in_mcp;
 pub mod sweep;
 mod world;
 
@@ -38,6 +39,6 @@ pub use scenario::{
 };
 pub use stand_in::agent_from_file;
 pub use world::{
-    run, run_agent, AgentUnderTest, BoundWait, Fate, LivenessBound, Receipt, RunResult, Service, ServiceFaults,
-    ServiceReceipt, SlowRecovery,
+    run, run_agent, AgentUnderTest, BoundWait, Fate, LivenessBound, McpFaults, McpService, McpServiceTool, Receipt,
+    RunResult, Service, ServiceFaults, ServiceReceipt, SlowRecovery,
 };

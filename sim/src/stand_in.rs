@@ -1,7 +1,9 @@
 //! The CLI user's agent file under the harness (`faultline sweep --agent FILE`): its provider
 //! settings and `[agent]` knobs as they are, and for each `[[tools]]` command — which never
 //! runs in the simulator — a stand-in built from its `[tools.sim]` table, or from
-//! `side_effects` and `via_outbox` when it has none (FAILURE-USER-HARNESS).
+//! `side_effects` and `via_outbox` when it has none (FAILURE-USER-HARNESS); each
+//! `[[mcp_servers]]` entry is the runtime's MCP client against a simulated server
+//! (`stand_in_mcp.rs`).
 //!
 //! An `external` stand-in POSTs to a simulated service of its own over the runtime's
 //! `ToolHttp`, retrying `retries` times what failed or timed out, with the execution id as its
@@ -64,13 +66,15 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
     config.max_steps = file.agent.max_steps.unwrap_or(config.max_steps);
     config.tool_concurrency = file.agent.tool_concurrency.unwrap_or(config.tool_concurrency);
     let plans = plans(&file.tools);
+    let mcp = file.mcp_servers.iter().map(crate::stand_in_mcp::stand_in).collect::<Result<Vec<_>, _>>()?;
     let mut agent = {
-        let plans = plans.clone();
+        let (plans, mcp) = (plans.clone(), mcp.clone());
         AgentUnderTest::new(name, move |seams: &Seams| {
+            let served = mcp.iter().flat_map(|m| m.tools(seams)).fold(ToolSet::new(), |set, tool| set.with(tool));
             plans
                 .iter()
                 .filter(|p| p.kind != Kind::Outbox)
-                .fold(ToolSet::new(), |set, plan| set.with(Arc::new(StandIn::new(plan.clone(), seams))))
+                .fold(served, |set, plan| set.with(Arc::new(StandIn::new(plan.clone(), seams))))
         })
     }
     .provider_toml(text)?
@@ -99,6 +103,9 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
             }
             Kind::Local => {}
         }
+    }
+    for server in mcp {
+        agent = agent.stand_in(server.describe()).mcp_service(server.service);
     }
     agent.validate()?;
     Ok(agent)

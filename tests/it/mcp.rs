@@ -303,3 +303,21 @@ fn a_deadline_sends_the_cancel_to_the_server_and_still_waits_for_it() {
         );
     }
 }
+
+#[test]
+fn a_server_that_cannot_start_ends_the_command_before_any_session_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServerProcess::start(dir.path(), &json!({"responses": [text("never asked")]}));
+    let servers = "[[mcp_servers]]\nname = \"files\"\ncommand = [\"/nonexistent/mcp-server\"]\n";
+    let config = agent_file(dir.path(), &model.base_url(), servers);
+    let sessions = dir.path().join("sessions");
+    let output = run(&config, &sessions, "n1", false);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("MCP server files") && stderr(&output).contains("could not start"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!sessions.join("n1").exists(), "nothing was created");
+    assert!(faultline_e2e::logged_requests(dir.path()).is_empty(), "the model was never asked");
+}

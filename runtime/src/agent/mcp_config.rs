@@ -141,8 +141,11 @@ impl McpServerConfig {
         for (tool, sim) in &self.sim {
             let at_tool = |field: &str| at(&format!("sim.{tool}.{}", field.trim_start_matches("sim.")));
             sim.check(&at_tool)?;
-            let effects = self.side_effects.get(tool).copied().unwrap_or(true);
-            sim.check_against(effects, false, &at_tool)?;
+            // Only a stated `side_effects` can contradict the table (a listing's annotations
+            // are not known until the server is asked).
+            if let Some(&effects) = self.side_effects.get(tool) {
+                sim.check_against(effects, false, &at_tool)?;
+            }
         }
         Ok(())
     }

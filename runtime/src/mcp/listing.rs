@@ -31,6 +31,23 @@ pub struct ListedTool {
     pub idempotent: bool,
 }
 
+impl ListedTool {
+    /// A tool known without listing (the simulator's stand-in of a server it cannot run):
+    /// any object as arguments, described by its server and name.
+    pub fn declared(server: &str, tool: &str, side_effects: bool) -> Self {
+        Self {
+            name: tool.to_owned(),
+            schema: ToolSchema {
+                name: exposed_name(server, tool),
+                description: format!("Tool {tool} of MCP server {server}."),
+                parameters: serde_json::json!({"type": "object"}),
+            },
+            side_effects,
+            idempotent: false,
+        }
+    }
+}
+
 /// A tool the server listed that is not offered, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedTool {

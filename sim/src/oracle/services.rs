@@ -15,7 +15,7 @@ use faultline_runtime::event::{ErrorCode, Event};
 use super::effects::{execution_id, synced_calls, SyncedCall};
 use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
-use crate::world::{Service, ServiceReceipt};
+use crate::world::{Service, ServiceReceipt, MCP_CALL_MARK, MCP_SERVER_MARK, MCP_TOOL_MARK};
 
 /// Longest key value a finding quotes, in characters.
 const KEY_QUOTED_CHARS_MAX: usize = 48;
@@ -44,7 +44,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
                     repeats.len(),
                     times.join(", ")
                 ),
-                repeat_advice(tool, service, declared, repeats),
+                mcp_repeat_advice(tool, repeats).unwrap_or_else(|| repeat_advice(tool, service, declared, repeats)),
                 repeats.last().map_or(evidence.end_ms, |r| r.at_ms),
             );
         }
@@ -137,6 +137,32 @@ fn repeat_advice(tool: &str, service: &str, declared: Option<&Service>, repeats:
              defect; replay the seed and report it."
         ),
     }
+}
+
+/// Advice for an effect a simulated MCP server did more than once, by which side repeated:
+/// one `tools/call` acted on twice is the server's own retry; two calls for one execution
+/// are the runtime sending it again. `None` for a service that is not an MCP server.
+fn mcp_repeat_advice(tool: &str, repeats: &[&ServiceReceipt]) -> Option<String> {
+    let server = repeats.first()?.header(MCP_SERVER_MARK)?;
+    let on_server = repeats.first()?.header(MCP_TOOL_MARK).unwrap_or(tool);
+    let calls: BTreeSet<&str> = repeats.iter().filter_map(|r| r.header(MCP_CALL_MARK)).collect();
+    Some(if calls.len() == 1 {
+        format!(
+            "MCP server {server} repeated the effect itself: its tool {on_server} acted {} times on one tools/call \
+             (its own retry of a step whose reply was lost), and it does not deduplicate. The runtime sent it \
+             once. Make {on_server} deduplicate by the execution id in the request's _meta \
+             (\"faultline/execution_id\") and declare sim.dedup = \"execution-id\" under \
+             [mcp_servers.sim.{on_server}], or set sim.retries = 0.",
+            repeats.len()
+        )
+    } else {
+        format!(
+            "The runtime sent tools/call for one execution of {tool} to MCP server {server} {} times: a runtime \
+             defect (a call whose answer was lost ends TOOL_OUTCOME_UNKNOWN and is never sent again); replay \
+             the seed and report it.",
+            calls.len()
+        )
+    })
 }
 
 /// The header among the repeats that looks like an idempotency key (`idempotency-key`,

@@ -20,7 +20,7 @@ pub use clock::{sim_epoch, SimClock, SIM_EPOCH_MS};
 pub use entropy::SimEntropy;
 pub use fs::SimFs;
 pub use net::SimNet;
-pub use process::SimProcess;
+pub use process::{SimProcess, SIM_STDIO_PORT, SIM_STDIO_PROGRAM};
 
 /// The seams of incarnation `incarnation` of turmoil host `host`, with entropy drawn from the
 /// stream of `seed` named after the host and incarnation.

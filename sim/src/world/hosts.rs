@@ -133,5 +133,40 @@ pub(crate) fn host_services(
             }
         });
     }
+    host_mcp_services(sim, plan, seed, user, &receipts, &stamp);
     receipts
+}
+
+/// One host per simulated MCP server, HTTP on port 80 and stdio lines on port 7, recording
+/// into the services' receipts.
+fn host_mcp_services(
+    sim: &mut turmoil::Sim<'static>,
+    plan: &seeded::Plan,
+    seed: u64,
+    user: Option<&AgentUnderTest>,
+    receipts: &ServiceReceipts,
+    stamp: &Stamp,
+) {
+    for declared in user.map_or(&[][..], |u| &u.mcp_services[..]) {
+        let (declared, receipts, stamp, heal_at_ms) =
+            (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
+        sim.host(declared.host.clone(), move || {
+            let running = Arc::new(super::mcp_service::Running::new(
+                declared.clone(),
+                seed,
+                stamp.clone(),
+                receipts.clone(),
+                heal_at_ms,
+            ));
+            async move {
+                let net = crate::seams::SimNet;
+                let http = faultline_runtime::seams::Net::bind(&net, "0.0.0.0:80").await?;
+                let stdio =
+                    faultline_runtime::seams::Net::bind(&net, &format!("0.0.0.0:{}", crate::seams::SIM_STDIO_PORT))
+                        .await?;
+                super::mcp_service::serve(http, stdio, running).await?;
+                Ok(())
+            }
+        });
+    }
 }

@@ -22,6 +22,7 @@ mod hosts;
 pub(crate) mod io_trace;
 pub(crate) mod ledger;
 pub(crate) mod life;
+pub(crate) mod mcp_service;
 mod pause;
 mod probe;
 pub(crate) mod rot;
@@ -37,6 +38,7 @@ use std::sync::{Arc, Mutex};
 pub use bound::{BoundWait, LivenessBound, SlowRecovery};
 pub use conclude::RunResult;
 pub use gateway::Receipt;
+pub use mcp_service::{McpFaults, McpService, McpServiceTool, MCP_CALL_MARK, MCP_SERVER_MARK, MCP_TOOL_MARK};
 pub use service::{Fate, Service, ServiceFaults, ServiceReceipt};
 pub use user::AgentUnderTest;
 

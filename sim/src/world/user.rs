@@ -30,6 +30,7 @@ pub struct AgentUnderTest {
     pub(crate) config: AgentConfig,
     pub(crate) tools: ToolsFn,
     pub(crate) services: Vec<Service>,
+    pub(crate) mcp_services: Vec<super::McpService>,
     /// What stands in for each tool, when the tools are stand-ins (`--agent FILE`), for
     /// reports; one line per tool.
     pub(crate) stand_ins: Vec<String>,
@@ -59,6 +60,7 @@ impl AgentUnderTest {
             config: AgentConfig::default(),
             tools: Arc::new(tools),
             services: Vec::new(),
+            mcp_services: Vec::new(),
             stand_ins: Vec::new(),
             outbox_tools: Vec::new(),
             hints: Vec::new(),
@@ -111,6 +113,13 @@ impl AgentUnderTest {
         self
     }
 
+    /// A simulated MCP server the tools reach at `http://HOST/mcp` or as the stdio program
+    /// `faultline-sim-mcp HOST`.
+    pub fn mcp_service(mut self, service: super::McpService) -> Self {
+        self.mcp_services.push(service);
+        self
+    }
+
     /// Notes what stands in for a tool (shown in reports).
     pub fn stand_in(mut self, line: String) -> Self {
         self.stand_ins.push(line);
@@ -154,6 +163,14 @@ impl AgentUnderTest {
             if self.services[..i].iter().any(|s| s.name == service.name) {
                 return Err(format!("service {} is declared twice", service.name));
             }
+        }
+        for (i, mcp) in self.mcp_services.iter().enumerate() {
+            let clash = self.services.iter().any(|s| s.name == mcp.host)
+                || self.mcp_services[..i].iter().any(|m| m.host == mcp.host);
+            if clash {
+                return Err(format!("host {} is declared twice", mcp.host));
+            }
+            mcp.validate()?;
         }
         let schemas = self.schemas();
         if schemas.is_empty() {

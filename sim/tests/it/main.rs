@@ -7,6 +7,7 @@ mod browser;
 mod crash_points;
 mod findings;
 mod harness_power;
+mod mcp;
 mod planted;
 mod public_api;
 mod scenarios;

@@ -72,7 +72,10 @@ fn shrinking_a_planted_bug_failure_leaves_a_handful_of_faults_that_still_fail() 
         shrunk.faults,
         shrunk.messages
     );
-    assert!(replay.violations.iter().any(|v| v.invariant == "intent-before-effect"), "the shrunk case still fails");
+    assert!(
+        replay.violations.iter().any(|v| v.invariant.name() == "intent-before-effect"),
+        "the shrunk case still fails"
+    );
     let clean = faultline_sim::run(&shrunk.scenario, 1);
     assert!(clean.passed(), "and passes on the clean build: {:?}", clean.violations);
 }
@@ -286,7 +289,7 @@ fn an_acknowledgement_that_precedes_the_write_fools_the_barrier_not_the_disk_wit
         "the old rule would have caught it: acked at {acked_ms}, received at {}",
         receipt.at_ms
     );
-    assert!(result.violations.iter().any(|v| v.invariant == "intent-before-effect"), "{:?}", result.violations);
+    assert!(result.violations.iter().any(|v| v.invariant.name() == "intent-before-effect"), "{:?}", result.violations);
 }
 
 /// The disk-full family catches "report the turn before it is durable": on the disk-full
@@ -307,4 +310,49 @@ fn reporting_a_turn_before_it_is_durable_falls_to_outcome_durable_when_the_disk_
         let clean = faultline_sim::run(&scenario, seed);
         assert!(clean.passed(), "seed {seed}, clean build: {:?}", clean.violations);
     }
+}
+
+/// An agent file whose tools are MCP servers, one over each transport, each deduplicating:
+/// clean, it passes; with its `tool/call` no longer durable before the request leaves
+/// (`tool-body-before-flush`), the simulated servers' records catch it (FAILURE-MCP-TOOLS).
+const MCP_AGENT: &str = r#"
+[provider]
+preset = "deepseek"
+
+[[mcp_servers]]
+name = "billing"
+url = "http://billing.example/mcp"
+timeout_ms = 5000
+[mcp_servers.sim.refund]
+retries = 2
+dedup = "execution-id"
+
+[[mcp_servers]]
+name = "files"
+command = ["files-server"]
+timeout_ms = 5000
+[mcp_servers.sim.write_note]
+dedup = "execution-id"
+"#;
+
+/// Seeds of the `generated` scenario an MCP planted bug must fall within.
+const MCP_BUG_SEEDS: u64 = 200;
+
+#[test]
+fn mcp_tools_dispatched_before_their_intent_is_durable_are_caught_and_the_clean_build_passes() {
+    let agent = std::sync::Arc::new(faultline_sim::agent_from_file("mcp", MCP_AGENT).unwrap());
+    let generated = faultline_sim::Scenario::built_in("generated").unwrap();
+    for seed in 0..MCP_BUG_SEEDS {
+        let clean = faultline_sim::run_agent(&generated, seed, &agent);
+        assert!(clean.passed(), "seed {seed}, clean: {:?}", clean.violations);
+    }
+    faultline_runtime::testing::bugs::plant(&["tool-body-before-flush"]);
+    let caught = (0..MCP_BUG_SEEDS).find_map(|seed| {
+        let result = faultline_sim::run_agent(&generated, seed, &agent);
+        result.violations.into_iter().find(|v| v.invariant.name() == "intent-before-effect").map(|v| (seed, v))
+    });
+    faultline_runtime::testing::bugs::plant(&[]);
+    let (seed, violation) = caught.expect("the MCP servers' records catch a call made before its intent");
+    println!("tool-body-before-flush on MCP tools: caught at seed {seed}: {}", violation.detail);
+    assert!(violation.detail.contains("mcp-"), "the evidence is a simulated MCP server's: {}", violation.detail);
 }
