@@ -220,7 +220,7 @@ async fn start_agent(
             Some(recovered(Arc::new(outbox), &db.display().to_string())?)
         }
     };
-    let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence(q)) as Arc<dyn OutcomeEvidence>);
+    let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence::new(q)) as Arc<dyn OutcomeEvidence>);
     let store = open_store(store_kind, session_dir, &database, seams, evidence)?;
     let mut agent_config = AgentConfig::default();
     agent_config.max_steps = config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT);
@@ -254,7 +254,7 @@ async fn start_agent(
             eprintln!("faultline: crash repair {drop}");
         }
     }
-    let key_vars = std::sync::Mutex::new(faultline_runtime::agent::provider_key_vars(&config.provider));
+    let key_vars = std::sync::Mutex::new(faultline_runtime::agent::hidden_vars(&config.provider, &config.mcp_servers));
     Ok(Started { agent, live, outbox, mcp, id, key_vars })
 }
 
@@ -342,7 +342,7 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
                 Ok(()) => {
                     let hidden = {
                         let mut vars = started.key_vars.lock().unwrap_or_else(|p| p.into_inner());
-                        for var in faultline_runtime::agent::provider_key_vars(&config.provider) {
+                        for var in faultline_runtime::agent::hidden_vars(&config.provider, &config.mcp_servers) {
                             if !vars.contains(&var) {
                                 vars.push(var);
                             }

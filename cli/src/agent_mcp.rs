@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{provider_key_vars, ResolvedAgentFile, Tool};
+use faultline_runtime::agent::{hidden_vars, ResolvedAgentFile, Tool};
 use faultline_runtime::mcp::{McpServer, McpTool};
 use faultline_runtime::seams::Seams;
 
 /// The tools of every server in `config`, or why one could not be listed (secrets scrubbed).
 /// Refused tools are said on stderr, by name and reason.
 pub async fn mcp_tools(seams: &Seams, config: &ResolvedAgentFile) -> Result<Vec<Arc<dyn Tool>>, String> {
-    let hidden = provider_key_vars(&config.provider);
+    let hidden = hidden_vars(&config.provider, &config.mcp_servers);
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     for server in &config.mcp_servers {
         let mut headers: Vec<(String, String)> = server.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -147,7 +147,10 @@ fn queue_evidence(db: &Path, seams: &Seams, access: Access) -> Result<QueueAndEv
         Access::ReadOnly => SqliteOutbox::open_read_only(db, process, clock, entropy)?,
         Access::Repair => SqliteOutbox::open(db, process, clock, entropy)?,
     });
-    let evidence: Arc<dyn OutcomeEvidence> = Arc::new(QueueEvidence(outbox.clone()));
+    let evidence: Arc<dyn OutcomeEvidence> = Arc::new(match access {
+        Access::ReadOnly => QueueEvidence::read_only(outbox.clone()),
+        Access::Repair => QueueEvidence::new(outbox.clone()),
+    });
     Ok((outbox, evidence))
 }
 

@@ -321,3 +321,33 @@ fn a_server_that_cannot_start_ends_the_command_before_any_session_is_made() {
     assert!(!sessions.join("n1").exists(), "nothing was created");
     assert!(faultline_e2e::logged_requests(dir.path()).is_empty(), "the model was never asked");
 }
+
+#[test]
+fn a_header_secret_reaches_its_server_only_and_never_a_tool_or_the_transcript() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote.jsonl");
+    let http = HttpReferee::start(&python, dir.path(), &remote, &[]);
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [calls(&[("call_1", "envdump", "x"), ("call_2", "web__record", "y")]), text("Done.")]}),
+    );
+    let servers = http_server("web", &http.url, "headers_env = { authorization = \"WEB_MCP_TOKEN\" }")
+        + "[[tools]]\nname = \"envdump\"\ndescription = \"d\"\ncommand = [\"env\"]\n";
+    let config = agent_file(dir.path(), &model.base_url(), &servers);
+    let sessions = dir.path().join("sessions");
+    let secret = "Bearer s3cr3t-mcp-token-value";
+    let output = Command::new(faultline_bin())
+        .args(["agent", "run", "--config", config.to_str().unwrap(), "--session-dir"])
+        .args([sessions.to_str().unwrap(), "--session", "h1", "--prompt", "go", "--json"])
+        .env("WEB_MCP_TOKEN", secret)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = std::fs::read_to_string(sessions.join("h1/session.jsonl")).unwrap();
+    assert!(!log.contains("s3cr3t"), "the transcript never holds the secret");
+    let results = results(&records(&sessions, "h1"));
+    assert!(results[0].1.contains("PATH="), "the command's environment was dumped: {results:?}");
+    assert!(!results[0].1.contains("WEB_MCP_TOKEN"), "the variable is hidden from tools: {results:?}");
+    assert_eq!(effects(&remote).len(), 1, "the server acted");
+}

@@ -295,6 +295,18 @@ fn check_mcp_servers(servers: &[McpServerConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The variables no tool, receiver or MCP server process ever gets: the provider's key
+/// variables and those holding MCP servers' header secrets (`headers_env`).
+pub fn hidden_vars(provider: &ResolvedProvider, servers: &[McpServerConfig]) -> Vec<String> {
+    let mut vars = provider_key_vars(provider);
+    for var in servers.iter().flat_map(|s| s.headers_env.values()) {
+        if !vars.contains(var) {
+            vars.push(var.clone());
+        }
+    }
+    vars
+}
+
 /// A validated agent configuration.
 #[derive(Debug, Clone)]
 pub struct ResolvedAgentFile {
@@ -371,7 +383,7 @@ impl AgentFile {
             telemetry.check()?;
         }
         let outbox = file.outbox.or_else(|| file.tools.iter().any(|t| t.via_outbox).then(OutboxSection::default));
-        let hidden = provider_key_vars(&provider);
+        let hidden = hidden_vars(&provider, &file.mcp_servers);
         let mut tools = file.tools;
         for tool in &mut tools {
             tool.env_hidden = hidden.clone();

@@ -33,8 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
-    provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile, StoreKindConfig,
-    StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX, PROVIDER_KEY_VARS,
+    hidden_vars, provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile,
+    StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX, PROVIDER_KEY_VARS,
 };
 pub(crate) use history::History;
 pub(crate) use http::Exchange;

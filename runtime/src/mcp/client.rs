@@ -3,7 +3,7 @@
 //! cancels, pings. A connection that ended (a stdio server that exited, an HTTP session the
 //! server forgot) is replaced before the next request — never by sending a call again.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -167,22 +167,12 @@ impl McpServer {
         };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let params = json!({"name": tool, "arguments": arguments, "_meta": {MCP_EXECUTION_ID_META: execution_id}});
-        let exchange = connection.transport.exchange(id, jsonrpc::request(id, "tools/call", params));
+        let started = Arc::new(AtomicBool::new(false));
+        let exchange = connection.transport.exchange(id, jsonrpc::request(id, "tools/call", params), started.clone());
         tokio::pin!(exchange);
         let outcome = tokio::select! {
             outcome = &mut exchange => outcome,
-            () = cancel.cancelled() => {
-                let reason = "the caller stopped waiting (a deadline or an abort)";
-                let cancelled = jsonrpc::notification("notifications/cancelled", json!({"requestId": id, "reason": reason}));
-                let _ = connection.transport.notify(cancelled).await;
-                tokio::select! {
-                    outcome = &mut exchange => outcome,
-                    () = self.inner.seams.clock.sleep(grace) => Err(Lost::MaybeArrived(format!(
-                        "cancelled; the server did not answer within {} ms of the cancel",
-                        grace.as_millis()
-                    ))),
-                }
-            }
+            () = cancel.cancelled() => self.cancelled(&connection, id, exchange, &started, grace).await,
         };
         match outcome {
             Ok(answer) => Called::Answered(answer),
@@ -190,9 +180,44 @@ impl McpServer {
         }
     }
 
+    /// After a cancel: `notifications/cancelled` sent, and the answer awaited, both within
+    /// one `grace` (a server that reads nothing cannot hold the cancel longer). A request
+    /// that never started to leave was not sent.
+    async fn cancelled(
+        &self,
+        connection: &Connection,
+        id: u64,
+        exchange: std::pin::Pin<&mut impl std::future::Future<Output = Result<Answer, Lost>>>,
+        started: &AtomicBool,
+        grace: Duration,
+    ) -> Result<Answer, Lost> {
+        let reason = "the caller stopped waiting (a deadline or an abort)";
+        let notify = async {
+            if started.load(Ordering::SeqCst) {
+                let message =
+                    jsonrpc::notification("notifications/cancelled", json!({"requestId": id, "reason": reason}));
+                let _ = connection.transport.notify(message).await;
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            outcome = exchange => outcome,
+            () = notify => unreachable!("pending never ends"),
+            () = self.inner.seams.clock.sleep(grace) => Err(if started.load(Ordering::SeqCst) {
+                Lost::MaybeArrived(format!(
+                    "cancelled; the server did not answer within {} ms of the cancel",
+                    grace.as_millis()
+                ))
+            } else {
+                Lost::NotSent("cancelled before it was sent".into())
+            }),
+        }
+    }
+
     async fn request(&self, connection: &Connection, method: &str, params: Value) -> Result<Answer, Lost> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        connection.transport.exchange(id, jsonrpc::request(id, method, params)).await
+        let started = Arc::new(AtomicBool::new(false));
+        connection.transport.exchange(id, jsonrpc::request(id, method, params), started).await
     }
 
     /// The live connection, made (and initialised) if there is none or the last one ended.

@@ -5,7 +5,7 @@
 //! `initialize` rides on every later request; a 404 on it means the server forgot the session.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,7 +50,7 @@ impl Http {
         }
     }
 
-    async fn post(&self, message: &Value) -> Result<crate::agent::Exchange, Lost> {
+    async fn post(&self, message: &Value, started: &AtomicBool) -> Result<crate::agent::Exchange, Lost> {
         let session = self.session.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let version = self.version.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let mut headers: Vec<(&str, &str)> =
@@ -62,7 +62,9 @@ impl Http {
         if let Some(version) = &version {
             headers.push((MCP_PROTOCOL_VERSION_HEADER, version));
         }
-        let body = Bytes::from(serde_json::to_vec(message).map_err(|e| Lost::NotSent(e.to_string()))?);
+        let body = Bytes::from(jsonrpc::encode(message).map_err(Lost::NotSent)?);
+        // From here the request may leave (a refused connection is still told apart below).
+        started.store(true, Ordering::SeqCst);
         let reply =
             self.client.post_keeping_headers(&self.url, &headers, body, self.timeout).await.map_err(|f| match f {
                 f if f.may_have_arrived() => Lost::MaybeArrived(f.to_string()),
@@ -123,19 +125,19 @@ fn answer_in(reply: &crate::agent::Exchange, id: u64) -> Result<Answer, Lost> {
 }
 
 impl Transport for Http {
-    fn exchange(&self, id: u64, message: Value) -> BoxFuture<'_, Result<Answer, Lost>> {
+    fn exchange(&self, id: u64, message: Value, started: Arc<AtomicBool>) -> BoxFuture<'_, Result<Answer, Lost>> {
         Box::pin(async move {
             if !self.usable() {
                 return Err(Lost::SessionExpired);
             }
-            let reply = self.post(&message).await?;
+            let reply = self.post(&message, &started).await?;
             self.keep_session(&reply)?;
             answer_in(&reply, id)
         })
     }
 
     fn notify(&self, message: Value) -> BoxFuture<'_, Result<(), Lost>> {
-        Box::pin(async move { self.post(&message).await.map(|_| ()) })
+        Box::pin(async move { self.post(&message, &AtomicBool::new(false)).await.map(|_| ()) })
     }
 
     fn usable(&self) -> bool {

@@ -11,6 +11,22 @@ pub const MCP_MESSAGE_BYTES_MAX: usize = crate::agent::TOOL_HTTP_REPLY_BYTES_MAX
 /// The JSON-RPC error code for a method the client does not serve.
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 
+/// `message` as bytes, refused above [`MCP_MESSAGE_BYTES_MAX`] (then nothing is sent).
+pub(crate) fn encode(message: &Value) -> Result<Vec<u8>, String> {
+    let bytes = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+    if bytes.len() > MCP_MESSAGE_BYTES_MAX {
+        return Err(format!("a message of {} bytes, above the {MCP_MESSAGE_BYTES_MAX}-byte limit", bytes.len()));
+    }
+    Ok(bytes)
+}
+
+/// Whether a JSON-RPC error code says the request was refused as a whole (unparseable,
+/// invalid, an unknown method, bad params), so nothing of it was run. Any other error may
+/// come after the work began.
+pub(crate) fn refused_whole(code: i64) -> bool {
+    matches!(code, -32700 | -32600 | -32601 | -32602)
+}
+
 /// A request's bytes.
 pub(crate) fn request(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})

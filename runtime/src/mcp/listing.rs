@@ -60,14 +60,16 @@ pub struct RefusedTool {
 /// The offered and the refused tools of `pages`.
 pub(crate) fn read(config: &McpServerConfig, pages: &[Value]) -> (Vec<ListedTool>, Vec<RefusedTool>) {
     let (mut offered, mut refused) = (Vec::new(), Vec::new());
+    let mut beyond = 0usize;
     let listed = pages.iter().flat_map(|page| page.get("tools").and_then(Value::as_array).into_iter().flatten());
     for tool in listed {
         let name: String = tool.get("name").and_then(Value::as_str).unwrap_or_default().chars().take(64).collect();
         if config.tools.as_ref().is_some_and(|allowed| !allowed.contains(&name)) {
             continue;
         }
-        if offered.len() == MCP_TOOLS_MAX {
-            refused.push(RefusedTool { name, why: format!("beyond the first {MCP_TOOLS_MAX} tools") });
+        if offered.len() == MCP_TOOLS_MAX || refused.len() >= MCP_TOOLS_MAX {
+            // Counted, not listed: a hostile listing cannot fill the report either.
+            beyond += 1;
             continue;
         }
         match offer(config, &name, tool) {
@@ -77,6 +79,10 @@ pub(crate) fn read(config: &McpServerConfig, pages: &[Value]) -> (Vec<ListedTool
             Ok(listed) => offered.push(listed),
             Err(why) => refused.push(RefusedTool { name, why }),
         }
+    }
+    if beyond > 0 {
+        let why = format!("{beyond} more listed tools, beyond the first {MCP_TOOLS_MAX} offered or refused");
+        refused.push(RefusedTool { name: "...".into(), why });
     }
     if let Some(allowed) = &config.tools {
         for missing in allowed.iter().filter(|a| !offered.iter().any(|o| &o.name == *a)) {

@@ -1,8 +1,9 @@
 //! An MCP server over stdio: a child started through the `Process` seam, one JSON-RPC
 //! message per line each way. A reader task routes each response to the request waiting for
-//! it and answers the server's pings; anything that is not a message ends the connection
-//! (a line that cannot be read cannot be attributed, so whatever waits is told its outcome
-//! is unknown rather than left to wait).
+//! it and answers the server's pings (from tasks of their own, so reading never waits on
+//! writing); anything that is not a message ends the connection (a line that cannot be read
+//! cannot be attributed, so whatever waits is told its outcome is unknown rather than left to
+//! wait). A message cut off mid-write ends it too: the stream could not be trusted after it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,19 +20,21 @@ use crate::seams::{BoxFuture, ChildControl, SpawnedChild};
 type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// What the reader shares with the senders.
-#[derive(Default)]
 struct Shared {
     waiting: Mutex<BTreeMap<u64, oneshot::Sender<Answer>>>,
     /// Why the connection ended, once it has.
     ended: Mutex<Option<String>>,
     usable: AtomicBool,
+    control: Box<dyn ChildControl>,
+    writer: tokio::sync::Mutex<Writer>,
 }
 
 impl Shared {
+    /// Ends the connection: the child is killed and every waiter told.
     fn end(&self, why: String) {
         self.usable.store(false, Ordering::SeqCst);
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        ended.get_or_insert(why);
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+        self.control.kill();
         // Dropping the senders wakes every waiter with "no answer".
         self.waiting.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
@@ -40,48 +43,74 @@ impl Shared {
         let ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
         ended.clone().unwrap_or_else(|| "the server's output ended".into())
     }
+
+    /// Writes one message as a line. `started` is set once the lock is held, just before the
+    /// first byte; a write that fails or is dropped part-way ends the connection.
+    async fn write_line(self: &Arc<Self>, message: &Value, started: &AtomicBool) -> Result<(), Lost> {
+        let mut line = jsonrpc::encode(message).map_err(Lost::NotSent)?;
+        line.push(b'\n');
+        let mut writer = self.writer.lock().await;
+        if !self.usable.load(Ordering::SeqCst) {
+            return Err(Lost::NotSent(self.why_ended()));
+        }
+        started.store(true, Ordering::SeqCst);
+        let mut torn = TornGuard(Some(self.clone()));
+        let written = async {
+            writer.write_all(&line).await?;
+            writer.flush().await
+        }
+        .await;
+        torn.0 = None;
+        written.map_err(|e| {
+            let why = format!("writing to the server: {e}");
+            self.end(why.clone());
+            // The line ends with its newline, so a write that failed left no whole message.
+            Lost::NotSent(why)
+        })
+    }
+}
+
+/// Ends the connection if dropped while armed (a write abandoned part-way).
+struct TornGuard(Option<Arc<Shared>>);
+
+impl Drop for TornGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            shared.end("a message to the server was cut off mid-write".into());
+        }
+    }
 }
 
 /// A running stdio server.
 pub(crate) struct Stdio {
-    writer: Arc<tokio::sync::Mutex<Writer>>,
     shared: Arc<Shared>,
-    control: Box<dyn ChildControl>,
     reader: tokio::task::JoinHandle<()>,
 }
 
 impl Stdio {
     /// Takes over a started child.
     pub fn new(child: SpawnedChild) -> Self {
-        let writer: Arc<tokio::sync::Mutex<Writer>> = Arc::new(tokio::sync::Mutex::new(child.stdin));
-        let shared = Arc::new(Shared::default());
-        shared.usable.store(true, Ordering::SeqCst);
-        let reader = tokio::spawn(read_loop(child.stdout, shared.clone(), writer.clone()));
-        Self { writer, shared, control: child.control, reader }
+        let shared = Arc::new(Shared {
+            waiting: Mutex::default(),
+            ended: Mutex::default(),
+            usable: AtomicBool::new(true),
+            control: child.control,
+            writer: tokio::sync::Mutex::new(child.stdin),
+        });
+        let reader = tokio::spawn(read_loop(child.stdout, shared.clone()));
+        Self { shared, reader }
     }
 }
 
 impl Drop for Stdio {
     fn drop(&mut self) {
         self.reader.abort();
-        self.control.kill();
+        self.shared.end("the connection was closed".into());
     }
 }
 
-async fn write_line(writer: &tokio::sync::Mutex<Writer>, message: &Value) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-    line.push(b'\n');
-    let mut writer = writer.lock().await;
-    writer.write_all(&line).await?;
-    writer.flush().await
-}
-
 /// Reads messages until the output ends or a line is not one; then ends the connection.
-async fn read_loop(
-    stdout: Box<dyn AsyncRead + Send + Unpin>,
-    shared: Arc<Shared>,
-    writer: Arc<tokio::sync::Mutex<Writer>>,
-) {
+async fn read_loop(stdout: Box<dyn AsyncRead + Send + Unpin>, shared: Arc<Shared>) {
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::new();
     let why = loop {
@@ -113,9 +142,8 @@ async fn read_loop(
                 } else {
                     Err((jsonrpc::METHOD_NOT_FOUND, "this client offers no such method"))
                 };
-                if write_line(&writer, &jsonrpc::reply(&id, answer)).await.is_err() {
-                    break "writing to the server failed".to_owned();
-                }
+                let (shared, reply) = (shared.clone(), jsonrpc::reply(&id, answer));
+                tokio::spawn(async move { shared.write_line(&reply, &AtomicBool::new(false)).await });
             }
             Ok(Incoming::Notification) => {}
             Err(why) => break format!("the server wrote something that is not a JSON-RPC message ({why})"),
@@ -125,7 +153,7 @@ async fn read_loop(
 }
 
 impl Transport for Stdio {
-    fn exchange(&self, id: u64, message: Value) -> BoxFuture<'_, Result<Answer, Lost>> {
+    fn exchange(&self, id: u64, message: Value, started: Arc<AtomicBool>) -> BoxFuture<'_, Result<Answer, Lost>> {
         Box::pin(async move {
             if !self.usable() {
                 return Err(Lost::NotSent(self.shared.why_ended()));
@@ -137,11 +165,9 @@ impl Transport for Stdio {
                 self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 return Err(Lost::NotSent(self.shared.why_ended()));
             }
-            if let Err(e) = write_line(&self.writer, &message).await {
-                // The line ends with its newline, so a write that failed left no whole
-                // message for the server to read.
+            if let Err(lost) = self.shared.write_line(&message, &started).await {
                 self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-                return Err(Lost::NotSent(format!("writing to the server: {e}")));
+                return Err(lost);
             }
             // A connection that ends from now on drops the sender, so this never waits on a
             // dead server.
@@ -150,12 +176,7 @@ impl Transport for Stdio {
     }
 
     fn notify(&self, message: Value) -> BoxFuture<'_, Result<(), Lost>> {
-        Box::pin(async move {
-            if !self.usable() {
-                return Err(Lost::NotSent(self.shared.why_ended()));
-            }
-            write_line(&self.writer, &message).await.map_err(|e| Lost::NotSent(format!("writing to the server: {e}")))
-        })
+        Box::pin(async move { self.shared.write_line(&message, &AtomicBool::new(false)).await })
     }
 
     fn usable(&self) -> bool {

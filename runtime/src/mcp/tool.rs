@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Called, McpServer, MCP_CANCEL_GRACE_MS};
+use super::jsonrpc;
 use super::listing::ListedTool;
 use super::transport::Lost;
 use crate::agent::{Tool, ToolInvocation, ToolOutput};
@@ -73,10 +74,15 @@ pub(crate) fn output_of(server: &str, tool: &str, called: Called, cancelled: boo
                 ToolOutput::Ok(text)
             }
         }
-        // A protocol error (an unknown tool, arguments it refused): nothing was run.
-        Called::Answered(Err(error)) => {
+        // The request refused as a whole (an unknown tool, arguments it refused): nothing ran.
+        Called::Answered(Err(error)) if !cancelled && jsonrpc::refused_whole(error.code) => {
             ToolOutput::Failed(format!("{at} refused the call (error {}): {}", error.code, error.message))
         }
+        // Any other error (an internal one, one answering our cancel) may follow work begun.
+        Called::Answered(Err(error)) => ToolOutput::Unknown(format!(
+            "{at} answered error {} ({}); the call may have taken effect in part. Check before calling it again.",
+            error.code, error.message
+        )),
         Called::Lost(Lost::NotSent(why)) if cancelled => ToolOutput::Aborted(format!("{at}: {why}; it did not run")),
         Called::Lost(Lost::NotSent(why) | Lost::Refused(why)) => {
             ToolOutput::Failed(format!("{at}: the call was not run ({why})"))
@@ -137,7 +143,10 @@ mod tests {
         let failed = Called::Answered(Ok(json!({"isError": true, "content": [{"type": "text", "text": "no"}]})));
         assert_eq!(out(failed, false), ToolOutput::Failed("no".into()));
         let refused = Called::Answered(Err(RpcError { code: -32602, message: "unknown tool".into() }));
-        assert!(matches!(out(refused, false), ToolOutput::Failed(_)));
+        assert!(matches!(out(refused.clone(), false), ToolOutput::Failed(_)));
+        assert!(matches!(out(refused, true), ToolOutput::Unknown(_)), "an error after a cancel may follow work");
+        let internal = Called::Answered(Err(RpcError { code: -32603, message: "boom".into() }));
+        assert!(matches!(out(internal, false), ToolOutput::Unknown(_)), "an internal error may follow work");
         assert!(matches!(out(Called::Lost(Lost::NotSent("x".into())), false), ToolOutput::Failed(_)));
         assert!(matches!(out(Called::Lost(Lost::NotSent("x".into())), true), ToolOutput::Aborted(_)));
         assert!(matches!(out(Called::Lost(Lost::Refused("HTTP 400".into())), false), ToolOutput::Failed(_)));

@@ -1,6 +1,9 @@
 //! What both MCP transports offer the session, and the one classification every exchange
 //! ends in: whether the server may have acted on what was sent.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::jsonrpc::RpcError;
@@ -40,8 +43,10 @@ pub(crate) type Answer = Result<Value, RpcError>;
 
 /// One connection to an MCP server.
 pub(crate) trait Transport: Send + Sync {
-    /// Sends request `message` (whose id is `id`) and waits for its response.
-    fn exchange(&self, id: u64, message: Value) -> BoxFuture<'_, Result<Answer, Lost>>;
+    /// Sends request `message` (whose id is `id`) and waits for its response. `started` is
+    /// set the moment any byte of it may leave: a caller that stops waiting before then
+    /// knows nothing was sent.
+    fn exchange(&self, id: u64, message: Value, started: Arc<AtomicBool>) -> BoxFuture<'_, Result<Answer, Lost>>;
 
     /// Sends a notification; `Ok` once it left (nothing answers a notification).
     fn notify(&self, message: Value) -> BoxFuture<'_, Result<(), Lost>>;

@@ -203,7 +203,8 @@ pub(crate) fn recover_abandoned(
 }
 
 /// Settle: a `delivering` row becomes `unknown`; a `pending` row becomes `failed` only when
-/// its call was cancelled before any send. Returns the row's status afterwards.
+/// its call was cancelled before any send, or, taken by repair, when it was never claimed
+/// (and then nothing else changes). Returns the row's status afterwards.
 pub(crate) fn settle(
     row: Option<&Delivery>,
     cause: SettleCause,
@@ -213,6 +214,8 @@ pub(crate) fn settle(
 ) -> (Option<DeliveryStatus>, Option<Op>) {
     let Some(row) = row else { return (None, None) };
     let next = match (row.status, cause) {
+        (DeliveryStatus::Pending, SettleCause::TakenByRepair) if !row.claimed => DeliveryStatus::Failed,
+        (other, SettleCause::TakenByRepair) => return (Some(other), None),
         (DeliveryStatus::Delivering, _) => DeliveryStatus::Unknown,
         (DeliveryStatus::Pending, SettleCause::CancelledBeforeSend) => DeliveryStatus::Failed,
         (other, _) => return (Some(other), None),

@@ -150,6 +150,10 @@ pub enum SettleCause {
     /// Crash repair closed the row's call as not started: a never-claimed row becomes
     /// `failed` (it must never be sent); a claimed row becomes `unknown`.
     CancelledBeforeSend,
+    /// Crash repair takes a row out of the queue before it may say "it did not happen": a
+    /// `pending` row never claimed becomes `failed` in the same transaction that reads it; any
+    /// other row is left as it is (a claim that won the race is the claimer's to finish).
+    TakenByRepair,
 }
 
 /// A delivery-queue request the protocol refuses.

@@ -63,13 +63,18 @@ impl Process for OsProcess {
     }
 }
 
-/// A started child's process group, killed on request and when the last handle goes.
+/// A started child's process group, killed on request and when the last handle goes — but
+/// never after its leader was reaped, when the id may name someone else's group.
 struct GroupKiller {
     pgid: Option<nix::unistd::Pid>,
+    reaped: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl crate::seams::ChildControl for GroupKiller {
     fn kill(&self) {
+        if self.reaped.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         if let Some(pgid) = self.pgid {
             let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         }
@@ -107,12 +112,15 @@ pub(crate) fn spawn_child(request: &crate::seams::SpawnRequest) -> std::io::Resu
         (Some(stdin), Some(stdout)) => (stdin, stdout),
         _ => return Err(std::io::Error::other("the child's pipes were not opened")),
     };
+    let reaped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let marked = reaped.clone();
     tokio::spawn(async move {
         let _ = child.wait().await;
+        marked.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     Ok(crate::seams::SpawnedChild {
         stdin: Box::new(stdin),
         stdout: Box::new(stdout),
-        control: Box::new(GroupKiller { pgid }),
+        control: Box::new(GroupKiller { pgid, reaped }),
     })
 }

@@ -715,3 +715,35 @@ async fn a_row_is_stamped_with_the_clock_at_each_change() {
         assert!((before..=after).contains(&delivered), "{kind:?}: delivered at {delivered}, not in {before}..={after}");
     }
 }
+
+/// Crash repair says "it did not happen" only for a row it took out of the queue in the same
+/// transaction that read it (issue 54, race 1): a drainer on another connection can no longer
+/// claim and send it afterwards. A row a drainer claimed first stays the drainer's (uncertain
+/// to repair, never made `unknown` under it), and an inspecting lookup writes nothing. Each
+/// process has its own handle (its own connection or file handle), as a fleet has.
+#[test]
+fn repair_takes_a_never_claimed_delivery_out_of_the_queue_before_calling_it_not_started() {
+    use faultline_runtime::store::{Evidence, OutcomeEvidence};
+    for kind in kinds().into_iter().filter(|k| *k != Kind::Journal) {
+        let bench = Bench::new(kind);
+        let (worker, drainer) = (bench.open(&bench.process("worker")), bench.open(&bench.process("drainer")));
+        worker.enqueue("s:1:1:a", "pay a").unwrap();
+        worker.enqueue("s:1:1:b", "pay b").unwrap();
+
+        let inspected = QueueEvidence::read_only(worker.clone()).lookup("s:1:1:a");
+        assert_eq!(inspected, Some(Evidence::NeverClaimed), "{kind:?}");
+        assert_eq!(drainer.get("s:1:1:a").unwrap().unwrap().status, DeliveryStatus::Pending, "{kind:?}: read only");
+
+        let repair = QueueEvidence::new(worker.clone());
+        assert_eq!(repair.lookup("s:1:1:a"), Some(Evidence::NeverClaimed), "{kind:?}");
+        assert_eq!(drainer.get("s:1:1:a").unwrap().unwrap().status, DeliveryStatus::Failed, "{kind:?}: taken");
+        let claimed = drainer.claim_next().unwrap().expect("b is still queued");
+        assert_eq!(claimed.execution_id, "s:1:1:b", "{kind:?}: the drainer never gets a");
+
+        // b was claimed first: repair may not call it not started, nor take it from under
+        // the drainer, whose receipt still lands.
+        assert!(matches!(repair.lookup("s:1:1:b"), Some(Evidence::Uncertain { .. })), "{kind:?}");
+        assert!(drainer.finish("s:1:1:b", Finish::Delivered("ok".into())).unwrap(), "{kind:?}: the receipt lands");
+        assert_eq!(repair.lookup("s:1:1:b"), Some(Evidence::Delivered("ok".into())), "{kind:?}");
+    }
+}

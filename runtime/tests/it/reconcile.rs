@@ -41,7 +41,7 @@ fn repair_with(prepare: impl Fn(&dyn Outbox)) -> (Record, Arc<dyn Outbox>, Strin
 
     let recovery = seams_with(TestProcess::new("recovery", &world), Arc::new(FaultyFs::default()));
     let store =
-        FileStore::new(recovery, dir.path(), Format::Jsonl).with_evidence(Arc::new(QueueEvidence(outbox.clone())));
+        FileStore::new(recovery, dir.path(), Format::Jsonl).with_evidence(Arc::new(QueueEvidence::new(outbox.clone())));
     let opened = store.open(&sid("s"), Takeover::IfDead).unwrap();
     Validator::validate_all(&opened.loaded.records).unwrap();
     let closer = opened.loaded.repair.unwrap().closers[0].clone();

@@ -111,7 +111,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         Arc::new(JournalOutbox::open(seams.clone(), &outbox_path).map_err(|e| e.to_string())?);
     let deliverer = drain_queue(outbox.as_ref(), &seams, (seed, life), gateway, report.as_ref()).await?;
     let store = FileStore::new(seams.clone(), &sessions_dir, plan.store.format())
-        .with_evidence(Arc::new(QueueEvidence(outbox.clone())));
+        .with_evidence(Arc::new(QueueEvidence::new(outbox.clone())));
     let id = SessionId::new(SESSION).expect("valid id");
     let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
     let route = route?;

@@ -8,8 +8,8 @@
 //! Its faults, drawn per call from the seed's stream while the fault window is open: the
 //! session forgotten (HTTP 404, nothing done), the tool failing before acting (`isError`),
 //! the reply lost after the effect (the connection dropped), a malformed reply after the
-//! effect, the server process killed mid-call (stdio: the pipes close). A cancel is never
-//! answered. A tool declared with `retries` and no dedup repeats its own effect when its
+//! effect, the server process killed mid-call (stdio: the pipes close), no reply at all
+//! after the effect, cancel or not. A tool declared with `retries` and no dedup repeats its own effect when its
 //! downstream reply is lost — the server's business, and the finding says which side
 //! repeated.
 
@@ -79,6 +79,9 @@ pub struct McpFaults {
     pub lost_reply_rate: f64,
     /// The effect happens and the reply is not JSON-RPC.
     pub malformed_rate: f64,
+    /// The effect happens and no reply ever comes, cancel or not (the caller's deadline and
+    /// its cancel's grace end the wait).
+    pub hang_rate: f64,
 }
 
 impl McpService {
@@ -95,6 +98,7 @@ impl McpService {
                 ("expire_rate".into(), Some(f.expire_rate)),
                 ("lost_reply_rate".into(), Some(f.lost_reply_rate)),
                 ("malformed_rate".into(), Some(f.malformed_rate)),
+                ("hang_rate".into(), Some(f.hang_rate)),
             ]);
         }
         for tool in &self.tools {
@@ -120,7 +124,7 @@ impl McpFaults {
         }
         let draw = crate::seed::Seed::new(seed).fault(&format!("mcp/{}", service.host));
         let rate = || if draw.unit_f64() < 0.5 { 0.0 } else { 0.05 + 0.25 * draw.unit_f64() };
-        McpFaults { expire_rate: rate(), lost_reply_rate: rate(), malformed_rate: rate() }
+        McpFaults { expire_rate: rate(), lost_reply_rate: rate(), malformed_rate: rate(), hang_rate: rate() }
     }
 }
 
@@ -179,6 +183,8 @@ enum Handled {
     Drop,
     /// Reply with bytes that are not JSON-RPC.
     Garble,
+    /// Never reply.
+    Hang,
 }
 
 /// Serves `running` until the host dies: HTTP on `http`, stdio lines on `stdio`.
@@ -249,6 +255,7 @@ async fn http_reply(
         }
         Handled::Drop => Err(std::io::Error::other("the connection dropped after the effect")),
         Handled::Garble => Ok(status(StatusCode::OK, "{\"jsonrpc\": \"2.0\", \"id\":")),
+        Handled::Hang => std::future::pending().await,
     }
 }
 
@@ -304,6 +311,7 @@ async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, runn
                 Handled::Garble => "{\"jsonrpc\": \"2.0\", \"id\":\n".to_owned(),
                 Handled::Nothing | Handled::Expired => return true,
                 Handled::Drop => return false,
+                Handled::Hang => std::future::pending().await,
             };
             write.lock().await.write_all(bytes.as_bytes()).await.is_ok()
         });
@@ -364,8 +372,8 @@ async fn call(running: &Running, mark: &str, message: &Value, has_session: bool,
     };
     running.clock.sleep(Duration::from_millis(tool.latency_ms)).await;
     let faulty = running.faulty();
-    // Every draw is made for every call, so one rate does not shift another's stream.
-    let draws: Vec<f64> = (0..4).map(|_| running.draw.unit_f64()).collect();
+    // The fault draws are made for every call, so one rate does not shift another's stream.
+    let draws: Vec<f64> = (0..5).map(|_| running.draw.unit_f64()).collect();
     let tool_faults = super::service::ServiceFaults::of(
         &super::service::Service::new(format!("{}-{}", running.service.host, tool.name)),
         running.seed,
@@ -395,6 +403,10 @@ async fn call(running: &Running, mark: &str, message: &Value, has_session: bool,
     if faulty && draws[3] < running.faults.malformed_rate {
         mark_reply_lost(running, mark);
         return Handled::Garble;
+    }
+    if faulty && draws[4] < running.faults.hang_rate {
+        mark_reply_lost(running, mark);
+        return Handled::Hang;
     }
     text_result(&format!("{} did {name} for {execution_id}", running.service.server), false)
 }
