@@ -230,33 +230,41 @@ impl Outbox for SqliteOutbox {
 
     fn claim_next(&self) -> Result<Option<Claim>> {
         let now = self.now();
+        // The claim joins the in-flight set before its transaction commits, so a recovery of
+        // this process that sees the row `delivering` also sees it in flight (issue 54).
+        let mut joined = None;
         let claim = self.transaction(|tx| {
             let Some(next) = rows_with(tx, machine::claimable_statuses(), 1)?.into_iter().next() else {
                 return Ok(None);
             };
             let (claim, op) = machine::claim(&next, &self.me, now);
             execute(tx, &op)?;
-            Ok(Some(claim))
-        })?;
-        if let Some(claim) = &claim {
             self.in_flight().insert(claim.execution_id.clone());
+            joined = Some(claim.execution_id.clone());
+            Ok(Some(claim))
+        });
+        if let (Err(_), Some(id)) = (&claim, &joined) {
+            self.in_flight().remove(id);
         }
-        Ok(claim)
+        claim
     }
 
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
-        self.in_flight().remove(execution_id);
         let now = self.now();
         // The fence is read and the row written in one IMMEDIATE transaction: a recovery by
         // another process cannot slip between them.
-        self.transaction(|tx| {
+        let finished = self.transaction(|tx| {
             let Some(op) = machine::finish(row(tx, execution_id)?.as_ref(), &self.me, outcome, &self.secrets, now)
             else {
                 return Ok(false);
             };
             execute(tx, &op)?;
             Ok(true)
-        })
+        });
+        // Out of flight only once the row is no longer `delivering` (or the finish failed): a
+        // recovery between the two would take a live claim for abandoned.
+        self.in_flight().remove(execution_id);
+        finished
     }
 
     fn get(&self, execution_id: &str) -> Result<Option<Delivery>> {
@@ -272,11 +280,13 @@ impl Outbox for SqliteOutbox {
     }
 
     fn recover_abandoned(&self) -> Result<Vec<String>> {
-        let in_flight = self.in_flight().clone();
         let now = self.now();
         self.transaction(|tx| {
             let mut abandoned = Vec::new();
-            for row in rows_with(tx, &[DeliveryStatus::Delivering], i64::MAX)? {
+            let rows = rows_with(tx, &[DeliveryStatus::Delivering], i64::MAX)?;
+            // Read after the rows, inside the transaction: a claim that committed is in it.
+            let in_flight = self.in_flight().clone();
+            for row in rows {
                 if let Some(op) = machine::recover_abandoned(&row, &self.me, &in_flight, self.process.as_ref(), now) {
                     execute(tx, &op)?;
                     abandoned.push(row.execution_id);

@@ -747,3 +747,44 @@ fn repair_takes_a_never_claimed_delivery_out_of_the_queue_before_calling_it_not_
         assert_eq!(repair.lookup("s:1:1:b"), Some(Evidence::Delivered("ok".into())), "{kind:?}");
     }
 }
+
+/// A drain's claims are never taken for abandoned by a `recover_abandoned` of the same
+/// process running beside it (issue 54, race 2): parallel outbox tool calls each start a drain
+/// with `recover_abandoned`, and one that read the process's in-flight set before another's
+/// claim committed marked that live claim `unknown` — its real receipt then discarded. Real
+/// threads on one queue handle (one connection), a thousand claims against a recover loop.
+/// Before the fix it failed at the first claim on SQLite and on PostgreSQL: the recover's
+/// snapshot of the in-flight set, taken while it waited for the connection, missed a claim
+/// that committed ahead of it, and `finish` left the set before its own transaction.
+#[test]
+#[allow(clippy::disallowed_methods)] // real threads race on a real connection
+fn a_claim_in_flight_is_never_recovered_as_abandoned_by_its_own_process() {
+    const CLAIMS: usize = 1000;
+    for kind in kinds() {
+        let bench = Bench::new(kind);
+        let queue = bench.open(&bench.process("worker"));
+        for i in 0..CLAIMS {
+            queue.enqueue(&format!("s:1:1:{i}"), "pay").unwrap();
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let recovering = {
+            let (queue, stop) = (queue.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut taken = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    taken.extend(queue.recover_abandoned().unwrap());
+                }
+                taken
+            })
+        };
+        let mut claimed = 0;
+        while let Some(claim) = queue.claim_next().unwrap() {
+            assert!(queue.finish(&claim.execution_id, Finish::Delivered("ok".into())).unwrap(), "{kind:?}: {claim:?}");
+            claimed += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+        let taken = recovering.join().unwrap();
+        assert!(taken.is_empty(), "{kind:?}: live claims of this process were called abandoned: {taken:?}");
+        assert_eq!(claimed, CLAIMS, "{kind:?}");
+    }
+}

@@ -249,6 +249,10 @@ impl Outbox for PgOutbox {
     fn claim_next(&self) -> Result<Option<Claim>> {
         let now = self.clock.now_ms();
         let me = self.me.clone();
+        // The claim joins the in-flight set before its transaction commits, so a recovery of
+        // this process that sees the row `delivering` also sees it in flight (issue 54).
+        let (in_flight, joined) = (self.in_flight.clone(), Arc::new(Mutex::new(None::<String>)));
+        let noted = joined.clone();
         let claim = self.transaction(move |tx| {
             let wanted: Vec<String> = machine::claimable_statuses().iter().map(ToString::to_string).collect();
             let sql = format!(
@@ -258,27 +262,33 @@ impl Outbox for PgOutbox {
             let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
             let (claim, op) = machine::claim(&next, &me, now);
             execute(tx, &op)?;
+            in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.execution_id.clone());
+            *noted.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim.execution_id.clone());
             Ok(Some(claim))
-        })?;
-        if let Some(claim) = &claim {
-            self.in_flight().insert(claim.execution_id.clone());
+        });
+        let joined = joined.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let (Err(_), Some(id)) = (&claim, joined) {
+            self.in_flight().remove(&id);
         }
-        Ok(claim)
+        claim
     }
 
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
-        self.in_flight().remove(execution_id);
         let now = self.clock.now_ms();
         let (id, me, secrets) = (execution_id.to_owned(), self.me.clone(), self.secrets.clone());
         // The owner fence is read and the row written in one transaction, the row locked.
-        self.transaction(move |tx| {
+        let finished = self.transaction(move |tx| {
             lock_id(tx, &id)?;
             let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome, &secrets, now) else {
                 return Ok(false);
             };
             execute(tx, &op)?;
             Ok(true)
-        })
+        });
+        // Out of flight only once the row is no longer `delivering` (or the finish failed): a
+        // recovery between the two would take a live claim for abandoned.
+        self.in_flight().remove(execution_id);
+        finished
     }
 
     fn get(&self, execution_id: &str) -> Result<Option<Delivery>> {
@@ -301,12 +311,15 @@ impl Outbox for PgOutbox {
     }
 
     fn recover_abandoned(&self) -> Result<Vec<String>> {
-        let in_flight = self.in_flight().clone();
+        let in_flight = self.in_flight.clone();
         let now = self.clock.now_ms();
         let (me, process) = (self.me.clone(), self.process.clone());
         self.transaction(move |tx| {
             let mut abandoned = Vec::new();
-            for row in rows_with(tx, &[DeliveryStatus::Delivering])? {
+            let rows = rows_with(tx, &[DeliveryStatus::Delivering])?;
+            // Read after the rows are locked: a claim that committed is in it.
+            let in_flight = in_flight.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            for row in rows {
                 if let Some(op) = machine::recover_abandoned(&row, &me, &in_flight, process.as_ref(), now) {
                     execute(tx, &op)?;
                     abandoned.push(row.execution_id);
