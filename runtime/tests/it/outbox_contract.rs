@@ -788,3 +788,38 @@ fn a_claim_in_flight_is_never_recovered_as_abandoned_by_its_own_process() {
         assert_eq!(claimed, CLAIMS, "{kind:?}");
     }
 }
+
+/// An id being pruned is never admitted again by an enqueue racing the prune (issue 54,
+/// race 3). On PostgreSQL the prune locked the rows and wrote tombstones without the
+/// per-execution-id lock; an enqueue that looked for a tombstone before the prune committed,
+/// then waited on the row lock, found neither once the prune committed, and queued the id
+/// afresh — an effect that already happened, claimable again. Real threads on two
+/// connections: one prunes five hundred finished rows, the other enqueues them again.
+#[test]
+#[allow(clippy::disallowed_methods)] // real threads race on real connections
+fn an_enqueue_racing_a_prune_never_admits_a_pruned_id_again() {
+    const ROWS: usize = 500;
+    // The journal is one process's queue: a second handle does not see the first's rows.
+    for kind in kinds().into_iter().filter(|k| *k != Kind::Journal) {
+        let bench = Bench::new(kind);
+        let (worker, pruner) = (bench.open(&bench.process("worker")), bench.open(&bench.process("pruner")));
+        let ids: Vec<String> = (0..ROWS).map(|i| format!("s:1:1:{i}")).collect();
+        for id in &ids {
+            worker.enqueue(id, "pay").unwrap();
+            let claim = worker.claim_next().unwrap().unwrap();
+            worker.finish(&claim.execution_id, Finish::Delivered("ok".into())).unwrap();
+        }
+        let pruning = std::thread::spawn(move || pruner.prune(u64::MAX).unwrap());
+        let mut readmitted = Vec::new();
+        while !pruning.is_finished() {
+            for id in ids.iter().rev() {
+                if worker.enqueue(id, "pay again").unwrap() == Enqueued::New {
+                    readmitted.push(id.clone());
+                }
+            }
+        }
+        assert_eq!(pruning.join().unwrap(), ROWS, "{kind:?}");
+        assert!(readmitted.is_empty(), "{kind:?}: pruned ids queued afresh: {readmitted:?}");
+        assert_eq!(worker.claim_next().unwrap(), None, "{kind:?}: nothing claimable");
+    }
+}

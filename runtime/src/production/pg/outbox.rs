@@ -87,6 +87,13 @@ fn found(tx: &mut Tx<'_>, id: &str) -> Result<Found> {
     Ok(row(tx, id)?.map_or(Found::Nothing, |r| Found::Row(r.status)))
 }
 
+/// The ids of rows of `statuses`, oldest first, unlocked (each is locked by id before use).
+fn ids_with(tx: &mut Tx<'_>, statuses: &[DeliveryStatus]) -> Result<Vec<String>> {
+    let wanted: Vec<String> = statuses.iter().map(ToString::to_string).collect();
+    let sql = "SELECT execution_id FROM faultline_deliveries WHERE status = ANY($1) ORDER BY seq";
+    Ok(tx.query_typed(sql, &[(&wanted, Type::TEXT_ARRAY)]).map_err(classify)?.iter().map(|r| r.get(0)).collect())
+}
+
 /// Rows of `statuses`, oldest first, locked (rows another transaction holds are waited for).
 fn rows_with(tx: &mut Tx<'_>, statuses: &[DeliveryStatus]) -> Result<Vec<Delivery>> {
     let wanted: Vec<String> = statuses.iter().map(ToString::to_string).collect();
@@ -351,7 +358,12 @@ impl Outbox for PgOutbox {
         let terminal = [DeliveryStatus::Delivered, DeliveryStatus::Failed, DeliveryStatus::Unknown];
         self.transaction(move |tx| {
             let mut pruned = 0;
-            for row in rows_with(tx, &terminal)? {
+            // Each candidate is locked by id, then by row — the order of every transition — and
+            // read again: an enqueue racing the prune waits on the id lock and then finds the
+            // tombstone (it found neither when the prune held only the row; issue 54).
+            for id in ids_with(tx, &terminal)? {
+                lock_id(tx, &id)?;
+                let Some(row) = row(tx, &id)? else { continue };
                 if let Some(op) = machine::prune(&row, before_ms, now) {
                     execute(tx, &op)?;
                     pruned += 1;
