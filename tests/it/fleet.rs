@@ -416,3 +416,44 @@ fn an_agent_file_store_table_puts_the_session_on_postgres_without_flags() {
     assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("FLEET_DB"), "{}", stderr(&missing));
 }
+
+/// `agent run --store postgres` and `transcript` over `sslmode=verify-full` with a private CA
+/// (FAILURE-DB-TLS), and a worker pointed at the wrong CA refused before any session is made.
+#[test]
+fn agent_run_and_transcript_work_over_verify_full_and_a_wrong_ca_is_refused() {
+    let (pki, other) = (
+        faultline_runtime::testing::TestPki::new(&["localhost"]),
+        faultline_runtime::testing::TestPki::new(&["localhost"]),
+    );
+    let server = match PgServer::start_with_tls(&pki.server_cert_pem, &pki.server_key_pem) {
+        Ok(server) => server,
+        Err(e) => return skip_or_fail(REQUIRE_POSTGRES_ENV, &format!("PostgreSQL could not start: {e}")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, wrong) = (dir.path().join("ca.pem"), dir.path().join("wrong.pem"));
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    std::fs::write(&wrong, &other.ca_pem).unwrap();
+    let url_with = |root: &Path| {
+        format!(
+            "postgresql://faultline@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
+            server.port(),
+            root.display()
+        )
+    };
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [{"text": "over TLS"}], "finish": "stop"}]}),
+    );
+    let config = config(dir.path(), &model.base_url(), false);
+    let output = worker(&config, &dir.path().join("w1"), &url_with(&ca), "tls1", false, &[]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let kinds: Vec<String> =
+        cat(&url_with(&ca), "tls1").iter().map(|r| r["type"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(kinds.last().map(String::as_str), Some("turn/end"), "{kinds:?}");
+
+    let refused = worker(&config, &dir.path().join("w2"), &url_with(&wrong), "tls2", false, &[]).output().unwrap();
+    assert_ne!(refused.status.code(), Some(0));
+    assert!(stderr(&refused).contains("TLS_CERTIFICATE"), "{}", stderr(&refused));
+    assert_eq!(faultline_e2e::logged_requests(dir.path()).len(), 1, "the refused worker never asked the model");
+    server.stop();
+}

@@ -74,6 +74,12 @@ impl PlatformRoots {
     pub fn is_empty(&self) -> bool {
         self.der.is_empty()
     }
+
+    /// The certificates, DER (the PostgreSQL connector's roots too).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn der(&self) -> &[Vec<u8>] {
+        &self.der
+    }
 }
 
 impl std::fmt::Debug for PlatformRoots {

@@ -28,6 +28,8 @@ pub struct PgServer {
     port: u16,
     as_postgres: bool,
     fsync: bool,
+    /// `ssl = on` with `server.crt` and `server.key` in the data directory.
+    ssl: bool,
     databases: AtomicU64,
 }
 
@@ -85,11 +87,22 @@ impl PgServer {
     /// Starts a new server with `fsync` on or off (benchmarks compare it with SQLite's
     /// `synchronous=FULL`, so they turn it on).
     pub fn start_with(fsync: bool) -> io::Result<PgServer> {
+        Self::start_serving(fsync, None)
+    }
+
+    /// Starts a new server with `ssl = on`, presenting `cert_pem` (its key `key_pem`); it
+    /// still accepts connections without TLS.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> io::Result<PgServer> {
+        Self::start_serving(false, Some((cert_pem, key_pem)))
+    }
+
+    fn start_serving(fsync: bool, tls: Option<(&str, &str)>) -> io::Result<PgServer> {
         let bin = find_bin().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no pg_ctl found"))?;
         let dir = tempfile::Builder::new().prefix("faultline-pg-").tempdir()?.keep();
         let uid = Command::new("id").arg("-u").output()?;
         let as_postgres = String::from_utf8_lossy(&uid.stdout).trim() == "0";
-        let server = PgServer { dir, bin, port: free_port()?, as_postgres, fsync, databases: AtomicU64::new(0) };
+        let ssl = tls.is_some();
+        let server = PgServer { dir, bin, port: free_port()?, as_postgres, fsync, ssl, databases: AtomicU64::new(0) };
         if as_postgres {
             server.run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&server.dir))?;
         }
@@ -104,6 +117,17 @@ impl PgServer {
             "--locale=C",
             "--no-sync",
         ]))?;
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, pem)?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+                if server.as_postgres {
+                    server.run(Command::new("chown").arg("postgres:postgres").arg(&path))?;
+                }
+            }
+        }
         server.pg_ctl(&["start", "-w", "-t", "60"])?;
         Ok(server)
     }
@@ -158,10 +182,11 @@ impl PgServer {
 
     fn pg_ctl_command(&self, args: &[&str]) -> Command {
         let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections=200",
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections=200 -c ssl={}",
             self.port,
             self.dir.display(),
-            if self.fsync { "on" } else { "off" }
+            if self.fsync { "on" } else { "off" },
+            if self.ssl { "on" } else { "off" }
         );
         let log = self.dir.join("server.log");
         let mut command = self.tool("pg_ctl");

@@ -11,6 +11,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 pub struct TestPki {
     /// The CA certificate, PEM.
     pub ca_pem: String,
+    /// The server certificate, PEM (a PostgreSQL server's `server.crt`).
+    pub server_cert_pem: String,
+    /// Its private key, PEM (`server.key`).
+    pub server_key_pem: String,
     leaf: CertificateDer<'static>,
     leaf_key: PrivatePkcs8KeyDer<'static>,
 }
@@ -49,6 +53,8 @@ impl TestPki {
         let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).expect("a signed server certificate");
         Self {
             ca_pem: ca_cert.pem(),
+            server_cert_pem: leaf_cert.pem(),
+            server_key_pem: leaf_key.serialize_pem(),
             leaf: leaf_cert.der().clone(),
             leaf_key: PrivatePkcs8KeyDer::from(leaf_key.serialize_der()),
         }

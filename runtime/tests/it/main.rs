@@ -14,6 +14,7 @@ mod llm_sse;
 mod outbox_contract;
 mod owner_fence;
 mod pg_store;
+mod pg_tls;
 mod proxy;
 mod public_api;
 mod reconcile;

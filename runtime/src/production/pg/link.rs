@@ -25,9 +25,17 @@ pub(crate) const CONNECT_TIMEOUT_MS: u64 = 10_000;
 
 type Job = Box<dyn FnOnce(&mut Linked) + Send>;
 
+/// Where to connect: the driver's settings and the TLS the URL asked for.
+pub(crate) struct Dial {
+    pub config: postgres::Config,
+    pub tls: super::tls::PgTls,
+}
+
 /// The connection as a job sees it: connected on first use and again after a loss.
 pub(crate) struct Linked {
     config: postgres::Config,
+    /// The TLS connector (`None`: `sslmode=disable`).
+    tls: Option<super::tls::RustlsConnect>,
     client: Option<postgres::Client>,
 }
 
@@ -38,7 +46,11 @@ impl Linked {
             self.client = None;
         }
         if self.client.is_none() {
-            self.client = Some(self.config.connect(postgres::NoTls).map_err(classify)?);
+            let connected = match &self.tls {
+                Some(tls) => self.config.connect(tls.clone()),
+                None => self.config.connect(postgres::NoTls),
+            };
+            self.client = Some(connected.map_err(|e| classify_connect(e, &self.config))?);
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
@@ -86,7 +98,13 @@ impl Link {
     /// Starts the connection thread for `config`, renewing held leases of length `lease`
     /// every third of it. Connects once before returning, so a wrong address or a refused
     /// login is reported here.
-    pub(crate) fn start(mut config: postgres::Config, lease: Duration) -> Result<Arc<Link>> {
+    pub(crate) fn start(dial: Dial, lease: Duration) -> Result<Arc<Link>> {
+        let Dial { mut config, tls } = dial;
+        // Read the roots now: a bad sslrootcert is said before any connection is tried.
+        let tls = match tls.mode {
+            super::tls::SslMode::Disable => None,
+            _ => Some(super::tls::connector(&tls)?),
+        };
         config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
         config.keepalives(true);
         let (jobs, inbox) = mpsc::channel::<Job>();
@@ -96,7 +114,7 @@ impl Link {
         std::thread::Builder::new()
             .name("faultline-postgres".into())
             .spawn(move || {
-                let mut linked = Linked { config, client: None };
+                let mut linked = Linked { config, tls, client: None };
                 let mut next_renewal = Instant::now() + renew_every;
                 loop {
                     let wait = next_renewal.saturating_duration_since(Instant::now());
@@ -173,6 +191,19 @@ pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
     match e {
         Error::Database(DatabaseError { code: Some(code), .. }) => Some(code),
         _ => None,
+    }
+}
+
+/// A failed connect as the runtime's error: a refused certificate said plainly (never
+/// retried as a lost connection: it will be refused again), anything else as [`classify`].
+fn classify_connect(e: postgres::Error, config: &postgres::Config) -> Error {
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(name)) => name.clone(),
+        _ => "localhost".to_owned(),
+    };
+    match super::tls::certificate_refusal(&e, &host) {
+        Some(message) => Error::Database(DatabaseError { message, code: None, connection_lost: false }),
+        None => classify(e),
     }
 }
 

@@ -13,6 +13,7 @@ mod link;
 mod outbox;
 mod schema;
 mod store;
+mod tls;
 
 pub use outbox::PgOutbox;
 pub use schema::SCHEMA_VERSION;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
+use super::link::Dial;
 use super::link::{classify, is_connection_lost, sqlstate, Link, Linked};
 use super::schema;
 use crate::event::{Record, SessionHeader};
@@ -67,19 +68,23 @@ impl std::fmt::Debug for PgStore {
 
 /// Parses a database URL (`postgresql://user:password@host:port/db` or `key=value` pairs)
 /// and names it without its password.
-pub(crate) fn parse_url(url: &str) -> Result<(postgres::Config, String)> {
-    let config = postgres::Config::from_str(url).map_err(|_| Error::NotFaultlineDatabase {
+pub(crate) fn parse_url(url: &str) -> Result<(Dial, String)> {
+    let (rest, tls) = super::tls::split(url)?;
+    let mut config = postgres::Config::from_str(&rest).map_err(|_| Error::NotFaultlineDatabase {
         path: "the database URL".into(),
         reason: "it is not a PostgreSQL connection string (postgresql://user@host:port/dbname, or key=value pairs)"
             .into(),
     })?;
-    Ok((config.clone(), describe(&config)))
+    config.ssl_mode(super::tls::driver_mode(&tls));
+    let target = describe(&config);
+    Ok((Dial { config, tls }, target))
 }
 
 /// The password a database URL carries, if any: a secret the embedder registers with its
 /// scrubber, so it never leaves the process in a transcript or a log line.
 pub fn database_password(url: &str) -> Option<String> {
-    let config = postgres::Config::from_str(url).ok()?;
+    let (rest, _) = super::tls::split(url).ok()?;
+    let config = postgres::Config::from_str(&rest).ok()?;
     let password = config.get_password()?;
     Some(String::from_utf8_lossy(password).into_owned()).filter(|p| !p.is_empty())
 }
