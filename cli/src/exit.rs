@@ -9,7 +9,8 @@ use std::process::ExitCode;
 /// Success: the turn completed and is durable, the sweep found no failure, the transcript is
 /// clean.
 pub const OK: u8 = 0;
-/// Bad arguments, a bad config or unreadable input: nothing was run and nothing created.
+/// Bad arguments, a bad config or unreadable input, an MCP server that cannot be started or
+/// listed: nothing was run and nothing created.
 /// (clap's own default for a usage error is 2, which this table gives to "ran and failed".)
 pub const USAGE: u8 = 1;
 /// Ran and failed: the turn ended in error or out of budget, the sweep found failures, the
