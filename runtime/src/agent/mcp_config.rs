@@ -77,7 +77,8 @@ pub enum McpTransportConfig {
 }
 
 impl McpServerConfig {
-    /// How the server is reached (valid after [`McpServerConfig::check`]).
+    /// How the server is reached (valid once the agent file was parsed: `AgentFile::parse`
+    /// checks every entry).
     pub fn transport(&self) -> McpTransportConfig {
         match (&self.command, &self.url) {
             (Some(command), _) => McpTransportConfig::Stdio {
