@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand, ValueEnum};
 use faultline_runtime::event::Record;
 use faultline_runtime::outbox::{Outbox, QueueEvidence};
-use faultline_runtime::production::SqliteOutbox;
 use faultline_runtime::production::{self, PgStore, SqliteStore};
+use faultline_runtime::production::{PgOutbox, SqliteOutbox};
 use faultline_runtime::report::RecoveryReport;
 use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::{
@@ -46,7 +46,8 @@ enum TranscriptCommand {
     Repair {
         #[command(flatten)]
         target: Target,
-        /// Reconcile started calls with this delivery queue (SQLite) before calling them unknown.
+        /// Reconcile started calls with this delivery queue before calling them unknown: a
+        /// SQLite file, or `database` (the queue in the session's own PostgreSQL database).
         #[arg(long)]
         outbox: Option<PathBuf>,
     },
@@ -60,7 +61,8 @@ enum TranscriptCommand {
     Report {
         #[command(flatten)]
         target: Target,
-        /// The delivery queue (SQLite) the session's tools used.
+        /// The delivery queue the session's tools used: a SQLite file, or `database` (the queue
+        /// in the session's own PostgreSQL database).
         #[arg(long)]
         outbox: Option<PathBuf>,
         /// Print one JSON object instead of prose.
@@ -140,13 +142,44 @@ pub(crate) enum Access {
     Repair,
 }
 
-/// Opens the SQLite delivery queue at `db` as repair evidence.
+/// The PostgreSQL URL `--outbox` names, if it names one rather than a SQLite file.
+fn queue_url(db: &Path) -> Option<&str> {
+    db.to_str().filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// What `--outbox` names: `database` is the queue in the target's own PostgreSQL database
+/// (no URL on the command line); anything else is a SQLite file or a URL, as given.
+fn queue_at(outbox: Option<&Path>, target: &Target, seams: &Seams) -> Result<Option<PathBuf>, String> {
+    match outbox {
+        Some(word) if word == Path::new("database") => {
+            if target.sqlite.is_some() || target.session.is_none() {
+                return Err("--outbox database names the queue of a PostgreSQL session (--session with                             --database-url or $FAULTLINE_DATABASE_URL)"
+                    .into());
+            }
+            let database = DatabaseArgs { database_url: target.database_url.clone(), lease_ms: None, url_env: None };
+            database.url(seams).map(|url| Some(PathBuf::from(url)))
+        }
+        other => Ok(other.map(Path::to_path_buf)),
+    }
+}
+
+/// Opens the delivery queue `--outbox` names — a SQLite file, or a PostgreSQL database (a
+/// fleet's queue) — as repair evidence. A URL's password is a secret from here on.
 fn queue_evidence(db: &Path, seams: &Seams, access: Access) -> Result<QueueAndEvidence, Error> {
     let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
-    let outbox: Arc<dyn Outbox> = Arc::new(match access {
-        Access::ReadOnly => SqliteOutbox::open_read_only(db, process, clock, entropy)?,
-        Access::Repair => SqliteOutbox::open(db, process, clock, entropy)?,
-    });
+    let outbox: Arc<dyn Outbox> = match (queue_url(db), access) {
+        (Some(url), access) => {
+            if let Some(password) = production::database_password(url) {
+                seams.secrets.register(&password);
+            }
+            Arc::new(match access {
+                Access::ReadOnly => PgOutbox::connect_read_only(url, process, clock, entropy)?,
+                Access::Repair => PgOutbox::connect(url, process, clock, entropy)?,
+            })
+        }
+        (None, Access::ReadOnly) => Arc::new(SqliteOutbox::open_read_only(db, process, clock, entropy)?),
+        (None, Access::Repair) => Arc::new(SqliteOutbox::open(db, process, clock, entropy)?),
+    };
     let evidence: Arc<dyn OutcomeEvidence> = Arc::new(match access {
         Access::ReadOnly => QueueEvidence::read_only(outbox.clone()),
         Access::Repair => QueueEvidence::new(outbox.clone()),
@@ -266,9 +299,15 @@ fn report(target: &Target, outbox: Option<&Path>, as_json: bool, seams: &Seams) 
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
-    let (deliveries, evidence) = match outbox {
+    let outbox = match queue_at(outbox, target, seams) {
+        Ok(outbox) => outbox,
+        Err(message) => return fail(message),
+    };
+    let (deliveries, evidence) = match outbox.as_deref() {
         None => (Vec::new(), Arc::new(NoEvidence) as Arc<dyn OutcomeEvidence>),
-        Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
+        Some(db) if queue_url(db).is_none() && !db.exists() => {
+            return fail(format!("--outbox {}: no such file", db.display()))
+        }
         Some(db) => match queue_evidence(db, seams, Access::ReadOnly) {
             Ok((queue, evidence)) => match queue.list(None) {
                 Ok(rows) => (rows, evidence),
@@ -436,9 +475,15 @@ fn repair(target: &Target, outbox: Option<&Path>, seams: &Seams) -> ExitCode {
         Ok(resolved) => resolved,
         Err(message) => return fail(message),
     };
-    let evidence: Arc<dyn OutcomeEvidence> = match outbox {
+    let outbox = match queue_at(outbox, target, seams) {
+        Ok(outbox) => outbox,
+        Err(message) => return fail(message),
+    };
+    let evidence: Arc<dyn OutcomeEvidence> = match outbox.as_deref() {
         None => Arc::new(NoEvidence),
-        Some(db) if !db.exists() => return fail(format!("--outbox {}: no such file", db.display())),
+        Some(db) if queue_url(db).is_none() && !db.exists() => {
+            return fail(format!("--outbox {}: no such file", db.display()))
+        }
         Some(db) => match queue_evidence(db, seams, Access::Repair) {
             Ok((_, evidence)) => evidence,
             Err(e) => return fail(e),

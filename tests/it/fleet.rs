@@ -457,3 +457,41 @@ fn agent_run_and_transcript_work_over_verify_full_and_a_wrong_ca_is_refused() {
     assert_eq!(faultline_e2e::logged_requests(dir.path()).len(), 1, "the refused worker never asked the model");
     server.stop();
 }
+
+/// `transcript report|repair --outbox database` read a fleet's queue in the session's own
+/// PostgreSQL database as they read a SQLite file (issue 54): a worker killed while its delivery is out leaves the
+/// call `delivering`; the report names it, and the repair closes it from that record.
+#[test]
+fn report_and_repair_reconcile_with_the_queue_in_postgres() {
+    let Some(url) = database() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": [{"tool_call": {"index": 0, "id": "call_1", "name": "send", "arguments": "{\"text\":\"hi\"}"}}], "finish": "tool_calls"},
+            {"frames": [{"text": "checked"}], "finish": "stop"}
+        ]}),
+    );
+    let config = faultline_e2e::marker_agent_config(dir.path(), &model.base_url(), true, true);
+    let mut child = spawn(worker(&config, &dir.path().join("w1"), &url, "q1", false, &[]));
+    wait_for("the receiver's marker", || !faultline_e2e::markers(dir.path()).is_empty());
+    child.kill().unwrap(); // SIGKILL with the delivery out
+    child.wait().unwrap();
+
+    let report = transcript("report", &url, "q1", &["--outbox", "database", "--json"]);
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let report: Value = serde_json::from_str(stdout(&report).trim()).unwrap();
+    assert_eq!(report["unknown"][0]["execution_id"], "q1:1:1:call_1", "{report}");
+    assert!(report["unknown"][0]["detail"].as_str().unwrap().contains("delivering"), "{report}");
+
+    let repaired = transcript("repair", &url, "q1", &["--outbox", "database"]);
+    assert_eq!(repaired.status.code(), Some(0), "{}", stderr(&repaired));
+    let log = cat(&url, "q1");
+    let result = log.iter().find(|r| r["type"] == "tool/result").expect("a closer for the call");
+    let text = result["data"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("delivery record q1:1:1:call_1"), "closed from the queue's record: {text}");
+    let by_url = transcript("report", &url, "q1", &["--outbox", &url, "--json"]);
+    assert_eq!(by_url.status.code(), Some(0), "a URL names the same queue: {}", stderr(&by_url));
+    let missing = transcript("report", &url, "q1", &["--outbox", "/nonexistent/outbox.sqlite"]);
+    assert_ne!(missing.status.code(), Some(0), "a SQLite path is still a file");
+}
