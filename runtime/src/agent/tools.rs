@@ -147,14 +147,20 @@ impl CallOutcome {
     }
 }
 
-fn truncate(mut text: String) -> String {
-    if text.len() > TOOL_OUTPUT_BYTES_MAX {
-        let mut end = TOOL_OUTPUT_BYTES_MAX;
+fn truncate(text: String) -> String {
+    cut_marked(text, TOOL_OUTPUT_BYTES_MAX, "\n[output truncated]")
+}
+
+/// `text` cut to at most `bytes_max` bytes at a character boundary, with `marker` after the
+/// cut (so a reader sees that it was cut); unchanged when it fits.
+pub(crate) fn cut_marked(mut text: String, bytes_max: usize, marker: &str) -> String {
+    if text.len() > bytes_max {
+        let mut end = bytes_max;
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         text.truncate(end);
-        text.push_str("\n[output truncated]");
+        text.push_str(marker);
     }
     text
 }

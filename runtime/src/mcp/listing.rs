@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::agent::tools::cut_marked;
 use crate::agent::{check_parameters, McpServerConfig};
 use crate::event::ToolSchema;
 
@@ -110,15 +111,8 @@ fn offer(config: &McpServerConfig, name: &str, tool: &Value) -> Result<ListedToo
     }
     let parameters = tool.get("inputSchema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"}));
     check_parameters(&parameters).map_err(|(path, message)| format!("its inputSchema {path}: {message}"))?;
-    let mut description = tool.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
-    if description.len() > MCP_DESCRIPTION_BYTES_MAX {
-        let mut end = MCP_DESCRIPTION_BYTES_MAX;
-        while !description.is_char_boundary(end) {
-            end -= 1;
-        }
-        description.truncate(end);
-        description.push_str(" [description truncated]");
-    }
+    let description = tool.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let description = cut_marked(description, MCP_DESCRIPTION_BYTES_MAX, " [description truncated]");
     let hint = |key: &str| tool.get("annotations").and_then(|a| a.get(key)).and_then(Value::as_bool);
     let side_effects = config.side_effects.get(name).copied().unwrap_or(!hint("readOnlyHint").unwrap_or(false));
     Ok(ListedTool {

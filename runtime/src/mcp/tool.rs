@@ -12,6 +12,7 @@ use super::client::{Called, McpServer, MCP_CANCEL_GRACE_MS};
 use super::jsonrpc;
 use super::listing::ListedTool;
 use super::transport::Lost;
+use crate::agent::tools::cut_marked;
 use crate::agent::{Tool, ToolInvocation, ToolOutput};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
@@ -109,18 +110,7 @@ fn rendered(result: &Value) -> String {
         .iter()
         .map(|block| match (block.get("type").and_then(Value::as_str), block.get("text").and_then(Value::as_str)) {
             (Some("text"), Some(text)) => text.to_owned(),
-            _ => {
-                let mut json = block.to_string();
-                if json.len() > BLOCK_RENDERED_BYTES_MAX {
-                    let mut end = BLOCK_RENDERED_BYTES_MAX;
-                    while !json.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    json.truncate(end);
-                    json.push_str(" [block truncated]");
-                }
-                json
-            }
+            _ => cut_marked(block.to_string(), BLOCK_RENDERED_BYTES_MAX, " [block truncated]"),
         })
         .collect();
     parts.join("\n")
