@@ -25,8 +25,9 @@ pub async fn mcp_tools(seams: &Seams, config: &ResolvedAgentFile) -> Result<Vec<
         let handle = McpServer::new(server.clone(), seams.clone(), headers, hidden.clone());
         let (listed, refused) = handle.list_tools().await.map_err(|e| seams.secrets.scrub(&e.to_string()))?;
         for refused in refused {
-            let why = seams.secrets.scrub(&refused.why);
-            eprintln!("faultline: MCP server {}: tool {:?} is not offered: {why}", server.name, refused.name);
+            // Both came from the server: scrubbed by value like everything else that leaves.
+            let (name, why) = (seams.secrets.scrub(&refused.name), seams.secrets.scrub(&refused.why));
+            eprintln!("faultline: MCP server {}: tool {name:?} is not offered: {why}", server.name);
         }
         eprintln!("faultline: MCP server {}: {} tool(s) offered", server.name, listed.len());
         tools.extend(McpTool::all(&handle, listed));
