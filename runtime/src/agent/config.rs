@@ -53,21 +53,9 @@ pub const OTLP_ENDPOINT_BYTES_MAX: usize = 2048;
 impl TelemetrySection {
     fn check(&self) -> Result<(), ConfigError> {
         let Some(url) = &self.otlp_endpoint else { return Ok(()) };
-        let bad = |message: &str| Err(ConfigError { path: "telemetry.otlp_endpoint".into(), message: message.into() });
-        let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
-            return bad("must be an http:// or https:// URL");
-        };
-        if url.len() > OTLP_ENDPOINT_BYTES_MAX {
-            return bad(&format!("longer than {OTLP_ENDPOINT_BYTES_MAX} bytes"));
-        }
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        if authority.is_empty() {
-            return bad("names no host");
-        }
-        if authority.contains('@') {
-            return bad("carries credentials: put a collector's token in OTEL_EXPORTER_OTLP_HEADERS, not in the file");
-        }
-        Ok(())
+        let hint = "a collector's token in OTEL_EXPORTER_OTLP_HEADERS";
+        super::http_url::check_http_url(url, OTLP_ENDPOINT_BYTES_MAX, hint)
+            .map_err(|message| ConfigError { path: "telemetry.otlp_endpoint".into(), message })
     }
 }
 

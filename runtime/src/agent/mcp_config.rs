@@ -102,7 +102,8 @@ impl McpServerConfig {
             (Some(command), None) if command.first().is_none_or(String::is_empty) => {
                 return bad("command", "must name a program");
             }
-            (None, Some(url)) => check_url(url).or_else(|message| bad("url", &message))?,
+            (None, Some(url)) => super::http_url::check_http_url(url, MCP_URL_BYTES_MAX, "a token in headers_env")
+                .or_else(|message| bad("url", &message))?,
             _ => {}
         }
         let over = [
@@ -150,23 +151,6 @@ impl McpServerConfig {
         }
         Ok(())
     }
-}
-
-fn check_url(url: &str) -> Result<(), String> {
-    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
-        return Err("must be an http:// or https:// URL".into());
-    };
-    if url.len() > MCP_URL_BYTES_MAX {
-        return Err(format!("longer than {MCP_URL_BYTES_MAX} bytes"));
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err("names no host".into());
-    }
-    if authority.contains('@') {
-        return Err("carries credentials: put a token in headers_env, not in the file".into());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

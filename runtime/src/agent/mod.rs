@@ -16,6 +16,7 @@ mod builder;
 mod config;
 pub(crate) mod history;
 mod http;
+mod http_url;
 mod mcp_config;
 mod parameters;
 pub(crate) mod retry;

@@ -74,12 +74,6 @@ impl PlatformRoots {
     pub fn is_empty(&self) -> bool {
         self.der.is_empty()
     }
-
-    /// The certificates, DER (the PostgreSQL connector's roots too).
-    #[cfg(feature = "postgres")]
-    pub(crate) fn der(&self) -> &[Vec<u8>] {
-        &self.der
-    }
 }
 
 impl std::fmt::Debug for PlatformRoots {
@@ -121,29 +115,14 @@ impl TlsConfigs {
         if let Some(config) = self.built.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(config.clone());
         }
-        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        // A platform store may hold certificates webpki cannot use (odd encodings, v1
-        // certificates): those are skipped, as every other client of the store does.
-        let (_, _unusable) =
-            roots.add_parsable_certificates(platform.der.iter().map(|der| CertificateDer::from(der.as_slice())));
+        let mut roots = default_roots(platform);
         if let Some(path) = ca_file {
             let fs = fs.ok_or_else(|| {
                 failure(ErrorCode::InvalidRequest, format!("ca_file {path}: this adapter has no filesystem to read it"))
             })?;
             let pem = read_ca_file(fs, path)?;
-            let mut added = 0;
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| {
-                    failure(ErrorCode::InvalidRequest, format!("ca_file {path}: not a PEM certificate bundle: {e}"))
-                })?;
-                roots.add(cert).map_err(|e| {
-                    failure(ErrorCode::InvalidRequest, format!("ca_file {path}: unusable certificate: {e}"))
-                })?;
-                added += 1;
-            }
-            if added == 0 {
-                return Err(failure(ErrorCode::InvalidRequest, format!("ca_file {path}: no certificate in it")));
-            }
+            add_pem_roots(&mut roots, &pem)
+                .map_err(|why| failure(ErrorCode::InvalidRequest, format!("ca_file {path}: {why}")))?;
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(provider)
@@ -156,6 +135,33 @@ impl TlsConfigs {
         self.built.lock().unwrap_or_else(|p| p.into_inner()).insert(key, config.clone());
         Ok(config)
     }
+}
+
+/// Mozilla's roots and the platform's: what a client trusts unless told otherwise.
+#[cfg(feature = "tls")]
+pub(crate) fn default_roots(platform: &PlatformRoots) -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    // A platform store may hold certificates webpki cannot use (odd encodings, v1
+    // certificates): those are skipped, as every other client of the store does.
+    let (_, _unusable) =
+        roots.add_parsable_certificates(platform.der.iter().map(|der| CertificateDer::from(der.as_slice())));
+    roots
+}
+
+/// Adds every certificate of the PEM bundle `pem` to `roots`; a bundle that is not PEM, holds
+/// an unusable certificate or none at all is refused with the reason.
+#[cfg(feature = "tls")]
+pub(crate) fn add_pem_roots(roots: &mut rustls::RootCertStore, pem: &[u8]) -> Result<(), String> {
+    let mut added = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+        roots.add(cert).map_err(|e| format!("unusable certificate: {e}"))?;
+        added += 1;
+    }
+    if added == 0 {
+        return Err("no certificate in it".into());
+    }
+    Ok(())
 }
 
 #[cfg(feature = "tls")]

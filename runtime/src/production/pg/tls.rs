@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -156,10 +155,7 @@ pub(crate) fn connector(tls: &PgTls) -> Result<RustlsConnect> {
 
 fn roots(tls: &PgTls) -> Result<rustls::RootCertStore> {
     let Some(path) = &tls.root else {
-        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-        let platform = super::super::platform_roots();
-        let _ = roots.add_parsable_certificates(platform.der().iter().map(|der| CertificateDer::from(der.as_slice())));
-        return Ok(roots);
+        return Ok(crate::llm::tls::default_roots(&super::super::platform_roots()));
     };
     let shown = path.display();
     let unreadable = |e: std::io::Error| bad_url(&format!("sslrootcert {shown}: {e}"));
@@ -170,14 +166,9 @@ fn roots(tls: &PgTls) -> Result<rustls::RootCertStore> {
         )));
     }
     let pem = std::fs::read(path).map_err(unreadable)?;
+    // The file is the whole trust, as libpq's sslrootcert is.
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| bad_url(&format!("sslrootcert {shown}: not a PEM certificate bundle: {e}")))?;
-        roots.add(cert).map_err(|e| bad_url(&format!("sslrootcert {shown}: unusable certificate: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(bad_url(&format!("sslrootcert {shown}: no certificate in it")));
-    }
+    crate::llm::tls::add_pem_roots(&mut roots, &pem).map_err(|why| bad_url(&format!("sslrootcert {shown}: {why}")))?;
     Ok(roots)
 }
 
