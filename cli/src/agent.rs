@@ -10,7 +10,8 @@ use clap::{Args, Subcommand};
 use faultline_runtime::agent::{
     Agent, AgentConfig, AgentFile, Open, ResolvedAgentFile, StoreKindConfig, Tool, ToolSet, TurnOutcome,
 };
-use faultline_runtime::event::{Chunk, Event, TurnEndReason};
+use faultline_runtime::approval::{DecisionRequest, NeedsApproval};
+use faultline_runtime::event::{Chunk, Decision, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
 use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
 use faultline_runtime::production::{self, CommandDeliverer, CommandTool, EnvCredentials, SqliteOutbox};
@@ -34,7 +35,7 @@ pub struct AgentArgs {
 enum AgentCommand {
     /// Run one turn. Exit 0 completed, 1 bad arguments or config (nothing created), 2 error, 3
     /// aborted (SIGTERM) or interrupted, 6 not kept (the turn or the session's closing could not
-    /// be made durable), 130 after Ctrl-C.
+    /// be made durable), 7 paused for a person's approval, 130 after Ctrl-C.
     Run(RunArgs),
     /// An interactive session: one turn per input line, streamed; Ctrl-C cancels the turn, not
     /// the program; the config file is watched (a valid edit applies to the next request, an
@@ -71,12 +72,13 @@ struct ChatArgs {
 struct RunArgs {
     #[command(flatten)]
     session: SessionArgs,
-    /// Continue an existing session: crash repair first, then the next turn.
+    /// Continue an existing session: crash repair first, then a turn paused for approval (if
+    /// its calls are decided), then the next turn.
     #[arg(long, requires = "session")]
     resume: bool,
-    /// The user message.
-    #[arg(long)]
-    prompt: String,
+    /// The user message (optional with --resume: continuing a paused turn needs none).
+    #[arg(long, required_unless_present = "resume")]
+    prompt: Option<String>,
     /// Print one JSON summary object instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -126,13 +128,20 @@ fn read_config(path: &Path) -> Result<ResolvedAgentFile, String> {
 /// The tools a config declares; `via_outbox` tools deliver through `outbox`.
 fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>, mcp: &[Arc<dyn Tool>]) -> ToolSet {
     let served = mcp.iter().fold(ToolSet::new(), |set, tool| set.with(tool.clone()));
-    config.tools.iter().cloned().fold(served, |set, tool| match (outbox, tool.via_outbox) {
-        (Some(queue), true) => {
-            let schema = CommandTool::new(tool.clone()).schema();
-            let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()).with_env(tool.env()));
-            set.with(Arc::new(OutboxTool::new(schema, queue.clone(), deliverer)))
+    config.tools.iter().cloned().fold(served, |set, tool| {
+        let policy = tool.approval_policy();
+        let runs: Arc<dyn Tool> = match (outbox, tool.via_outbox) {
+            (Some(queue), true) => {
+                let schema = CommandTool::new(tool.clone()).schema();
+                let deliverer = Arc::new(CommandDeliverer::new(tool.command.clone()).with_env(tool.env()));
+                Arc::new(OutboxTool::new(schema, queue.clone(), deliverer))
+            }
+            _ => Arc::new(CommandTool::new(tool)),
+        };
+        match policy {
+            Some(policy) => set.with(Arc::new(NeedsApproval::new(runs, policy))),
+            None => set.with(runs),
         }
-        _ => set.with(Arc::new(CommandTool::new(tool))),
     })
 }
 
@@ -285,11 +294,19 @@ fn run_turn(args: &RunArgs) -> ExitCode {
             Err(e) => return bad(e),
         };
         let printer = (!args.json).then(|| tokio::spawn(print_stream(agent.clone())));
-        if let Err(e) = agent.submit(args.prompt.clone()) {
+        let paused = !agent.awaiting_approval().is_empty();
+        let started = match (paused, &args.prompt) {
+            (true, _) => agent.continue_turn(),
+            (false, Some(prompt)) => agent.submit(prompt.clone()),
+            (false, None) => Err(faultline_runtime::Error::ApprovalRefused(format!(
+                "session {id} has no turn paused for approval: give --prompt"
+            ))),
+        };
+        if let Err(e) = started {
             return bad(e);
         }
         let interrupted = tokio::select! {
-            () = agent.when_idle() => false,
+            () = turns_done(&agent, paused.then_some(args.prompt.as_deref()).flatten()) => false,
             _ = interrupt.recv() => {
                 agent.cancel();
                 agent.when_idle().await;
@@ -303,6 +320,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         };
         let outcome = agent.last_outcome();
         let session_usage = agent.session_usage();
+        let awaiting = agent.awaiting_approval();
         let closed = agent.dispose().await.map_err(|e| e.to_string());
         if let Some(printer) = printer {
             printer.abort();
@@ -310,8 +328,20 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         if let Err(e) = &closed {
             eprintln!("faultline agent run: closing the session failed, so not everything it accepted is kept: {e}");
         }
-        report(&id, outcome, session_usage, args.json, interrupted, closed)
+        let ended = Ended { outcome, session_usage, interrupted, closed, awaiting };
+        report(&id, ended, args.json, &at.session_dir)
     })
+}
+
+/// Waits for the agent to go idle; after a paused turn is continued to its end, `then` (a
+/// prompt given with `--resume`) is the next turn.
+async fn turns_done(agent: &Agent, then: Option<&str>) {
+    agent.when_idle().await;
+    if let Some(prompt) = then {
+        if agent.awaiting_approval().is_empty() && agent.submit(prompt).is_ok() {
+            agent.when_idle().await;
+        }
+    }
 }
 
 /// How often the chat looks at its config file, in ms.
@@ -427,6 +457,18 @@ async fn converse(started: &Started, interrupt: &mut tokio::signal::unix::Signal
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut unkept: Vec<bool> = Vec::new();
     loop {
+        // A paused turn is decided here, inline, before any new input.
+        if !started.agent.awaiting_approval().is_empty() {
+            if !ask_approvals(&started.agent, &mut lines).await {
+                break;
+            }
+            if let Err(e) = started.agent.continue_turn() {
+                eprintln!("faultline agent chat: {e}");
+                break;
+            }
+            wait_turn(started, interrupt, &mut unkept).await;
+            continue;
+        }
         let line = tokio::select! {
             line = lines.next_line() => line,
             _ = interrupt.recv() => continue, // Ctrl-C at the prompt cancels nothing
@@ -439,6 +481,38 @@ async fn converse(started: &Started, interrupt: &mut tokio::signal::unix::Signal
             eprintln!("faultline agent chat: {e}");
             break;
         }
+        wait_turn(started, interrupt, &mut unkept).await;
+    }
+    unkept
+}
+
+/// Asks on the terminal about each call the paused turn waits on: `y` approves, anything else
+/// denies (its text the reason). Returns `false` when stdin ended first.
+async fn ask_approvals(agent: &Agent, lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>) -> bool {
+    let by = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "chat".to_owned());
+    for call in agent.awaiting_approval().into_iter().filter(|c| c.decision.is_none()) {
+        println!("[approval] {} ({}) wants to run with {}", call.name, call.call_id, call.arguments);
+        println!("[approval] approve? y = yes; anything else denies it (your words are the reason)");
+        let _ = std::io::stdout().flush();
+        let Ok(Some(answer)) = lines.next_line().await else { return false };
+        let answer = answer.trim();
+        let request = if answer.eq_ignore_ascii_case("y") || answer.eq_ignore_ascii_case("yes") {
+            DecisionRequest::new(call.call_id.clone(), Decision::Approved, by.clone())
+        } else {
+            let reason = if answer.is_empty() { "denied in chat" } else { answer };
+            DecisionRequest::new(call.call_id.clone(), Decision::Denied, by.clone()).reason(reason)
+        };
+        match agent.decide(&request).await {
+            Ok(decided) => println!("[approval] {} {}", decided.record.decision.as_str(), call.call_id),
+            Err(e) => println!("[approval] {e}"),
+        }
+    }
+    true
+}
+
+/// Waits for the running turn (Ctrl-C cancels it) and says how it ended.
+async fn wait_turn(started: &Started, interrupt: &mut tokio::signal::unix::Signal, unkept: &mut Vec<bool>) {
+    {
         tokio::select! {
             () = started.agent.when_idle() => {}
             _ = interrupt.recv() => {
@@ -458,7 +532,6 @@ async fn converse(started: &Started, interrupt: &mut tokio::signal::unix::Signal
             let _ = std::io::stdout().flush();
         }
     }
-    unkept
 }
 
 /// The chat's exit: success when closing flushed everything the agent accepted (a turn not
@@ -512,20 +585,43 @@ async fn print_stream(agent: Agent) {
                 eprintln!("\n[{}: retry {} in {} ms]", retry.failure.code, retry.retry, retry.delay_ms);
             }
             Event::ToolCall(call) => eprintln!("\n[tool {} ({})]", call.name, call.call_id),
+            Event::ApprovalRequested(requested) => {
+                eprintln!("[approval needed: {} ({})]", requested.name, requested.call_id);
+            }
             Event::TurnEnd(_) => println!(),
             _ => {}
         }
     }
 }
 
-fn report(
-    id: &SessionId,
+/// How `agent run` ended: the last outcome, the session's tokens, whether Ctrl-C stopped it,
+/// how closing went, and what a paused turn waits on.
+struct Ended {
     outcome: Option<TurnOutcome>,
     session_usage: faultline_runtime::event::Usage,
-    as_json: bool,
     interrupted: bool,
     closed: Result<(), String>,
-) -> ExitCode {
+    awaiting: Vec<faultline_runtime::approval::PendingApproval>,
+}
+
+/// Tells a person what a paused turn waits on and how to decide it.
+fn say_awaiting(id: &SessionId, awaiting: &[faultline_runtime::approval::PendingApproval], dir: &Path) {
+    for call in awaiting {
+        let deciders =
+            if call.deciders.is_empty() { String::new() } else { format!(" by {}", call.deciders.join(" or ")) };
+        eprintln!(
+            "faultline agent run: call {} ({}) waits for approval{deciders}: arguments {}",
+            call.call_id, call.name, call.arguments
+        );
+    }
+    eprintln!(
+        "faultline agent run: decide with `faultline approval approve|deny --session-dir {} --session {id} --call CALL --by NAME`, then continue with `--session {id} --resume`",
+        dir.display()
+    );
+}
+
+fn report(id: &SessionId, ended: Ended, as_json: bool, dir: &Path) -> ExitCode {
+    let Ended { outcome, session_usage, interrupted, closed, awaiting } = ended;
     let Some(mut outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
         return exit::code(exit::FAILED);
@@ -557,6 +653,9 @@ fn report(
         if let Some(reached) = &reached {
             summary["reached"] = json!(reached);
         }
+        if !awaiting.is_empty() {
+            summary["awaiting_approval"] = json!(awaiting);
+        }
         if let Err(e) = &closed {
             summary["close_error"] = json!(e);
         }
@@ -575,12 +674,16 @@ fn report(
     if let TurnEndReason::BudgetExhausted { summary, .. } = &reason {
         eprintln!("faultline agent run: {summary}");
     }
+    if matches!(reason, TurnEndReason::AwaitingApproval { .. }) {
+        say_awaiting(id, &awaiting, dir);
+    }
     let code = match reason {
         _ if !kept || closed.is_err() => exit::NOT_KEPT,
         _ if interrupted => exit::CTRL_C,
         TurnEndReason::Completed | TurnEndReason::MaxTokens => exit::OK,
         TurnEndReason::Error { .. } | TurnEndReason::BudgetExhausted { .. } => exit::FAILED,
         TurnEndReason::Aborted { .. } | TurnEndReason::Interrupted => exit::NEEDS_ATTENTION,
+        TurnEndReason::AwaitingApproval { .. } => exit::AWAITING_APPROVAL,
     };
     exit::code(code)
 }

@@ -2,7 +2,7 @@
 //!
 //! Every subcommand exits with one of these; none invents its own. A script can tell "I
 //! called it wrong" (1) from "it ran and failed" (2) from "the transcript needs attention"
-//! (3, 4, 5) from "the answer was not kept" (6).
+//! (3, 4, 5) from "the answer was not kept" (6) from "a person must decide" (7).
 
 use std::process::ExitCode;
 
@@ -26,6 +26,9 @@ pub const UNSUPPORTED: u8 = 5;
 /// Not kept: what the turn or the session's closing reached could not be made durable (a
 /// full disk, EIO, SQLITE_FULL), whatever was printed (FAILURE-OUTCOME-DURABLE).
 pub const NOT_KEPT: u8 = 6;
+/// The turn is paused: a tool call waits for a person's decision (`faultline approval`), and
+/// `agent run --resume` continues it once decided. Nothing is lost or repeated.
+pub const AWAITING_APPROVAL: u8 = 7;
 /// Ctrl-C: the turn was cancelled gracefully (drained, flushed, `turn/end {aborted}`).
 pub const CTRL_C: u8 = 130;
 /// The reader of standard output went away (128 + SIGPIPE, what a shell reports for tools

@@ -8,6 +8,7 @@
 mod agent;
 mod agent_mcp;
 mod allocator;
+mod approval;
 mod bench;
 mod database;
 mod demo;
@@ -69,6 +70,8 @@ enum Command {
     Db(database::DbArgs),
     /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
     Outbox(outbox::OutboxArgs),
+    /// List the calls paused sessions wait on; approve or deny one (a person in the loop).
+    Approval(approval::ApprovalArgs),
     /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
     Demo(demo::DemoArgs),
     /// Measure stores, write-behind, recovery, the adapter and the simulator against
@@ -140,6 +143,7 @@ fn run(command: Command) -> ExitCode {
             agent::run(&args)
         }
         Command::Outbox(args) => outbox::run(&args),
+        Command::Approval(args) => approval::run(&args),
         Command::Db(args) => database::run(&args),
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench::run(&args),

@@ -128,6 +128,20 @@ pub enum Error {
     #[error("session writer is closed")]
     Closed,
 
+    /// A decision on an approval was refused: the call is not waiting (already decided, run,
+    /// cancelled or expired), the decider may not decide it, or the input is malformed.
+    /// Nothing was written.
+    #[error("approval refused: {0}")]
+    ApprovalRefused(String),
+    /// The session has a turn paused for approval: decide its calls and continue it (or cancel
+    /// it) before new input.
+    #[error("session {id} waits for approval of {calls}: decide and continue it first")]
+    AwaitingApproval {
+        /// The session.
+        id: String,
+        /// The calls waiting, comma-separated.
+        calls: String,
+    },
     /// An MCP server could not be reached, initialised or listed.
     #[error("MCP server {server}: {message}")]
     Mcp {

@@ -87,6 +87,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod approval;
 mod error;
 pub mod event;
 pub mod llm;

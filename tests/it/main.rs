@@ -1,6 +1,7 @@
 //! The single end-to-end test binary of the workspace: drives the real `faultline` binary.
 
 mod agent_run;
+mod approvals;
 mod bad_input;
 mod chat;
 mod cli;

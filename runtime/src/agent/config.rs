@@ -201,9 +201,37 @@ pub struct CommandToolConfig {
     /// sweep --agent FILE`). `agent run` checks it and never reads it.
     #[serde(default)]
     pub sim: Option<ToolSimConfig>,
+    /// `"required"`: each call waits for a person's decision before it runs
+    /// (FAILURE-APPROVAL); `"never"` (the default): it runs at once.
+    #[serde(default)]
+    pub approval: ApprovalMode,
+    /// Who may decide its calls (default: anyone who can write the session).
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// How long a call waits for a decision before it expires `APPROVAL_EXPIRED`, in ms
+    /// (default: for ever).
+    #[serde(default)]
+    pub approval_deadline_ms: Option<u64>,
+}
+
+/// Whether a tool's calls wait for a person.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    /// Calls run at once.
+    #[default]
+    Never,
+    /// Each call waits for an `approval/decided`.
+    Required,
 }
 
 impl CommandToolConfig {
+    /// The tool's approval rule, when its calls wait for a person.
+    pub fn approval_policy(&self) -> Option<crate::approval::ApprovalPolicy> {
+        (self.approval == ApprovalMode::Required)
+            .then(|| crate::approval::ApprovalPolicy::new(self.approvers.clone(), self.approval_deadline_ms))
+    }
+
     /// The command's environment policy.
     pub fn env(&self) -> ToolEnv {
         ToolEnv { env_allow: self.env_allow.clone(), env_deny: self.env_deny.clone(), hidden: self.env_hidden.clone() }
@@ -283,6 +311,29 @@ fn check_mcp_servers(servers: &[McpServerConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A tool's approval keys: deciders and a deadline within their limits, and only with
+/// `approval = "required"`.
+fn check_approval(tool: &CommandToolConfig, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
+    use crate::approval::{APPROVAL_DEADLINE_MS_MAX, APPROVAL_DECIDERS_MAX, APPROVAL_NAME_BYTES_MAX};
+    let required = tool.approval == ApprovalMode::Required;
+    if !required && (!tool.approvers.is_empty() || tool.approval_deadline_ms.is_some()) {
+        let message = "approvers and approval_deadline_ms need approval = \"required\"".to_owned();
+        return Err(ConfigError { path: at("approval"), message });
+    }
+    if tool.approvers.len() > APPROVAL_DECIDERS_MAX {
+        return Err(ConfigError { path: at("approvers"), message: format!("at most {APPROVAL_DECIDERS_MAX} names") });
+    }
+    if tool.approvers.iter().any(|a| a.trim().is_empty() || a.len() > APPROVAL_NAME_BYTES_MAX) {
+        let message = format!("each name must be 1..={APPROVAL_NAME_BYTES_MAX} bytes");
+        return Err(ConfigError { path: at("approvers"), message });
+    }
+    if tool.approval_deadline_ms.is_some_and(|ms| !(1..=APPROVAL_DEADLINE_MS_MAX).contains(&ms)) {
+        let message = format!("must be within 1..={APPROVAL_DEADLINE_MS_MAX}");
+        return Err(ConfigError { path: at("approval_deadline_ms"), message });
+    }
+    Ok(())
+}
+
 /// The variables no tool, receiver or MCP server process ever gets: the provider's key
 /// variables and those holding MCP servers' header secrets (`headers_env`).
 pub fn hidden_vars(provider: &ResolvedProvider, servers: &[McpServerConfig]) -> Vec<String> {
@@ -358,6 +409,7 @@ impl AgentFile {
                     });
                 }
             }
+            check_approval(tool, &at)?;
             if let Some(sim) = &tool.sim {
                 sim.check(&at)?;
                 sim.check_against(tool.side_effects, tool.via_outbox, &at)?;
@@ -415,6 +467,22 @@ mod tests {
         assert!(refused("effect = \"read\"\ndedup = \"none\"").contains("tools[0].sim.dedup"));
         assert!(refused("retry = 1").contains("retry"), "a misspelt key is refused");
         assert!(refused("effect = \"remote\"").contains("remote"));
+    }
+
+    #[test]
+    fn approval_keys_are_read_and_checked() {
+        let file = AgentFile::parse(&format!(
+            "{FILE}approval = \"required\"\napprovers = [\"alice\"]\napproval_deadline_ms = 60000\n"
+        ))
+        .unwrap();
+        let policy = file.tools[0].approval_policy().unwrap();
+        assert_eq!((policy.deciders, policy.deadline_ms), (vec!["alice".to_owned()], Some(60_000)));
+        assert!(AgentFile::parse(FILE).unwrap().tools[0].approval_policy().is_none());
+        let refused = |extra: &str| AgentFile::parse(&format!("{FILE}{extra}\n")).unwrap_err().to_string();
+        assert!(refused("approval = \"maybe\"").contains("maybe"));
+        assert!(refused("approvers = [\"alice\"]").contains("tools[0].approval"));
+        assert!(refused("approval = \"required\"\napproval_deadline_ms = 0").contains("approval_deadline_ms"));
+        assert!(refused("approval = \"required\"\napprovers = [\"\"]").contains("tools[0].approvers"));
     }
 
     #[test]

@@ -34,8 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
-    hidden_vars, provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile,
-    StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX, PROVIDER_KEY_VARS,
+    hidden_vars, provider_key_vars, AgentFile, AgentSection, ApprovalMode, CommandToolConfig, OutboxSection,
+    ResolvedAgentFile, StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX,
+    PROVIDER_KEY_VARS,
 };
 pub(crate) use history::History;
 pub(crate) use http::Exchange;
@@ -49,8 +50,8 @@ pub use mcp_config::{
 };
 pub use parameters::{check_parameters, PARAMETERS_BYTES_MAX};
 pub use sim_config::{SimDedup, SimEffect, ToolSimConfig, SIM_LATENCY_MS_MAX, SIM_RETRIES_MAX};
-use state::Shared;
 pub use state::{AgentConfig, TurnOutcome, INBOX_MESSAGES_MAX, MAX_STEPS_DEFAULT, TOOL_CONCURRENCY_DEFAULT};
+use state::{Paused, Shared};
 pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX, TOOL_TIMEOUT_MS_MAX};
 
 use crate::event::{AbortCause, Message, Record};
@@ -139,6 +140,7 @@ impl Agent {
             .with_fs(seams.fs.clone())
             .with_proxy_env(config.proxy_env.clone())
             .with_platform_roots(config.platform_roots.clone());
+        let paused = paused_turn(&records);
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
             session,
@@ -155,6 +157,7 @@ impl Agent {
             failures,
             seams,
         });
+        shared.set_paused(paused);
         Ok(Agent { shared, repair })
     }
 
@@ -200,12 +203,73 @@ impl Agent {
         self.shared.lock().last_outcome.clone()
     }
 
+    /// The calls the session's paused turn waits on (FAILURE-APPROVAL), in the model's order;
+    /// empty when no turn is paused. A resumed session that was paused is paused again.
+    pub fn awaiting_approval(&self) -> Vec<crate::approval::PendingApproval> {
+        self.shared.lock().paused.as_ref().map(|p| p.calls.clone()).unwrap_or_default()
+    }
+
+    /// Decides one call the paused turn waits on, as this session's owner: the decision is
+    /// checked ([`crate::approval::check_decision`]'s rules), appended as `approval/decided`
+    /// and made durable before this returns. It does not continue the turn:
+    /// [`Agent::continue_turn`] does, once every call is decided (or to pause again).
+    pub async fn decide(&self, request: &crate::approval::DecisionRequest) -> Result<crate::approval::Decided> {
+        let waiting = {
+            let driver = self.shared.lock();
+            if driver.running {
+                return Err(Error::ApprovalRefused("a turn is running: decide once it has paused".into()));
+            }
+            driver.paused.as_ref().map(|p| p.calls.clone()).unwrap_or_default()
+        };
+        let mut request = request.clone();
+        request.reason = request.reason.map(|r| self.shared.seams.secrets.scrub(&r));
+        let now = self.shared.seams.clock.now_ms();
+        let call_id = request.call_id.clone();
+        let decided = crate::approval::check_against(waiting, &request, now, || {
+            format!("call {call_id} is not waiting for a decision in this session's paused turn")
+        })?;
+        self.shared.session.append_shared(crate::event::Event::ApprovalDecided(decided.record.clone()), None).await?;
+        if !crate::testing::bugs::planted("dispatch-before-durable") {
+            self.shared.session.flush().await?;
+        }
+        let mut driver = self.shared.lock();
+        if let Some(call) = driver.paused.as_mut().and_then(|p| p.calls.iter_mut().find(|c| c.call_id == call_id)) {
+            call.decision = Some((decided.record.decision, decided.record.by.clone(), decided.record.reason.clone()));
+        }
+        Ok(decided)
+    }
+
+    /// Continues the paused turn: approved calls run once, denied and expired ones are
+    /// answered as never run, and the model goes on; a call still undecided pauses it again.
+    /// Await [`Agent::when_idle`], then read [`Agent::last_outcome`].
+    pub fn continue_turn(&self) -> Result<()> {
+        let mut driver = self.shared.lock();
+        if driver.disposed {
+            return Err(Error::Closed);
+        }
+        if driver.paused.is_none() {
+            return Err(Error::ApprovalRefused("no turn of this session is paused for approval".into()));
+        }
+        driver.continue_paused = true;
+        if !driver.running {
+            driver.running = true;
+            self.shared.idle.send_replace(false);
+            tokio::spawn(drive(self.shared.clone()));
+        }
+        Ok(())
+    }
+
     /// Queues a user message; a turn starts when the agent is idle. Input that arrives while
-    /// a turn is being aborted is kept for the next turn (the wake latch).
+    /// a turn is being aborted is kept for the next turn (the wake latch). Refused while a turn
+    /// is paused for approval.
     pub fn submit(&self, text: impl Into<String>) -> Result<()> {
         let mut driver = self.shared.lock();
         if driver.disposed {
             return Err(Error::Closed);
+        }
+        if let Some(paused) = &driver.paused {
+            let calls: Vec<&str> = paused.calls.iter().map(|c| c.call_id.as_str()).collect();
+            return Err(Error::AwaitingApproval { id: self.shared.session_id.clone(), calls: calls.join(", ") });
         }
         if let Some(broken) = &driver.broken {
             return Err(Error::Persist(broken.clone()));
@@ -232,10 +296,19 @@ impl Agent {
         Ok(())
     }
 
-    /// Clears unclaimed input and aborts the current turn. Returning does not mean the turn
-    /// ended: await [`Agent::when_idle`].
+    /// Clears unclaimed input and aborts the current turn (a turn paused for approval too:
+    /// its waiting calls are answered as never run). Returning does not mean the turn ended:
+    /// await [`Agent::when_idle`].
     pub fn cancel(&self) {
         self.abort(AbortCause::User, true);
+        let mut driver = self.shared.lock();
+        if driver.paused.is_some() && !driver.running && !driver.disposed {
+            driver.cause = Some(AbortCause::User);
+            driver.continue_paused = true;
+            driver.running = true;
+            self.shared.idle.send_replace(false);
+            tokio::spawn(drive_cancelled(self.shared.clone()));
+        }
     }
 
     /// Aborts the current turn but keeps unclaimed input, which starts the next turn.
@@ -288,24 +361,59 @@ impl Agent {
     }
 }
 
-/// The driver: claims queued input one turn at a time, each with a fresh token.
+/// The calls the last turn of `records` waits on, as the paused turn they make.
+fn paused_turn(records: &[Record]) -> Option<Paused> {
+    let calls = crate::approval::awaiting_approval(records);
+    let first = calls.first()?;
+    Some(Paused { turn: first.turn, step: first.step, calls })
+}
+
+/// The driver of a cancel of a paused turn: its calls closed as never run.
+async fn drive_cancelled(shared: Arc<Shared>) {
+    drive_from(shared, true).await;
+}
+
+/// The driver: continues a paused turn when asked, else claims queued input one turn at a
+/// time, each with a fresh token; nothing new starts while a turn is paused.
 async fn drive(shared: Arc<Shared>) {
+    drive_from(shared, false).await;
+}
+
+async fn drive_from(shared: Arc<Shared>, cancelled: bool) {
+    let mut cancelled = cancelled;
     loop {
-        let (message, token) = {
+        let (start, token) = {
             let mut driver = shared.lock();
-            let Some(message) = driver.inbox.pop_front() else {
+            let token = CancellationToken::new();
+            let start = if driver.continue_paused {
+                driver.continue_paused = false;
+                driver.paused.take().map(turn::Start::Paused)
+            } else if driver.paused.is_some() {
+                None
+            } else {
+                driver.inbox.pop_front().map(turn::Start::Message)
+            };
+            let Some(start) = start else {
                 driver.running = false;
                 driver.current = None;
                 shared.idle.send_replace(true);
                 return;
             };
-            let token = CancellationToken::new();
+            if std::mem::take(&mut cancelled) {
+                token.cancel();
+            } else {
+                driver.cause = None;
+            }
             driver.current = Some(token.clone());
-            driver.cause = None;
-            (message, token)
+            (start, token)
         };
         let mut history = shared.history.lock().await;
-        let ended = turn::run_turn(&shared, &mut history, message, token).await;
+        let ended = turn::run_turn(&shared, &mut history, start, token.clone()).await;
+        // A cancel that came while the turn was pausing closes it now, not at the next decision.
+        if token.is_cancelled() && shared.lock().paused.is_some() {
+            shared.lock().continue_paused = true;
+            cancelled = true;
+        }
         drop(history);
         shared.usage.lock().unwrap_or_else(|p| p.into_inner()).add(&ended.outcome.usage);
         let mut driver = shared.lock();

@@ -92,8 +92,20 @@ pub struct TurnOutcome {
     pub usage: crate::event::Usage,
 }
 
+/// A turn paused for approval: its open step and the calls that wait.
+#[derive(Debug, Clone)]
+pub(crate) struct Paused {
+    pub(crate) turn: u32,
+    pub(crate) step: u32,
+    pub(crate) calls: Vec<crate::approval::PendingApproval>,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Driver {
+    /// The turn paused for approval, if one is: no new turn starts until it ends.
+    pub(super) paused: Option<Paused>,
+    /// Continue the paused turn next (asked by `continue_turn`, or by a cancel).
+    pub(super) continue_paused: bool,
     pub(super) inbox: VecDeque<Message>,
     pub(super) running: bool,
     pub(super) current: Option<CancellationToken>,
@@ -128,6 +140,10 @@ pub(crate) struct Shared {
 impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, Driver> {
         self.driver.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn set_paused(&self, paused: Option<Paused>) {
+        self.lock().paused = paused;
     }
 
     pub(super) fn abort_cause(&self) -> AbortCause {

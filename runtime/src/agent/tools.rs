@@ -66,6 +66,12 @@ pub trait Tool: Send + Sync {
         None
     }
 
+    /// Whether each call waits for a person's decision first (FAILURE-APPROVAL); wrap a tool
+    /// in [`crate::approval::NeedsApproval`] to say so.
+    fn approval(&self) -> Option<crate::approval::ApprovalPolicy> {
+        None
+    }
+
     /// Runs the tool.
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput>;
 }

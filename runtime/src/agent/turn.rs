@@ -11,8 +11,10 @@ use tracing::Instrument;
 use super::assembler::Assembler;
 use super::history::History;
 use super::retry::{decide, RetryDecision};
+use super::state::Paused;
 use super::state::{Shared, TurnOutcome};
 use super::tools::{run_with_deadline, CallOutcome, ToolInvocation};
+use crate::approval::PendingApproval;
 use crate::event::*;
 use crate::llm::request_body;
 use crate::seams::EntropyExt;
@@ -31,6 +33,17 @@ struct PlannedCall {
     call_id: String,
     name: String,
     arguments: String,
+}
+
+trait Planned {
+    /// The call as the turn runs it.
+    fn planned(&self) -> PlannedCall;
+}
+
+impl Planned for PendingApproval {
+    fn planned(&self) -> PlannedCall {
+        PlannedCall { call_id: self.call_id.clone(), name: self.name.clone(), arguments: self.arguments.clone() }
+    }
 }
 
 impl PlannedCall {
@@ -54,20 +67,43 @@ pub(super) struct Ended {
     pub broke: Option<Error>,
 }
 
-/// Runs one turn for `message` to its `turn/end`, then makes it durable before reporting it
-/// (FAILURE-OUTCOME-DURABLE: the end of a turn is a flush barrier).
+/// What a turn run starts from: a new user message, or a turn paused for approval.
+pub(super) enum Start {
+    /// A new turn for this message.
+    Message(Message),
+    /// The paused turn, continued.
+    Paused(Paused),
+}
+
+/// Runs one turn for `message` (or continues a paused one) to its `turn/end`, then makes it
+/// durable before reporting it (FAILURE-OUTCOME-DURABLE: the end of a turn is a flush
+/// barrier). A turn that pauses for approval is flushed the same way before it says so.
 pub(super) async fn run_turn(
     shared: &Arc<Shared>,
     history: &mut History,
-    message: Message,
+    start: Start,
     cancel: CancellationToken,
 ) -> Ended {
-    let turn = history.last_turn + 1;
+    let turn = match &start {
+        Start::Message(_) => history.last_turn + 1,
+        Start::Paused(paused) => paused.turn,
+    };
     let span = super::spans::turn(&shared.seams.secrets, &shared.session_id, turn);
     let ended = async {
-        let mut ctx =
-            TurnCtx { shared, history, turn, cancel, calls: Vec::new(), answer: None, usage: Usage::default() };
-        let ended = ctx.run(message).await;
+        let mut ctx = TurnCtx {
+            shared,
+            history,
+            turn,
+            cancel,
+            calls: Vec::new(),
+            answer: None,
+            usage: Usage::default(),
+            approved: Vec::new(),
+        };
+        let ended = match start {
+            Start::Message(message) => ctx.run(message).await,
+            Start::Paused(paused) => ctx.resume(paused).await,
+        };
         let TurnCtx { answer, calls: tool_calls, usage, .. } = ctx;
         // The answer's text is copied out of its record only here, after the turn's records
         // were flushed and freed: at the stream's peak it is held once, by the log's queue.
@@ -119,14 +155,43 @@ struct TurnCtx<'a> {
     answer: Option<Arc<Record>>,
     /// Tokens this turn's attempts reported.
     usage: Usage,
+    /// Tools whose approved calls this turn dispatched (read only by the planted bug
+    /// `decision-unbound`).
+    approved: Vec<String>,
 }
 
 impl TurnCtx<'_> {
     /// The turn's records from `turn/start` to `turn/end`; the reason it reached.
     async fn run(&mut self, message: Message) -> Result<TurnEndReason> {
         self.emit(Event::TurnStart(TurnStart { turn: self.turn }), None).await?;
-        let reason = self.steps(message).await?;
-        self.emit(Event::TurnEnd(TurnEnd { turn: self.turn, reason: reason.clone() }), None).await?;
+        let reason = self.steps(1, Some(message)).await?;
+        self.end_turn(reason).await
+    }
+
+    /// The paused turn from its open step: its calls decided (or still waiting), the step
+    /// ended, and the turn carried on to its end (FAILURE-APPROVAL). Nothing recorded before
+    /// the pause runs again.
+    async fn resume(&mut self, paused: Paused) -> Result<TurnEndReason> {
+        let step = paused.step;
+        let reason = match self.settle_approvals(step, paused.calls).await? {
+            Some(reason @ TurnEndReason::AwaitingApproval { .. }) => reason,
+            Some(reason) => {
+                self.end_step(step).await?;
+                reason
+            }
+            None => {
+                self.end_step(step).await?;
+                self.steps(step + 1, None).await?
+            }
+        };
+        self.end_turn(reason).await
+    }
+
+    /// The turn's `turn/end`, unless it paused: a paused turn stays open.
+    async fn end_turn(&mut self, reason: TurnEndReason) -> Result<TurnEndReason> {
+        if !matches!(reason, TurnEndReason::AwaitingApproval { .. }) {
+            self.emit(Event::TurnEnd(TurnEnd { turn: self.turn, reason: reason.clone() }), None).await?;
+        }
         Ok(reason)
     }
 
@@ -170,10 +235,10 @@ impl TurnCtx<'_> {
         self.emit(Event::StepEnd(StepRef { turn: self.turn, step }), None).await.map(|_| ())
     }
 
-    async fn steps(&mut self, message: Message) -> Result<TurnEndReason> {
+    async fn steps(&mut self, first: u32, message: Option<Message>) -> Result<TurnEndReason> {
         let max_steps = self.shared.config.max_steps;
-        let mut user = Some(message);
-        for step in 1.. {
+        let mut user = message;
+        for step in first.. {
             if step > max_steps {
                 return Ok(self.budget_exhausted(max_steps));
             }
@@ -232,7 +297,9 @@ impl TurnCtx<'_> {
             return Ok(Some(TurnEndReason::Completed));
         }
         let stopped = self.run_tools(step, calls).await?;
-        self.end_step(step).await?;
+        if !matches!(stopped, Some(TurnEndReason::AwaitingApproval { .. })) {
+            self.end_step(step).await?;
+        }
         Ok(stopped)
     }
 
@@ -441,6 +508,7 @@ impl TurnCtx<'_> {
         let mut immediate: Vec<(usize, CallOutcome)> = Vec::new();
         let mut undispatched_from = calls.len();
         let mut stop: Option<TurnEndReason> = None;
+        let mut awaiting: Vec<PendingApproval> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             if self.cancel.is_cancelled() {
                 undispatched_from = i;
@@ -451,7 +519,7 @@ impl TurnCtx<'_> {
                 () = self.cancel.cancelled() => { undispatched_from = i; break; }
                 permit = pool.clone().acquire_owned() => permit.expect("the pool is never closed"),
             };
-            self.emit_call(step, call).await?;
+            let stored = self.emit_call(step, call).await?;
             // Tool path checkpoint: the intent is durable before the body runs.
             let checkpoint =
                 if crate::testing::bugs::planted("tool-body-before-flush") { Ok(()) } else { self.checkpoint().await };
@@ -476,14 +544,167 @@ impl TurnCtx<'_> {
                 .await;
             match self.prepare(step, call) {
                 Err(outcome) => immediate.push((i, outcome)),
-                Ok((tool, invocation)) => dispatched.push((i, self.spawn_call(step, call, (tool, invocation), permit))),
+                Ok((tool, invocation)) => match self.approval_of(tool.as_ref(), &call.name) {
+                    Some(policy) => awaiting.push(self.request_approval(step, call, &stored, &policy).await?),
+                    None => dispatched.push((i, self.spawn_call(step, call, (tool, invocation), permit))),
+                },
             }
         }
         self.drain_and_commit(step, &calls, immediate, dispatched, undispatched_from).await?;
+        if !awaiting.is_empty() {
+            if stop.is_none() {
+                return self.settle_approvals(step, awaiting).await;
+            }
+            // The turn ends here (a checkpoint failed): what waited is closed as never run.
+            for call in awaiting {
+                self.commit_result(step, &call.planned(), CallOutcome::aborted_before_dispatch()).await?;
+            }
+        }
         if stop.is_none() && self.cancel.is_cancelled() {
             stop = Some(self.aborted());
         }
         Ok(stop)
+    }
+
+    /// The approval rule of `tool`, if its calls wait for a person. (Planted
+    /// `decision-unbound`: a tool this turn already dispatched an approved call of runs
+    /// without asking again, its earlier decision taken for any arguments.)
+    fn approval_of(&self, tool: &dyn super::Tool, name: &str) -> Option<crate::approval::ApprovalPolicy> {
+        let policy = tool.approval()?;
+        if crate::testing::bugs::planted("decision-unbound") && self.approved.iter().any(|n| n == name) {
+            return None;
+        }
+        Some(policy)
+    }
+
+    /// Writes `approval/requested` for `call`, bound to the digest of the arguments its
+    /// `tool/call` stored (`stored`, scrubbed as every record is).
+    async fn request_approval(
+        &mut self,
+        step: u32,
+        call: &PlannedCall,
+        stored: &str,
+        policy: &crate::approval::ApprovalPolicy,
+    ) -> Result<PendingApproval> {
+        let deadline_ms = policy.deadline_ms.map(|ms| self.shared.seams.clock.now_ms().saturating_add(ms));
+        let requested = ApprovalRequested {
+            turn: self.turn,
+            step,
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            digest: arguments_digest(stored),
+            deciders: policy.deciders.clone(),
+            deadline_ms,
+        };
+        self.emit(Event::ApprovalRequested(requested.clone()), None).await?;
+        tracing::info!(step, tool = %call.name, "tool call waits for approval");
+        Ok(PendingApproval {
+            turn: self.turn,
+            step,
+            call_id: requested.call_id,
+            name: requested.name,
+            arguments: stored.to_owned(),
+            digest: requested.digest,
+            deciders: requested.deciders,
+            deadline_ms,
+            decision: None,
+            dispatched: false,
+        })
+    }
+
+    /// Each call that waited for approval, in order: an approved one dispatched once, a denied
+    /// or expired one answered as never run, one still undecided kept waiting. Returns
+    /// `AwaitingApproval` (the step and the turn stay open) while any waits, the end of a turn
+    /// a failed checkpoint stopped, else `None`: the step is done.
+    async fn settle_approvals(&mut self, step: u32, calls: Vec<PendingApproval>) -> Result<Option<TurnEndReason>> {
+        let now = self.shared.seams.clock.now_ms();
+        let mut waiting = Vec::new();
+        let mut stop = None;
+        for call in calls {
+            let planned = call.planned();
+            if self.cancel.is_cancelled() || stop.is_some() {
+                let text = "not run: the turn ended while this call waited for approval";
+                let outcome = CallOutcome::error(ErrorCode::AbortedBeforeDispatch, "approval_cancelled", text);
+                self.commit_result(step, &planned, outcome).await?;
+                continue;
+            }
+            match &call.decision {
+                Some((Decision::Approved, ..)) => stop = self.dispatch_approved(step, &call).await?,
+                Some((Decision::Denied, by, reason)) => {
+                    let why = reason.as_deref().map_or_else(String::new, |r| format!(": {r}"));
+                    let text = format!("not run: {by} denied this call{why}");
+                    let outcome = CallOutcome::error(ErrorCode::ApprovalDenied, "approval_denied", text);
+                    self.commit_result(step, &planned, outcome).await?;
+                }
+                None if call.deadline_ms.is_some_and(|deadline| now >= deadline) => {
+                    let text = "not run: nobody decided on this call before its approval deadline";
+                    let outcome = CallOutcome::error(ErrorCode::ApprovalExpired, "approval_expired", text);
+                    self.commit_result(step, &planned, outcome).await?;
+                }
+                None => waiting.push(call),
+            }
+        }
+        if let Some(stop) = stop {
+            return Ok(Some(stop));
+        }
+        if waiting.is_empty() {
+            return Ok(None);
+        }
+        let calls = waiting.iter().map(|c| c.call_id.clone()).collect();
+        self.shared.set_paused(Some(Paused { turn: self.turn, step, calls: waiting }));
+        Ok(Some(TurnEndReason::AwaitingApproval { calls }))
+    }
+
+    /// An approved call, consumed: `approval/dispatched` durable, then its body, once. Returns
+    /// the turn's end when the checkpoint before the body failed.
+    async fn dispatch_approved(&mut self, step: u32, call: &PendingApproval) -> Result<Option<TurnEndReason>> {
+        let planned = call.planned();
+        if arguments_digest(&call.arguments) != call.digest {
+            let text = "not run: its approval is bound to other arguments";
+            self.commit_result(step, &planned, CallOutcome::error(ErrorCode::ToolFailed, "approval_unbound", text))
+                .await?;
+            return Ok(None);
+        }
+        // Planted `approval-redispatch`: crash repair left a dispatched call waiting, and here
+        // its body runs again without a second record.
+        if !call.dispatched {
+            let dispatched = ApprovalDispatched {
+                turn: self.turn,
+                step,
+                call_id: call.call_id.clone(),
+                digest: call.digest.clone(),
+            };
+            self.emit(Event::ApprovalDispatched(dispatched), None).await?;
+        }
+        let checkpoint =
+            if crate::testing::bugs::planted("dispatch-before-durable") { Ok(()) } else { self.checkpoint().await };
+        match checkpoint {
+            Ok(()) => {}
+            Err(Checkpoint::Cancelled) => {
+                self.commit_result(step, &planned, CallOutcome::aborted_before_dispatch()).await?;
+                return Ok(None);
+            }
+            Err(Checkpoint::Failed(error)) => {
+                let why = self.shared.seams.secrets.scrub(&error.to_string());
+                let not_run = format!("not run: its dispatch could not be made durable ({why})");
+                let outcome = CallOutcome::error(ErrorCode::AbortedBeforeDispatch, "checkpoint_failed", not_run);
+                self.commit_result(step, &planned, outcome).await?;
+                return Ok(Some(self.checkpoint_failure(&error)));
+            }
+        }
+        crate::seams::crash_point(self.shared.seams.probe.as_ref(), crate::seams::CrashPoint::AfterToolCallFlush).await;
+        let outcome = match self.prepare(step, &planned) {
+            Err(outcome) => outcome,
+            Ok(prepared) => {
+                let permit = Arc::new(Semaphore::new(1)).acquire_owned().await.expect("a new pool is open");
+                self.spawn_call(step, &planned, prepared, permit)
+                    .await
+                    .unwrap_or_else(|_| CallOutcome::error(ErrorCode::ToolFailed, "panicked", "the tool's task failed"))
+            }
+        };
+        self.approved.push(call.name.clone());
+        self.commit_result(step, &planned, outcome).await?;
+        Ok(None)
     }
 
     /// Runs a call's body on a task of its own under its cooperative deadline, holding its
@@ -540,8 +761,9 @@ impl TurnCtx<'_> {
         Ok(())
     }
 
-    /// Records the durable intent of `call` (its `tool/call`).
-    async fn emit_call(&mut self, step: u32, call: &PlannedCall) -> Result<()> {
+    /// Records the durable intent of `call` (its `tool/call`); returns the arguments as stored
+    /// (scrubbed of held secrets).
+    async fn emit_call(&mut self, step: u32, call: &PlannedCall) -> Result<String> {
         let event = ToolCall {
             turn: self.turn,
             step,
@@ -549,7 +771,9 @@ impl TurnCtx<'_> {
             name: call.name.clone(),
             arguments: call.arguments.clone(),
         };
-        self.emit(Event::ToolCall(event), None).await.map(|_| ())
+        let record = self.emit_shared(Event::ToolCall(event), None).await?;
+        let Event::ToolCall(stored) = &record.event else { unreachable!("a tool/call was appended") };
+        Ok(stored.arguments.clone())
     }
 
     async fn commit_result(&mut self, step: u32, call: &PlannedCall, outcome: CallOutcome) -> Result<()> {

@@ -63,10 +63,15 @@ pub enum ErrorCode {
     /// database connection): it is not kept, whatever was shown while it ran
     /// (FAILURE-OUTCOME-DURABLE). The message names the storage error.
     Persist,
+    /// A person denied the call its approval (FAILURE-APPROVAL): it never ran; the result
+    /// carries their reason.
+    ApprovalDenied,
+    /// The call's approval deadline passed with no decision: it never ran.
+    ApprovalExpired,
 }
 
 /// Every code that has a fixed spelling (all but `HTTP_<status>`), for exhaustive tests.
-pub const FIXED_ERROR_CODES: [ErrorCode; 24] = [
+pub const FIXED_ERROR_CODES: [ErrorCode; 26] = [
     ErrorCode::Auth,
     ErrorCode::Quota,
     ErrorCode::RateLimit,
@@ -91,6 +96,8 @@ pub const FIXED_ERROR_CODES: [ErrorCode; 24] = [
     ErrorCode::ToolNotStarted,
     ErrorCode::ToolFailed,
     ErrorCode::Persist,
+    ErrorCode::ApprovalDenied,
+    ErrorCode::ApprovalExpired,
 ];
 
 impl ErrorCode {
@@ -121,6 +128,8 @@ impl ErrorCode {
             ErrorCode::ToolNotStarted => "TOOL_NOT_STARTED",
             ErrorCode::ToolFailed => "TOOL_FAILED",
             ErrorCode::Persist => "PERSIST",
+            ErrorCode::ApprovalDenied => "APPROVAL_DENIED",
+            ErrorCode::ApprovalExpired => "APPROVAL_EXPIRED",
         })
     }
 }

@@ -53,6 +53,13 @@ pub enum TurnEndReason {
         /// What was achieved and what is left undone, in words the user reads.
         summary: String,
     },
+    /// Not an end: the turn is paused until a person decides on these calls
+    /// (FAILURE-APPROVAL). An outcome may say it; a `turn/end` never does (the validator
+    /// refuses it and no reader decodes it).
+    AwaitingApproval {
+        /// The calls waiting, in the model's order.
+        calls: Vec<String>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -115,6 +122,7 @@ impl TurnEndReason {
             TurnEndReason::MaxTokens => "max-tokens",
             TurnEndReason::Interrupted => "interrupted",
             TurnEndReason::BudgetExhausted { .. } => "budget-exhausted",
+            TurnEndReason::AwaitingApproval { .. } => "awaiting-approval",
         }
     }
 }
@@ -308,4 +316,84 @@ pub struct LlmRetryStarted {
     pub step: u32,
     /// Retry number.
     pub retry: u32,
+}
+
+/// A person's answer to an approval request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The call may run, once.
+    Approved,
+    /// The call must not run; the model reads the reason as its result.
+    Denied,
+}
+
+impl Decision {
+    /// `approved` or `denied`, as written in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approved => "approved",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// `approval/requested`: a call that needs a person's decision, durable after its `tool/call`
+/// and before the turn pauses (FAILURE-APPROVAL).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequested {
+    /// Turn.
+    pub turn: u32,
+    /// Step.
+    pub step: u32,
+    /// The call waiting.
+    pub call_id: String,
+    /// Its tool.
+    pub name: String,
+    /// SHA-256 of the call's exact `arguments`, lowercase hex: what a decision is bound to.
+    pub digest: String,
+    /// Who may decide (empty: anyone who can write the session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deciders: Vec<String>,
+    /// When the request expires, epoch ms from the Clock (none: it waits for ever).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+}
+
+/// `approval/decided`: one person's decision on one requested call, written by whoever owns
+/// the session then (fenced by its epoch), bound to the request's digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecided {
+    /// Turn.
+    pub turn: u32,
+    /// Step.
+    pub step: u32,
+    /// The call decided.
+    pub call_id: String,
+    /// The digest of the request decided (equal to it, or the validator refuses the record).
+    pub digest: String,
+    /// The decision.
+    pub decision: Decision,
+    /// Who decided.
+    pub by: String,
+    /// Why, in their words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `approval/dispatched`: an approved call consumed, durable before its body starts; a crash
+/// after it makes the call `TOOL_OUTCOME_UNKNOWN`, never a second dispatch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDispatched {
+    /// Turn.
+    pub turn: u32,
+    /// Step.
+    pub step: u32,
+    /// The call dispatched.
+    pub call_id: String,
+    /// The digest the decision approved.
+    pub digest: String,
 }

@@ -114,6 +114,12 @@ events! {
     LlmRetry(Box<LlmRetry>) = "llm/retry",
     /// `llm/retry-started`
     LlmRetryStarted(LlmRetryStarted) = "llm/retry-started",
+    /// `approval/requested`
+    ApprovalRequested(ApprovalRequested) = "approval/requested",
+    /// `approval/decided`
+    ApprovalDecided(ApprovalDecided) = "approval/decided",
+    /// `approval/dispatched`
+    ApprovalDispatched(ApprovalDispatched) = "approval/dispatched",
 }
 
 impl Event {

@@ -1,9 +1,12 @@
 //! The log-invariant validator (SPEC §2). Every test and every simulated run checks the
 //! transcripts it produces with it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AssistantMessage, ChunkFinish, ErrorCode, Event, Record, StepRef, ToolCall, ToolResult};
+use super::{
+    ApprovalDecided, ApprovalDispatched, ApprovalRequested, AssistantMessage, ChunkFinish, Decision, ErrorCode, Event,
+    Record, StepRef, ToolCall, ToolResult, TurnEndReason,
+};
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +125,60 @@ pub enum Rule {
         /// The event type.
         type_name: String,
     },
+    /// An `approval/…` record for a call with no `tool/call` in the step, or one already
+    /// answered.
+    #[error("{type_name} for {call_id}, which has no unanswered tool/call in this step")]
+    ApprovalWithoutCall {
+        /// The event type.
+        type_name: String,
+        /// The call id.
+        call_id: String,
+    },
+    /// A second `approval/requested`, `approval/decided` or `approval/dispatched` for one call:
+    /// one request, one decision, one dispatch.
+    #[error("second {type_name} for {call_id}")]
+    DuplicateApproval {
+        /// The event type.
+        type_name: String,
+        /// The call id.
+        call_id: String,
+    },
+    /// An approval record whose digest is not the call's (a decision bound to other
+    /// arguments).
+    #[error("{type_name} for {call_id} carries digest {found}, but the call's is {expected}")]
+    ApprovalDigest {
+        /// The event type.
+        type_name: String,
+        /// The call id.
+        call_id: String,
+        /// The call's digest.
+        expected: String,
+        /// The record's.
+        found: String,
+    },
+    /// An `approval/decided` without a request, or an `approval/dispatched` without an
+    /// approval.
+    #[error("{type_name} for {call_id} before {missing}")]
+    ApprovalOutOfOrder {
+        /// The event type.
+        type_name: String,
+        /// The call id.
+        call_id: String,
+        /// What had to come first.
+        missing: &'static str,
+    },
+    /// A `tool/result` for a call waiting for approval that says it ran (or may have) though
+    /// it was never dispatched, or that says it was denied without a denial.
+    #[error("tool/result for {call_id} ({code}) but the call was never dispatched by an approval")]
+    ResultWithoutApproval {
+        /// The call id.
+        call_id: String,
+        /// What the result said (`ok` or its code).
+        code: String,
+    },
+    /// A `turn/end` saying the turn awaits approval: a paused turn has no end.
+    #[error("turn/end may not say awaiting-approval: a paused turn stays open")]
+    PausedTurnEnd,
     /// `assistant/message` cites something other than one successful attempt's chunks of
     /// its own step.
     #[error("assistant/message cites seq {cited}: {why}")]
@@ -143,13 +200,23 @@ pub struct LogViolation {
     pub rule: Rule,
 }
 
+/// Where one call's approval is.
+#[derive(Debug, Clone)]
+struct ApprovalState {
+    decided: Option<Decision>,
+    dispatched: bool,
+}
+
 #[derive(Debug, Default, Clone)]
 struct OpenStep {
     step: u32,
     has_message: bool,
     requested: BTreeSet<String>,
-    called: BTreeSet<String>,
+    /// Each `tool/call` of the step, with its arguments' digest.
+    called: BTreeMap<String, String>,
     answered: BTreeSet<String>,
+    /// Calls with an `approval/requested`, by call id.
+    approvals: BTreeMap<String, ApprovalState>,
     /// The attempt of each chunk in this step, as runs of consecutive seqs.
     chunk_attempts: ChunkRuns,
     /// Attempts whose terminal chunk was `error`/`aborted`.
@@ -273,7 +340,12 @@ impl Validator {
         }
         match &record.event {
             Event::TurnStart(start) => self.turn_start(start.turn),
-            Event::TurnEnd(end) => self.turn_end(end.turn),
+            Event::TurnEnd(end) => {
+                if matches!(end.reason, TurnEndReason::AwaitingApproval { .. }) {
+                    return Err(Rule::PausedTurnEnd);
+                }
+                self.turn_end(end.turn)
+            }
             Event::StepStart(at) => self.step_start(at),
             Event::StepEnd(at) => {
                 self.step_mut("step/end", at.turn, at.step)?;
@@ -300,6 +372,9 @@ impl Validator {
             Event::LlmRetryStarted(started) => {
                 self.step_mut("llm/retry-started", started.turn, started.step).map(|_| ())
             }
+            Event::ApprovalRequested(requested) => self.approval_requested(requested),
+            Event::ApprovalDecided(decided) => self.approval_decided(decided),
+            Event::ApprovalDispatched(dispatched) => self.approval_dispatched(dispatched),
             // An ignorable record of an unknown type constrains nothing.
             Event::Unknown(_) => Ok(()),
         }
@@ -357,18 +432,69 @@ impl Validator {
         if !step.requested.contains(&call.call_id) {
             return Err(Rule::ToolCallNotRequested { call_id: call.call_id.clone() });
         }
-        if !step.called.insert(call.call_id.clone()) {
+        if step.called.contains_key(&call.call_id) {
             return Err(Rule::DuplicateToolCall { call_id: call.call_id.clone() });
         }
+        step.called.insert(call.call_id.clone(), super::arguments_digest(&call.arguments));
+        Ok(())
+    }
+
+    fn approval_requested(&mut self, requested: &ApprovalRequested) -> Result<(), Rule> {
+        const TYPE: &str = "approval/requested";
+        let step = self.step_mut(TYPE, requested.turn, requested.step)?;
+        let call_id = &requested.call_id;
+        check_digest(step, TYPE, call_id, &requested.digest)?;
+        if step.approvals.contains_key(call_id) {
+            return Err(Rule::DuplicateApproval { type_name: TYPE.into(), call_id: call_id.clone() });
+        }
+        step.approvals.insert(call_id.clone(), ApprovalState { decided: None, dispatched: false });
+        Ok(())
+    }
+
+    fn approval_decided(&mut self, decided: &ApprovalDecided) -> Result<(), Rule> {
+        const TYPE: &str = "approval/decided";
+        let step = self.step_mut(TYPE, decided.turn, decided.step)?;
+        let call_id = &decided.call_id;
+        check_digest(step, TYPE, call_id, &decided.digest)?;
+        let out_of_order = || Rule::ApprovalOutOfOrder {
+            type_name: TYPE.into(),
+            call_id: call_id.clone(),
+            missing: "approval/requested",
+        };
+        let state = step.approvals.get_mut(call_id).ok_or_else(out_of_order)?;
+        if state.decided.is_some() {
+            return Err(Rule::DuplicateApproval { type_name: TYPE.into(), call_id: call_id.clone() });
+        }
+        state.decided = Some(decided.decision);
+        Ok(())
+    }
+
+    fn approval_dispatched(&mut self, dispatched: &ApprovalDispatched) -> Result<(), Rule> {
+        const TYPE: &str = "approval/dispatched";
+        let step = self.step_mut(TYPE, dispatched.turn, dispatched.step)?;
+        let call_id = &dispatched.call_id;
+        check_digest(step, TYPE, call_id, &dispatched.digest)?;
+        let state =
+            step.approvals.get_mut(call_id).filter(|s| s.decided == Some(Decision::Approved)).ok_or_else(|| {
+                Rule::ApprovalOutOfOrder { type_name: TYPE.into(), call_id: call_id.clone(), missing: "an approval" }
+            })?;
+        if state.dispatched {
+            return Err(Rule::DuplicateApproval { type_name: TYPE.into(), call_id: call_id.clone() });
+        }
+        state.dispatched = true;
         Ok(())
     }
 
     fn tool_result(&mut self, result: &ToolResult) -> Result<(), Rule> {
         let step = self.step_mut("tool/result", result.turn, result.step)?;
         let not_started = result.error.as_ref().is_some_and(|e| e.code == ErrorCode::ToolNotStarted);
-        let known = step.called.contains(&result.call_id) || (not_started && step.requested.contains(&result.call_id));
+        let known =
+            step.called.contains_key(&result.call_id) || (not_started && step.requested.contains(&result.call_id));
         if !known {
             return Err(Rule::ToolResultWithoutCall { call_id: result.call_id.clone() });
+        }
+        if let Some(state) = step.approvals.get(&result.call_id) {
+            check_approved_result(state, result)?;
         }
         if !step.answered.insert(result.call_id.clone()) {
             return Err(Rule::DuplicateToolResult { call_id: result.call_id.clone() });
@@ -396,6 +522,44 @@ impl Validator {
         }
         Ok(open_step)
     }
+}
+
+/// An approval record names a called, unanswered call of the step, with that call's digest.
+fn check_digest(step: &OpenStep, type_name: &str, call_id: &str, digest: &str) -> Result<(), Rule> {
+    let called = step.called.get(call_id).filter(|_| !step.answered.contains(call_id));
+    let expected = called
+        .ok_or_else(|| Rule::ApprovalWithoutCall { type_name: type_name.to_owned(), call_id: call_id.to_owned() })?;
+    if expected != digest {
+        return Err(Rule::ApprovalDigest {
+            type_name: type_name.to_owned(),
+            call_id: call_id.to_owned(),
+            expected: expected.clone(),
+            found: digest.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The result of a call that waited for approval: anything once dispatched; before that only
+/// "never ran" — denied (after a denial), expired (undecided), or aborted.
+fn check_approved_result(state: &ApprovalState, result: &ToolResult) -> Result<(), Rule> {
+    if state.dispatched {
+        return Ok(());
+    }
+    let code = result.error.as_ref().map(|e| e.code);
+    let allowed = match code {
+        Some(ErrorCode::ApprovalDenied) => state.decided == Some(Decision::Denied),
+        Some(ErrorCode::ApprovalExpired) => state.decided.is_none(),
+        Some(ErrorCode::AbortedBeforeDispatch) => true,
+        _ => false,
+    };
+    if allowed {
+        return Ok(());
+    }
+    Err(Rule::ResultWithoutApproval {
+        call_id: result.call_id.clone(),
+        code: code.map_or_else(|| "ok".to_owned(), |c| c.to_string()),
+    })
 }
 
 fn check_turn(open: &OpenTurn, type_name: &str, turn: u32, step: u32) -> Result<(), Rule> {

@@ -87,6 +87,8 @@ pub const DELIVERY_UNKNOWN_NAME: &str = "delivery_unknown";
 /// a `tool/result` for every call the open step's `assistant/message` requested and nobody
 /// answered (`TOOL_OUTCOME_UNKNOWN` citing its durable `tool/call`, else `TOOL_NOT_STARTED`),
 /// then `step/end` if a step is open, then `turn/end {interrupted}`. Empty when no turn is open.
+/// A call waiting for approval (requested, never dispatched) gets no closer, and a turn with one
+/// is paused, not interrupted: it keeps its open step and has no `turn/end`.
 ///
 /// Seqs continue from the last record and `time` copies its time, so repair is deterministic:
 /// the same bytes always repair to the same bytes.
@@ -115,7 +117,14 @@ pub(crate) fn closers_after(
         out.push(record);
     };
     if let Some(step) = tail.open_step {
+        let mut paused = false;
         for call_id in tail.requested.iter().filter(|id| !tail.answered.contains(*id)) {
+            // A call waiting for a person never ran: the turn is paused, not interrupted, and
+            // resuming it decides the call (FAILURE-APPROVAL).
+            if tail.awaiting(call_id) {
+                paused = true;
+                continue;
+            }
             let started =
                 tail.calls.get(call_id).copied().filter(|_| !crate::testing::bugs::planted("repair-not-started"));
             let closer = match started {
@@ -137,6 +146,9 @@ pub(crate) fn closers_after(
             };
             push(Event::ToolResult(result), closer.sources);
         }
+        if paused {
+            return out;
+        }
         push(Event::StepEnd(StepRef { turn, step }), None);
     }
     push(Event::TurnEnd(TurnEnd { turn, reason: TurnEndReason::Interrupted }), None);
@@ -151,6 +163,8 @@ struct OpenTurn {
     requested: Vec<String>,
     calls: BTreeMap<String, u64>,
     answered: BTreeSet<String>,
+    /// Calls with an `approval/requested`: whether each was dispatched.
+    approvals: BTreeMap<String, bool>,
 }
 
 impl OpenTurn {
@@ -163,6 +177,7 @@ impl OpenTurn {
             requested: Vec::new(),
             calls: BTreeMap::new(),
             answered: BTreeSet::new(),
+            approvals: BTreeMap::new(),
         };
         for record in &records[turn_start..] {
             match &record.event {
@@ -172,6 +187,13 @@ impl OpenTurn {
                     tail.requested.clear();
                     tail.calls.clear();
                     tail.answered.clear();
+                    tail.approvals.clear();
+                }
+                Event::ApprovalRequested(requested) => {
+                    tail.approvals.insert(requested.call_id.clone(), false);
+                }
+                Event::ApprovalDispatched(dispatched) => {
+                    tail.approvals.insert(dispatched.call_id.clone(), true);
                 }
                 Event::StepEnd(_) => tail.open_step = None,
                 Event::AssistantMessage(message) => {
@@ -187,6 +209,16 @@ impl OpenTurn {
             }
         }
         Some(tail)
+    }
+}
+
+impl OpenTurn {
+    /// Whether `call_id` waits for a person: requested and never dispatched. (Planted
+    /// `approval-redispatch`: a dispatched call is taken for one still waiting.)
+    fn awaiting(&self, call_id: &str) -> bool {
+        self.approvals
+            .get(call_id)
+            .is_some_and(|dispatched| !dispatched || crate::testing::bugs::planted("approval-redispatch"))
     }
 }
 

@@ -62,7 +62,54 @@ fn samples() -> Vec<Event> {
             failure: failure(),
         })),
         Event::LlmRetryStarted(LlmRetryStarted { retry_id: "r1".into(), turn: 1, step: 1, retry: 1 }),
+        Event::ApprovalRequested(ApprovalRequested {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "send".into(),
+            digest: arguments_digest("{}"),
+            deciders: vec!["alice".into()],
+            deadline_ms: Some(T0 + 60_000),
+        }),
+        Event::ApprovalRequested(ApprovalRequested {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            name: "send".into(),
+            digest: arguments_digest("{}"),
+            deciders: Vec::new(),
+            deadline_ms: None,
+        }),
+        Event::ApprovalDecided(ApprovalDecided {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            digest: arguments_digest("{}"),
+            decision: Decision::Denied,
+            by: "alice".into(),
+            reason: Some("not paid".into()),
+        }),
+        Event::ApprovalDispatched(ApprovalDispatched {
+            turn: 1,
+            step: 1,
+            call_id: "c1".into(),
+            digest: arguments_digest("{}"),
+        }),
+        Event::ToolResult(error_result(1, 1, "c1", ErrorCode::ApprovalDenied)),
     ]
+}
+
+/// A paused turn says so in its outcome, never in its log: no `turn/end` may carry it, and
+/// no reader decodes one that does.
+#[test]
+fn awaiting_approval_is_never_a_turn_end() {
+    let paused = TurnEndReason::AwaitingApproval { calls: vec!["c1".into()] };
+    let mut open = Validator::new();
+    open.push(&Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 }))).unwrap();
+    let refused = open.push(&Record::new(1, T0, Event::TurnEnd(TurnEnd { turn: 1, reason: paused.clone() })));
+    assert_eq!(refused.unwrap_err().rule, Rule::PausedTurnEnd);
+    let line = serde_json::to_string(&json!({"kind": "awaiting-approval", "calls": ["c1"]})).unwrap();
+    assert!(serde_json::from_str::<TurnEndReason>(&line).is_err(), "no reader decodes it");
 }
 
 #[test]
@@ -165,7 +212,7 @@ fn malformed_records_are_refused_with_a_reason() {
 /// FromStr). `RESPONSE_TOO_LARGE` and `TLS_CERTIFICATE` are our extensions (ARCHITECTURE).
 #[test]
 fn error_codes_have_stable_spellings() {
-    const SPEC_SPELLINGS: [&str; 24] = [
+    const SPEC_SPELLINGS: [&str; 26] = [
         "AUTH",
         "QUOTA",
         "RATE_LIMIT",
@@ -190,6 +237,8 @@ fn error_codes_have_stable_spellings() {
         "TOOL_NOT_STARTED",
         "TOOL_FAILED",
         "PERSIST",
+        "APPROVAL_DENIED",
+        "APPROVAL_EXPIRED",
     ];
     let spelled: Vec<String> = FIXED_ERROR_CODES.iter().map(ErrorCode::to_string).collect();
     assert_eq!(spelled, SPEC_SPELLINGS, "every fixed code, in order, spelled as SPEC §2 spells it");

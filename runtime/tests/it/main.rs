@@ -1,6 +1,7 @@
 //! The single integration-test binary of `faultline-runtime`.
 
 mod api_surface;
+mod approvals;
 mod create_race;
 mod event_model;
 mod file_store;

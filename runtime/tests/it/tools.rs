@@ -201,6 +201,9 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
         env_deny: Vec::new(),
         env_hidden: Vec::new(),
         sim: None,
+        approval: Default::default(),
+        approvers: Vec::new(),
+        approval_deadline_ms: None,
     }));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let started = clock.now();
@@ -231,6 +234,9 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
             env_deny: Vec::new(),
             env_hidden: Vec::new(),
             sim: None,
+            approval: Default::default(),
+            approvers: Vec::new(),
+            approval_deadline_ms: None,
         }))
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

@@ -248,3 +248,129 @@ fn ignorable_unknown_records_constrain_nothing() {
     log.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Completed }));
     validate(&log).unwrap();
 }
+
+/// A log paused on call `c1` of turn 1: its `tool/call` and `approval/requested`.
+fn paused_on_c1() -> (Log, String) {
+    let mut log = open_step();
+    log.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    let call = tool_call(1, 1, "c1");
+    let digest = arguments_digest(&call.arguments);
+    log.push(Event::ToolCall(call));
+    log.push(Event::ApprovalRequested(ApprovalRequested {
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        name: "send".into(),
+        digest: digest.clone(),
+        deciders: Vec::new(),
+        deadline_ms: None,
+    }));
+    (log, digest)
+}
+
+fn decided(digest: &str, decision: Decision) -> Event {
+    Event::ApprovalDecided(ApprovalDecided {
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        digest: digest.to_owned(),
+        decision,
+        by: "alice".into(),
+        reason: None,
+    })
+}
+
+fn dispatched(digest: &str) -> Event {
+    Event::ApprovalDispatched(ApprovalDispatched { turn: 1, step: 1, call_id: "c1".into(), digest: digest.to_owned() })
+}
+
+/// FAILURE-APPROVAL as log rules: one request, one decision and one dispatch per call, each
+/// bound to the digest of the call's own arguments, in that order; before its dispatch a call
+/// that waited may only be answered as never run.
+#[test]
+fn an_approval_goes_requested_decided_dispatched_bound_to_the_calls_digest() {
+    let (mut log, digest) = paused_on_c1();
+    validate(&log).unwrap();
+    log.push(decided(&digest, Decision::Approved));
+    log.push(dispatched(&digest));
+    log.push(Event::ToolResult(ok_result(1, 1, "c1")));
+    log.push(Event::StepEnd(StepRef { turn: 1, step: 1 }));
+    validate(&log).unwrap();
+
+    let (mut other, _) = paused_on_c1();
+    other.push(decided(&arguments_digest("{\"amount\":1000}"), Decision::Approved));
+    assert_last_breaks(
+        &other,
+        Rule::ApprovalDigest {
+            type_name: "approval/decided".into(),
+            call_id: "c1".into(),
+            expected: digest.clone(),
+            found: arguments_digest("{\"amount\":1000}"),
+        },
+    );
+
+    let (mut twice, _) = paused_on_c1();
+    twice.push(decided(&digest, Decision::Approved));
+    twice.push(decided(&digest, Decision::Denied));
+    assert_last_breaks(&twice, Rule::DuplicateApproval { type_name: "approval/decided".into(), call_id: "c1".into() });
+
+    let (mut unapproved, _) = paused_on_c1();
+    unapproved.push(dispatched(&digest));
+    let missing = "an approval";
+    let rule = Rule::ApprovalOutOfOrder { type_name: "approval/dispatched".into(), call_id: "c1".into(), missing };
+    assert_last_breaks(&unapproved, rule.clone());
+    let (mut denied, _) = paused_on_c1();
+    denied.push(decided(&digest, Decision::Denied));
+    denied.push(dispatched(&digest));
+    assert_last_breaks(&denied, rule);
+
+    let (mut again, _) = paused_on_c1();
+    again.push(decided(&digest, Decision::Approved));
+    again.push(dispatched(&digest));
+    again.push(dispatched(&digest));
+    assert_last_breaks(
+        &again,
+        Rule::DuplicateApproval { type_name: "approval/dispatched".into(), call_id: "c1".into() },
+    );
+
+    let mut uncalled = open_step();
+    uncalled.push(Event::AssistantMessage(tool_message(1, 1, "c1")));
+    uncalled.push(decided(&digest, Decision::Approved));
+    assert_last_breaks(
+        &uncalled,
+        Rule::ApprovalWithoutCall { type_name: "approval/decided".into(), call_id: "c1".into() },
+    );
+}
+
+#[test]
+fn a_call_that_waited_is_answered_only_as_never_run_before_its_dispatch() {
+    let (_, digest) = paused_on_c1();
+    let results = [
+        (None, None, Some("ok")),
+        (Some(Decision::Approved), Some(ErrorCode::ToolOutcomeUnknown), Some("TOOL_OUTCOME_UNKNOWN")),
+        (Some(Decision::Approved), Some(ErrorCode::ApprovalDenied), Some("APPROVAL_DENIED")),
+        (None, Some(ErrorCode::ApprovalDenied), Some("APPROVAL_DENIED")),
+        (Some(Decision::Denied), Some(ErrorCode::ApprovalExpired), Some("APPROVAL_EXPIRED")),
+        (Some(Decision::Denied), Some(ErrorCode::ApprovalDenied), None),
+        (None, Some(ErrorCode::ApprovalExpired), None),
+        (Some(Decision::Approved), Some(ErrorCode::AbortedBeforeDispatch), None),
+    ];
+    for (decision, code, refused) in results {
+        let (mut log, _) = paused_on_c1();
+        if let Some(decision) = decision {
+            log.push(decided(&digest, decision));
+        }
+        log.push(Event::ToolResult(match code {
+            None => ok_result(1, 1, "c1"),
+            Some(code) => error_result(1, 1, "c1", code),
+        }));
+        match refused {
+            Some(code) => {
+                assert_last_breaks(&log, Rule::ResultWithoutApproval { call_id: "c1".into(), code: code.to_owned() })
+            }
+            None => {
+                validate(&log).unwrap_or_else(|v| panic!("{decision:?} {code:?}: {v}"));
+            }
+        }
+    }
+}
