@@ -31,10 +31,16 @@ pub const SLOW_WORK_MS_MAX: u64 = 3_000;
 /// Latest generated cancel, in simulated ms.
 pub const CANCEL_AT_MS_MAX: u64 = 4_000;
 
-/// The tools a generated conversation may call.
+/// The tools a generated conversation may call (`refund` waits for the person's approval).
 const SEND: &str = "send";
 const ECHO: &str = "echo";
 const SLOW: &str = "slow";
+const REFUND: &str = "refund";
+/// The approval deadline of the generated `refund`, in simulated ms.
+pub const REFUND_APPROVAL_DEADLINE_MS: u64 = 2_000;
+/// Longest a generated person thinks before deciding, in simulated ms: past the deadline
+/// sometimes, so that decisions come late.
+pub const PERSON_THINK_MS_GENERATED_MAX: u64 = 2_500;
 
 /// One generated conversation.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,11 +57,28 @@ pub struct Workload {
     pub tool_concurrency: usize,
     /// A cancel at this simulated time, and whether queued input is kept with a new message.
     pub cancel: Option<(u64, bool)>,
+    /// Who decides the `refund` calls.
+    pub person: crate::Person,
+}
+
+/// The strategy of the person deciding approvals: mostly approving, sometimes late, denying,
+/// silent, deciding twice, racing a second worker, cancelling first or deciding while the host
+/// is down.
+fn person_strategy() -> impl Strategy<Value = crate::Person> {
+    use crate::PersonDecision;
+    let decision = prop_oneof![6 => Just(PersonDecision::Approve), 2 => Just(PersonDecision::Deny), 1 => Just(PersonDecision::Never)];
+    (decision, 0..=PERSON_THINK_MS_GENERATED_MAX, prop::bool::weighted(0.2), prop::bool::weighted(0.2)).prop_flat_map(
+        |(decision, think_ms, twice, race)| {
+            (prop::bool::weighted(0.1), prop::bool::weighted(0.5)).prop_map(move |(cancel_first, while_down)| {
+                crate::Person { decision, think_ms, twice, race, cancel_first, while_down }
+            })
+        },
+    )
 }
 
 /// The strategy of whole conversations.
 pub fn workload_strategy() -> impl Strategy<Value = Workload> {
-    let call = prop_oneof![3 => Just(SEND), 2 => Just(ECHO), 1 => Just(SLOW)];
+    let call = prop_oneof![3 => Just(SEND), 2 => Just(ECHO), 1 => Just(SLOW), 2 => Just(REFUND)];
     let step = prop::collection::vec(call, 1..=CALLS_PER_STEP_MAX);
     let turn = prop::collection::vec(step, 0..=STEPS_PER_TURN_MAX);
     (
@@ -65,10 +88,19 @@ pub fn workload_strategy() -> impl Strategy<Value = Workload> {
         any::<bool>(),
         1..=4usize,
         prop::option::weighted(0.25, (0..=CANCEL_AT_MS_MAX, any::<bool>())),
+        person_strategy(),
     )
-        .prop_map(|(turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel)| {
-            Workload { turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel }
-        })
+        .prop_map(
+            |(turns, slow_work_ms, slow_timeout_ms, slow_ignores_abort, tool_concurrency, cancel, person)| Workload {
+                turns,
+                slow_work_ms,
+                slow_timeout_ms,
+                slow_ignores_abort,
+                tool_concurrency,
+                cancel,
+                person,
+            },
+        )
 }
 
 /// Most planned crashes in one generated fault plan.
@@ -148,7 +180,17 @@ impl Workload {
                 ignore_abort: self.slow_ignores_abort,
                 ..ScenarioTool::default()
             },
+            ScenarioTool {
+                name: REFUND.into(),
+                kind: ToolKind::Echo,
+                approval: true,
+                approval_deadline_ms: Some(REFUND_APPROVAL_DEADLINE_MS),
+                ..ScenarioTool::default()
+            },
         ];
+        if self.turns.iter().flatten().flatten().any(|name| *name == REFUND) {
+            scenario.faults.person = Some(self.person.clone());
+        }
         scenario.tool_concurrency = Some(self.tool_concurrency);
         let turns: Vec<Vec<Vec<(String, String)>>> = self
             .turns
@@ -201,6 +243,8 @@ pub struct UserWorkload {
     pub turns: Vec<Vec<Vec<(String, String)>>>,
     /// A cancel at this simulated time, and whether queued input is kept with a new message.
     pub cancel: Option<(u64, bool)>,
+    /// Who decides the `refund` calls.
+    pub person: crate::Person,
 }
 
 /// The conversation seed `seed` stands for over `schemas` (not empty).
@@ -225,7 +269,22 @@ pub fn user_workload(seed: u64, schemas: &[faultline_runtime::event::ToolSchema]
         })
         .collect();
     let cancel = (draw.unit_f64() < 0.15).then(|| (below(CANCEL_AT_MS_MAX + 1), draw.next_u64() % 2 == 0));
-    UserWorkload { turns, cancel }
+    // Drawn last, so the conversation and the cancel of a seed stay what they were.
+    let decision = match below(10) {
+        0 => crate::PersonDecision::Never,
+        1 | 2 => crate::PersonDecision::Deny,
+        _ => crate::PersonDecision::Approve,
+    };
+    let chance = |percent: u64| below(100) < percent;
+    let person = crate::Person {
+        decision,
+        think_ms: below(PERSON_THINK_MS_GENERATED_MAX + 1),
+        twice: chance(20),
+        race: chance(20),
+        cancel_first: chance(10),
+        while_down: chance(50),
+    };
+    UserWorkload { turns, cancel, person }
 }
 
 impl UserWorkload {
@@ -241,6 +300,7 @@ impl UserWorkload {
             .map(|s| ScenarioTool { name: s.name.clone(), kind: ToolKind::Gateway, ..ScenarioTool::default() })
             .collect();
         scenario.tool_concurrency = None;
+        scenario.faults.person = Some(self.person.clone());
         script_and_cancel(scenario, &self.turns, self.cancel)
     }
 }

@@ -20,6 +20,7 @@ pub mod hunt;
 pub mod incident;
 pub mod model_server;
 mod oracle;
+mod person_plan;
 pub mod real;
 mod scenario;
 pub mod seams;
@@ -33,6 +34,7 @@ mod world;
 pub use findings::{findings, Finding};
 pub use harness::{Harness, HarnessReport, GENERATED, HARNESS_SEEDS_DEFAULT};
 pub use oracle::{Invariant, Kind as InvariantKind, Violation, SOMETIMES};
+pub use person_plan::{Person, PersonDecision, APPROVAL_DEADLINE_MS_DEFAULT, PERSON_THINK_MS_MAX};
 pub use scenario::{
     DiskFull, DiskFullRefuses, FsErrorKind, RecordedResult, Regression, RotTarget, Scenario, ScenarioInfo,
     ScenarioTool, SessionFormat, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,

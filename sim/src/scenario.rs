@@ -250,6 +250,23 @@ pub struct ScenarioTool {
     /// For `recorded`: what each call returned in the recorded session, by call id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<RecordedResult>,
+    /// Each call waits for the scenario's person (`[faults.person]`) before it runs.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub approval: bool,
+    /// With `approval`: the request's deadline, in ms (default
+    /// [`crate::APPROVAL_DEADLINE_MS_DEFAULT`]; at most `approval::APPROVAL_DEADLINE_MS_MAX`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_deadline_ms: Option<u64>,
+}
+
+impl ScenarioTool {
+    /// The approval rule of an `approval` tool.
+    pub fn approval_policy(&self) -> Option<faultline_runtime::approval::ApprovalPolicy> {
+        self.approval.then(|| {
+            let deadline = self.approval_deadline_ms.unwrap_or(crate::APPROVAL_DEADLINE_MS_DEFAULT);
+            faultline_runtime::approval::ApprovalPolicy::new(Vec::new(), Some(deadline))
+        })
+    }
 }
 
 /// What one call of a `recorded` tool returned (`faultline scenario from-transcript`).
@@ -510,6 +527,10 @@ pub struct FaultPlan {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zombie: Option<Zombie>,
+    /// The person who decides what a paused turn waits on (default: one who approves at once).
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub person: Option<crate::Person>,
 }
 
 /// Shortest and longest lease a zombie scenario may give its workers, in ms.
@@ -779,6 +800,12 @@ scenarios![
     "hostile-session-lines",
     "oversize-output",
     "zombie-takeover",
+    "approval-crash-while-waiting",
+    "approval-crash-after-decision",
+    "approval-crash-after-dispatch",
+    "approval-denied",
+    "approval-expired",
+    "approval-cancelled",
     "mixed",
     "generated",
 ];
@@ -891,6 +918,18 @@ impl Scenario {
         }
         if self.faults.rot_after_hole && self.faults.bit_rot.is_none() {
             return Err("faults.rot_after_hole needs faults.bit_rot".to_owned());
+        }
+        if let Some(person) = &self.faults.person {
+            person.check()?;
+        }
+        for tool in &self.tools {
+            let deadline_max = faultline_runtime::approval::APPROVAL_DEADLINE_MS_MAX;
+            if tool.approval_deadline_ms.is_some_and(|ms| !(1..=deadline_max).contains(&ms)) {
+                return Err(format!("tools.{}.approval_deadline_ms must be 1..={deadline_max}", tool.name));
+            }
+            if tool.approval_deadline_ms.is_some() && !tool.approval {
+                return Err(format!("tools.{}.approval_deadline_ms needs approval = true", tool.name));
+            }
         }
         Ok(())
     }

@@ -66,15 +66,25 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
     config.max_steps = file.agent.max_steps.unwrap_or(config.max_steps);
     config.tool_concurrency = file.agent.tool_concurrency.unwrap_or(config.tool_concurrency);
     let plans = plans(&file.tools);
+    // A tool that waits for a person waits under the harness too (the person is the seed's).
+    let approvals: Vec<_> = file.tools.iter().map(|t| t.approval_policy()).collect();
     let mcp = file.mcp_servers.iter().map(crate::stand_in_mcp::stand_in).collect::<Result<Vec<_>, _>>()?;
     let mut agent = {
         let (plans, mcp) = (plans.clone(), mcp.clone());
         AgentUnderTest::new(name, move |seams: &Seams| {
             let served = mcp.iter().flat_map(|m| m.tools(seams)).fold(ToolSet::new(), |set, tool| set.with(tool));
-            plans
-                .iter()
-                .filter(|p| p.kind != Kind::Outbox)
-                .fold(served, |set, plan| set.with(Arc::new(StandIn::new(plan.clone(), seams))))
+            plans.iter().zip(&approvals).filter(|(p, _)| p.kind != Kind::Outbox).fold(
+                served,
+                |set, (plan, approval)| {
+                    let tool: Arc<dyn faultline_runtime::agent::Tool> = Arc::new(StandIn::new(plan.clone(), seams));
+                    match approval {
+                        Some(policy) => {
+                            set.with(Arc::new(faultline_runtime::approval::NeedsApproval::new(tool, policy.clone())))
+                        }
+                        None => set.with(tool),
+                    }
+                },
+            )
         })
     }
     .provider_toml(text)?

@@ -111,3 +111,66 @@ fn chat_reloads_valid_edits_and_keeps_the_last_good_config_through_failures() {
     assert!(child.wait().unwrap().success());
     assert_eq!(models_requested(dir.path()), vec!["m1", "m2", "m2", "m2", "m3", "m3"]);
 }
+
+/// A turn that pauses for approval in `agent chat` asks inline: `y` approves and the call runs
+/// once; any other line denies it, and the model reads that line as the reason.
+#[test]
+fn chat_asks_inline_for_approval_and_a_denial_reason_reaches_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let call = |id: &str, amount: u32| {
+        json!({"frames": [{"tool_call": {"index": 0, "id": id, "name": "refund",
+            "arguments": format!("{{\"amount\":{amount}}}")}}], "finish": "tool_calls"})
+    };
+    let text = json!({"frames": [{"text": "ok"}], "finish": "stop"});
+    let server = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [call("call_1", 10), text, call("call_2", 99), text], "repeat_last": true}),
+    );
+    let marker = dir.path().join("refunds.log");
+    let tool = format!(
+        "[[tools]]\nname = \"refund\"\ndescription = \"refund\"\ncommand = [\"sh\", \"-c\", \"cat >> {}\"]\napproval = \"required\"\n",
+        marker.display()
+    );
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, config_text(&server.base_url(), "m", &tool)).unwrap();
+    let mut child = Command::new(faultline_bin())
+        .args(["agent", "chat", "--config", config.to_str().unwrap()])
+        .args(["--session-dir", dir.path().join("sessions").to_str().unwrap(), "--session", "c1"])
+        .env("USER", "alice")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    let mut say = |text: &str| {
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+    };
+    say("refund order 7");
+    expect_line(&lines, "[approval] refund (call_1) wants to run with {\"amount\":10}");
+    say("y");
+    expect_line(&lines, "[turn 1: completed]");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "{\"amount\":10}", "approved: ran once");
+    say("refund order 8");
+    expect_line(&lines, "[approval] refund (call_2) wants to run with {\"amount\":99}");
+    say("too much for one order");
+    expect_line(&lines, "[turn 2: completed]");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "{\"amount\":10}", "denied: never ran");
+    let last = logged_requests(dir.path()).last().cloned().unwrap();
+    let body: serde_json::Value = serde_json::from_str(last["body"].as_str().unwrap()).unwrap();
+    let result = body["messages"].as_array().unwrap().last().unwrap().clone();
+    let text = result["content"].as_str().unwrap();
+    assert!(text.contains("alice denied this call: too much for one order"), "{text}");
+}

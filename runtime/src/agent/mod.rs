@@ -231,6 +231,9 @@ impl Agent {
         self.shared.session.append_shared(crate::event::Event::ApprovalDecided(decided.record.clone()), None).await?;
         if !crate::testing::bugs::planted("dispatch-before-durable") {
             self.shared.session.flush().await?;
+            // Decided and durable, nothing dispatched: the turn still waits.
+            let probe = self.shared.seams.probe.as_ref();
+            crate::seams::crash_point(probe, crate::seams::CrashPoint::AwaitingApproval).await;
         }
         let mut driver = self.shared.lock();
         if let Some(call) = driver.paused.as_mut().and_then(|p| p.calls.iter_mut().find(|c| c.call_id == call_id)) {

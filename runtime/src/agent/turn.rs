@@ -128,7 +128,13 @@ pub(super) async fn run_turn(
             return Ended { outcome: outcome(reached, true, None), broke: None };
         }
         match shared.session.flush().await {
-            Ok(()) => Ended { outcome: outcome(reached, true, None), broke: None },
+            Ok(()) => {
+                if matches!(reached, TurnEndReason::AwaitingApproval { .. }) {
+                    crate::seams::crash_point(shared.seams.probe.as_ref(), crate::seams::CrashPoint::AwaitingApproval)
+                        .await;
+                }
+                Ended { outcome: outcome(reached, true, None), broke: None }
+            }
             Err(error) => {
                 // The records stay queued (a later flush retries them); the turn is not kept.
                 tracing::warn!("the turn's end is not durable; its records stay queued");

@@ -10,13 +10,14 @@
 //! `APPROVAL_DENIED` or `APPROVAL_EXPIRED`, which the model reads like any result.
 
 mod decide;
+mod needs;
 mod pending;
 mod policy;
 
 pub(crate) use decide::check_against;
 pub use decide::{check_decision, decide, Decided, DecisionRequest};
+pub use needs::NeedsApproval;
 pub use pending::{awaiting_approval, PendingApproval};
 pub use policy::{
-    ApprovalPolicy, NeedsApproval, APPROVAL_DEADLINE_MS_MAX, APPROVAL_DECIDERS_MAX, APPROVAL_NAME_BYTES_MAX,
-    APPROVAL_REASON_BYTES_MAX,
+    ApprovalPolicy, APPROVAL_DEADLINE_MS_MAX, APPROVAL_DECIDERS_MAX, APPROVAL_NAME_BYTES_MAX, APPROVAL_REASON_BYTES_MAX,
 };

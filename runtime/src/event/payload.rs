@@ -54,8 +54,8 @@ pub enum TurnEndReason {
         summary: String,
     },
     /// Not an end: the turn is paused until a person decides on these calls
-    /// (FAILURE-APPROVAL). An outcome may say it; a `turn/end` never does (the validator
-    /// refuses it and no reader decodes it).
+    /// (FAILURE-APPROVAL). An outcome says it; a `turn/end` never does (the validator refuses
+    /// one that does).
     AwaitingApproval {
         /// The calls waiting, in the model's order.
         calls: Vec<String>,
@@ -76,6 +76,12 @@ struct ErrorFields {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct AwaitingFields {
+    calls: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct BudgetFields {
     budget: String,
     limit: u32,
@@ -85,7 +91,7 @@ struct BudgetFields {
 impl super::tagged::Tagged for TurnEndReason {
     const TAG: &'static str = "kind";
     const VARIANTS: &'static [&'static str] =
-        &["completed", "aborted", "error", "max-tokens", "interrupted", "budget-exhausted"];
+        &["completed", "aborted", "error", "max-tokens", "interrupted", "budget-exhausted", "awaiting-approval"];
     const NAME: &'static str = "TurnEndReason";
 
     fn variant<'de, D: serde::Deserializer<'de>>(tag: &str, rest: D) -> Result<Self, D::Error> {
@@ -101,6 +107,9 @@ impl super::tagged::Tagged for TurnEndReason {
                 limit: f.limit,
                 summary: f.summary,
             }),
+            "awaiting-approval" => {
+                AwaitingFields::deserialize(rest).map(|f| TurnEndReason::AwaitingApproval { calls: f.calls })
+            }
             other => Err(serde::de::Error::unknown_variant(other, Self::VARIANTS)),
         }
     }

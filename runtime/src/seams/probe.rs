@@ -20,10 +20,14 @@ pub enum CrashPoint {
     /// A delivery's outcome is recorded durably in the queue, and its caller has not heard:
     /// the session has no result for the call yet.
     DuringOutboxFinish,
+    /// A turn paused for approval waits: its requests are durable, and so is any decision
+    /// taken in the process since (hit once at the pause and once after each such decision);
+    /// nothing of it is dispatched.
+    AwaitingApproval,
 }
 
 /// Every crash point, for coverage reports.
-pub const CRASH_POINTS: [CrashPoint; 7] = [
+pub const CRASH_POINTS: [CrashPoint; 8] = [
     CrashPoint::BeforeDispatch,
     CrashPoint::MidStream,
     CrashPoint::AfterToolCallFlush,
@@ -31,6 +35,7 @@ pub const CRASH_POINTS: [CrashPoint; 7] = [
     CrashPoint::MidFlush,
     CrashPoint::DuringRepair,
     CrashPoint::DuringOutboxFinish,
+    CrashPoint::AwaitingApproval,
 ];
 
 impl std::fmt::Display for CrashPoint {

@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 22] = [
+pub const CATALOG: [(&str, &str); 25] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -35,6 +35,18 @@ pub const CATALOG: [(&str, &str); 22] = [
     (
         "userspace-buffer-on-sync",
         "the production filesystem's sync fsyncs the file but leaves the last write in a userspace buffer",
+    ),
+    (
+        "dispatch-before-durable",
+        "an approved call's body starts before its approval/dispatched (and a decision taken in-process) is durable",
+    ),
+    (
+        "decision-unbound",
+        "a tool approved once in a turn runs its later calls unasked: a decision not bound to its arguments",
+    ),
+    (
+        "approval-redispatch",
+        "crash repair takes a dispatched approved call for one still waiting: it runs again on resume",
     ),
 ];
 

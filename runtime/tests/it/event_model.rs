@@ -99,8 +99,8 @@ fn samples() -> Vec<Event> {
     ]
 }
 
-/// A paused turn says so in its outcome, never in its log: no `turn/end` may carry it, and
-/// no reader decodes one that does.
+/// A paused turn says so in its outcome (which the real harness's reports carry, so it reads
+/// back), never in its log: the validator refuses a `turn/end` that says it.
 #[test]
 fn awaiting_approval_is_never_a_turn_end() {
     let paused = TurnEndReason::AwaitingApproval { calls: vec!["c1".into()] };
@@ -108,8 +108,9 @@ fn awaiting_approval_is_never_a_turn_end() {
     open.push(&Record::new(0, T0, Event::TurnStart(TurnStart { turn: 1 }))).unwrap();
     let refused = open.push(&Record::new(1, T0, Event::TurnEnd(TurnEnd { turn: 1, reason: paused.clone() })));
     assert_eq!(refused.unwrap_err().rule, Rule::PausedTurnEnd);
-    let line = serde_json::to_string(&json!({"kind": "awaiting-approval", "calls": ["c1"]})).unwrap();
-    assert!(serde_json::from_str::<TurnEndReason>(&line).is_err(), "no reader decodes it");
+    let line = serde_json::to_string(&paused).unwrap();
+    assert_eq!(line, r#"{"kind":"awaiting-approval","calls":["c1"]}"#);
+    assert_eq!(serde_json::from_str::<TurnEndReason>(&line).unwrap(), paused);
 }
 
 #[test]

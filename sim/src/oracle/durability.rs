@@ -77,6 +77,10 @@ fn outcomes_durable(evidence: &RunEvidence<'_>, found: &mut Found) {
     let world = evidence.world;
     let mut judged = BTreeSet::new();
     for outcome in world.outcomes.iter().filter(|o| o.kept) {
+        if let TurnEndReason::AwaitingApproval { calls } = &outcome.reason {
+            pause_durable(evidence, outcome, calls, found);
+            continue;
+        }
         if !judged.insert((outcome.life, outcome.turn)) {
             continue;
         }
@@ -112,6 +116,33 @@ fn outcomes_durable(evidence: &RunEvidence<'_>, found: &mut Found) {
             },
         };
         found.fail(Invariant::OutcomeDurable, format!("{told}, but {problem}"), outcome.at_ms);
+    }
+}
+
+/// A turn the user was told is paused, kept: each call it waits on had its
+/// `approval/requested` synced strictly before the user was told (FAILURE-APPROVAL).
+fn pause_durable(
+    evidence: &RunEvidence<'_>,
+    outcome: &crate::world::evidence::Outcome,
+    calls: &[String],
+    found: &mut Found,
+) {
+    for call in calls {
+        let synced = evidence.world.synced_records().any(|synced| {
+            synced.stamp < outcome.stamp
+                && matches!(&synced.record.event, Event::ApprovalRequested(r) if r.turn == outcome.turn && r.call_id == *call)
+        });
+        if !synced {
+            found.fail(
+                Invariant::OutcomeDurable,
+                format!(
+                    "agent#{} told the user turn {} waits for approval of {call} (kept) at {} ms, but its \
+                     approval/requested was not synced before that",
+                    outcome.life, outcome.turn, outcome.at_ms
+                ),
+                outcome.at_ms,
+            );
+        }
     }
 }
 

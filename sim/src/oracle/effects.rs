@@ -142,11 +142,13 @@ fn results_against_receipts(evidence: &RunEvidence<'_>, seen: &BTreeMap<&str, us
                 let code = result.error.as_ref().map(|e| e.code);
                 let contradiction = match code {
                     None => (!received).then_some("succeeded, but the gateway never received it"),
-                    Some(ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch | ErrorCode::ToolFailed)
-                        if received =>
-                    {
-                        Some("did not happen, but the gateway received it")
-                    }
+                    Some(
+                        ErrorCode::ToolNotStarted
+                        | ErrorCode::AbortedBeforeDispatch
+                        | ErrorCode::ToolFailed
+                        | ErrorCode::ApprovalDenied
+                        | ErrorCode::ApprovalExpired,
+                    ) if received => Some("did not happen, but the gateway received it"),
                     _ => None,
                 };
                 if let Some(what) = contradiction {

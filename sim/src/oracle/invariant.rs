@@ -152,6 +152,22 @@ catalog! {
         "What the transcript says of an effect agrees with what the gateway or a service received.",
         "the gateway's receipts and the services' records against the recovered tool results",
         "The transcript contradicts what was received: a call whose request may have arrived must end TOOL_OUTCOME_UNKNOWN (ToolOutput::Unknown), never not-started or failed.";
+    ApprovalMatchesEffect = "approval-matches-effect", Safety,
+        "No effect of a call that waits for approval happens without a synced approval of that call, bound to the digest of its own arguments, and no decision is accepted where it must be refused.",
+        "the gateway's receipts and the tools' own records of each run, against the disk witness's synced approval records and tool/calls; the person's own record of what was accepted",
+        "A runtime defect: a call that needs a person's approval ran without one bound to its arguments (or a decision was accepted twice, after a cancel, or beside a live owner); dispatch only after an approval/decided whose digest is the call's own.";
+    ApprovalDispatchedOnce = "approval-dispatched-once", Safety,
+        "An approved call runs at most once, across crashes, resumes and workers.",
+        "the gateway's receipts and the tools' own records of each run, by execution id",
+        "A runtime defect: an approved call ran twice; a call whose approval/dispatched is durable and whose result was lost is TOOL_OUTCOME_UNKNOWN, never dispatched again.";
+    DeniedNeverRuns = "denied-never-runs", Safety,
+        "A call that was denied, expired or cancelled while it waited never runs.",
+        "the gateway's receipts and the tools' own records of each run, against the synced decisions and the recovered results",
+        "A runtime defect: a denied, expired or cancelled call ran; its result must be APPROVAL_DENIED, APPROVAL_EXPIRED or ABORTED_BEFORE_DISPATCH and its body never started.";
+    DecisionDurableBeforeDispatch = "decision-durable-before-dispatch", Safety,
+        "An approved call's decision and its approval/dispatched are synced strictly before its effect.",
+        "the disk witness's synced approval records against the gateway's receipts and the tools' records, in one order of events",
+        "A runtime defect: an approved call's effect came before its approval/decided and approval/dispatched were durable; flush the dispatch record (and the decision with it) before the body starts.";
     RetryBudget = "retry-budget", Safety,
         "A step is retried no more than its policy allows.",
         "the model server's request log",

@@ -6,6 +6,7 @@
 //! server's request log, what was acknowledged durable outside the host, the harness's own
 //! record of the faults it applied — and never a bound or a count from the runtime's records.
 
+mod approvals;
 mod durability;
 mod effects;
 mod evidence;
@@ -51,6 +52,7 @@ pub(super) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     durability::check(evidence, &mut found);
     limits::check(evidence, &mut found);
     effects::check(evidence, &mut found);
+    approvals::check(evidence, &mut found);
     services::check(evidence, &mut found);
     retries::check(evidence, &mut found);
     requests::check(evidence, &mut found);

@@ -137,3 +137,17 @@ fn a_parity_difference_names_the_seams() {
     let violation = parity.violation(0).expect("a difference is a violation");
     assert!(violation.advice.contains("simulated seams part from the operating system"), "{}", violation.advice);
 }
+
+#[test]
+fn an_effect_of_a_denied_call_names_the_results_it_must_have() {
+    let tamper = |c: &mut Concluded<'_>| {
+        c.receipts.push(crate::world::Receipt {
+            execution_id: "sim:1:1:call_1".into(),
+            body: "{\"order\":7,\"amount\":10}".into(),
+            at_ms: 1,
+            stamp: u64::MAX,
+        });
+    };
+    let advice = advice_after("approval-denied", &tamper, "denied-never-runs");
+    assert!(advice.contains("APPROVAL_DENIED") && advice.contains("never started"), "{advice}");
+}

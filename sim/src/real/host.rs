@@ -147,6 +147,12 @@ impl LifeReport for PipeReport {
         self.send(&HostReport::Synced { record: record.encode(), stamp, at_ms: self.now_ms() });
     }
 
+    fn ran(&self, execution_id: &str, arguments: &str) {
+        let stamp = super::clock::monotonic_ns();
+        let (execution_id, arguments) = (execution_id.to_owned(), arguments.to_owned());
+        self.send(&HostReport::Ran { execution_id, arguments, stamp, at_ms: self.now_ms() });
+    }
+
     fn outcome(&self, outcome: &TurnOutcome) {
         let stamp = super::clock::monotonic_ns();
         self.send(&HostReport::Outcome {

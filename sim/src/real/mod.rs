@@ -51,7 +51,7 @@ use crate::model_server::ModelServer;
 use crate::scenario::Scenario;
 use crate::world::agent_host::rot_while_down;
 use crate::world::conclude::{conclude, Concluded, RunResult};
-use crate::world::evidence::{Outcome, World};
+use crate::world::evidence::{Outcome, ToolRun, World};
 use crate::world::gateway::{self, Receipts};
 use crate::world::setup::SESSION;
 use crate::world::stamp::Stamp;
@@ -648,6 +648,9 @@ impl<'a> RealWorld<'a> {
                 let record = Record::decode(&record)
                     .map_err(|e| format!("agent#{life} reported an undecodable durable record ({e}): {record}"))?;
                 self.world.note_synced(record, stamp, at_ms);
+            }
+            HostReport::Ran { execution_id, arguments, stamp, at_ms } => {
+                self.world.tool_runs.push(ToolRun { life, execution_id, arguments, stamp, at_ms });
             }
             HostReport::Outcome { turn, reason, kept, stamp, at_ms } => {
                 self.world.outcomes.push(Outcome { life, turn, reason, kept, stamp, at_ms });

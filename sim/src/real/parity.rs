@@ -83,10 +83,14 @@ fn rename_strings(value: &mut Value, renames: &[(String, String)]) {
     }
 }
 
-/// A record as parity compares it: its line with `time` zeroed and names renamed.
+/// A record as parity compares it: its line with the clock's readings zeroed (`time`, and an
+/// approval request's `deadline_ms`, read from the clock as it was written) and names renamed.
 pub fn normalise(record: &Record, renames: &[(String, String)]) -> String {
     let mut value: Value = serde_json::from_str(&record.encode()).expect("records encode to JSON");
     value["time"] = Value::from(0);
+    if let Some(deadline) = value.get_mut("data").and_then(|d| d.get_mut("deadline_ms")) {
+        *deadline = Value::from(0);
+    }
     rename_strings(&mut value, renames);
     value.to_string()
 }

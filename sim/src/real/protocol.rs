@@ -42,6 +42,17 @@ pub enum HostReport {
         /// ms of the run's clock.
         at_ms: u64,
     },
+    /// A local tool's body ran (its own record of an effect, outside the runtime).
+    Ran {
+        /// The call's execution id.
+        execution_id: String,
+        /// The arguments it ran with (JSON text).
+        arguments: String,
+        /// `CLOCK_MONOTONIC` ns when it ran: the run's order of events.
+        stamp: u64,
+        /// ms of the run's clock.
+        at_ms: u64,
+    },
     /// The simulated user was given a turn's outcome.
     Outcome {
         /// The turn.

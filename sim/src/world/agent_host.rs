@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use faultline_runtime::event::Record;
 use faultline_runtime::seams::Fs;
 
-use super::evidence::{lock, sim_ms, trace, Outcome, Shared, World};
+use super::evidence::{lock, sim_ms, trace, Outcome, Shared, ToolRun, World};
 use super::probe::{CrashControl, SimProbe};
 use super::setup::{OUTBOX_PATH, SESSIONS_DIR, SIM_MODEL_ROOT};
 use super::user::AgentUnderTest;
@@ -167,6 +167,13 @@ impl life::LifeReport for SimReport {
         let mut w = lock(&self.world);
         let stamp = w.stamp();
         w.note_synced(record, stamp, sim_ms());
+    }
+
+    fn ran(&self, execution_id: &str, arguments: &str) {
+        let mut w = lock(&self.world);
+        let stamp = w.stamp();
+        let (execution_id, arguments) = (execution_id.to_owned(), arguments.to_owned());
+        w.tool_runs.push(ToolRun { life: self.life, execution_id, arguments, stamp, at_ms: sim_ms() });
     }
 
     fn outcome(&self, outcome: &faultline_runtime::agent::TurnOutcome) {

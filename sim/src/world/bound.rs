@@ -272,7 +272,27 @@ pub(crate) fn of_run(
             tools.push((schema.name, deadline));
         }
     }
-    LivenessBound::derive(heal_at_ms, workload_ms, &promises, &tools)
+    let mut approvals: Vec<(String, u64)> = scenario_tools
+        .iter()
+        .filter_map(|t| t.approval_policy().and_then(|p| p.deadline_ms).map(|ms| (t.name.clone(), ms)))
+        .collect();
+    if let Some(user) = user {
+        let set = (user.tools)(&crate::seams::sim_seams(0, "agent", 0));
+        for schema in set.schemas() {
+            let deadline = set.get(&schema.name).and_then(|tool| tool.approval()).and_then(|p| p.deadline_ms);
+            approvals.extend(deadline.map(|ms| (schema.name, ms)));
+        }
+    }
+    let mut bound = LivenessBound::derive(heal_at_ms, workload_ms, &promises, &tools);
+    if let Some((name, ms)) = approvals.into_iter().max_by_key(|(_, ms)| *ms) {
+        bound.waits.push(BoundWait {
+            setting: format!("tool {name} approval_deadline_ms"),
+            value_ms: ms,
+            default: false,
+            bounds: "a call waiting for a person when the faults heal is answered at its approval deadline",
+        });
+    }
+    bound
 }
 
 fn millis(d: Duration) -> u64 {

@@ -30,6 +30,19 @@ pub(crate) struct Outcome {
     pub(crate) at_ms: u64,
 }
 
+/// A local tool's body ran: the tool's own record of its effect, kept outside the host (the
+/// approval checker's evidence for tools that do not go through the gateway).
+#[derive(Debug, Clone)]
+pub(crate) struct ToolRun {
+    pub(crate) life: u64,
+    pub(crate) execution_id: String,
+    /// The arguments it ran with, as JSON text.
+    pub(crate) arguments: String,
+    /// When, in the run's order of events and in ms of its clock.
+    pub(crate) stamp: u64,
+    pub(crate) at_ms: u64,
+}
+
 /// What one incarnation left for the oracle beyond its records.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LifeEvidence {
@@ -90,6 +103,8 @@ pub(crate) struct World {
     pub(crate) synced: BTreeMap<u64, Vec<Synced>>,
     /// Every outcome the simulated user was given.
     pub(crate) outcomes: Vec<Outcome>,
+    /// Every run of a local tool's body, in the order they happened.
+    pub(crate) tool_runs: Vec<ToolRun>,
     /// Per incarnation, what the oracle needs of it beyond its records.
     pub(crate) lives: BTreeMap<u64, LifeEvidence>,
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet, TurnOutcome};
+use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::{Event, Record, ToolSchema};
 use faultline_runtime::llm::{from_toml, LiveProvider, ResolvedProvider, StaticCredentials};
 use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
@@ -28,27 +28,7 @@ use crate::scenario::ToolKind;
 /// What the user sends while a cancel is under way (`cancel_then_submit`).
 pub(crate) const MESSAGE_DURING_ABORT: &str = "and this, which arrived during the abort";
 
-/// What an incarnation reports as it runs. Implementations stamp each report with their own
-/// world's time.
-pub(crate) trait LifeReport: Send + Sync {
-    /// A line for the run's trace.
-    fn trace(&self, line: String);
-    /// The agent accepted `record` (not yet durable).
-    fn accepted(&self, record: &Record);
-    /// Every record below seq `through` is acknowledged durable.
-    fn durable(&self, through: u64);
-    /// The disk witness saw `record` become durable (stamped in the run's order of events).
-    fn synced(&self, record: Record);
-    /// The simulated user was given `outcome` (stamped in the run's order of events).
-    fn outcome(&self, outcome: &TurnOutcome);
-    /// The agent reported a persistence failure (its failure channel).
-    fn persist_failure(&self);
-    /// A fault family fired (`cancel`, `config-applied`, `config-rejected`, `refused`,
-    /// `oversize-output`): what happened in this host, not what the plan held.
-    fn fault(&self, family: &str);
-    /// The message sent with a late cancel was refused (the agent was already disposed).
-    fn extra_refused(&self);
-}
+pub(crate) use super::life_report::{report_outcome, LifeReport};
 
 /// What earlier incarnations left that this one must know.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -114,6 +94,11 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         .with_evidence(Arc::new(QueueEvidence::new(outbox.clone())));
     let id = SessionId::new(SESSION).expect("valid id");
     let exists = store.list().map_err(|e| e.to_string())?.contains(&id);
+    if exists && life > 1 {
+        if let Some(person) = plan.faults.person.as_ref().filter(|p| p.while_down) {
+            super::person::decide_while_down(person, (&store, &id), &seams, report.as_ref());
+        }
+    }
     let route = route?;
     // An embedder's tools are built on this incarnation's seams, as production builds them.
     let base = user.as_ref().map_or_else(ToolSet::new, |user| (user.tools)(&seams));
@@ -152,10 +137,14 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     // A message the dead agent refused was never accepted: the user saw the refusal, and
     // resending it would be a second submission the oracle does not owe a turn.
     let extra_owed = earlier.cancel_fired && !earlier.extra_refused;
+    let person = super::person::Person::new(plan.faults.person.clone().unwrap_or_default(), &seams, report.as_ref());
+    // A session that resumed paused is decided and continued before anything new is said.
+    person.settle(&agent, (&store, &id), life).await?;
     if extra_owed && plan.faults.cancel_then_submit && !extra_logged {
         agent.submit(MESSAGE_DURING_ABORT).map_err(|e| e.to_string())?;
         agent.when_idle().await;
         report_outcome(&agent, report.as_ref(), life);
+        person.settle(&agent, (&store, &id), life).await?;
     }
     if life == 1 {
         cancel_later(plan, &agent, &seams, &report);
@@ -164,6 +153,7 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
         agent.when_idle().await;
         report_outcome(&agent, report.as_ref(), life);
+        person.settle(&agent, (&store, &id), life).await?;
     }
     agent.when_idle().await;
     agent.dispose().await.map_err(|e| e.to_string())?;
@@ -250,10 +240,10 @@ fn tools_of(
             description: tool.description.clone().unwrap_or_else(|| tool.kind.as_str().to_owned()),
             parameters: parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
         };
-        tools = match tool.kind {
-            ToolKind::Gateway => tools.with(Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone()))),
-            ToolKind::Recorded => tools.with(Arc::new(RecordedTool { schema, results: tool.results.clone() })),
-            _ => tools.with(Arc::new(LocalTool {
+        let built: Arc<dyn Tool> = match tool.kind {
+            ToolKind::Gateway => Arc::new(OutboxTool::new(schema, outbox.clone(), deliverer.clone())),
+            ToolKind::Recorded => Arc::new(RecordedTool { schema, results: tool.results.clone() }),
+            _ => Arc::new(LocalTool {
                 schema,
                 timeout_ms: tool.timeout_ms,
                 work_ms: tool.work_ms,
@@ -263,7 +253,11 @@ fn tools_of(
                 leaks: (tool.kind == ToolKind::Leaky).then(|| gateway_token(seed)),
                 clock: seams.clock.clone(),
                 report: report.clone(),
-            })),
+            }),
+        };
+        tools = match tool.approval_policy() {
+            Some(policy) => tools.with(Arc::new(faultline_runtime::approval::NeedsApproval::new(built, policy))),
+            None => tools.with(built),
         };
     }
     tools
@@ -397,23 +391,6 @@ fn cancel(agent: &Agent, report: &dyn LifeReport, then_submit: bool) {
     report.trace("cancel".into());
 }
 
-/// Tells the world the outcome the user now holds (the oracle holds a kept one to the disk).
-fn report_outcome(agent: &Agent, report: &dyn LifeReport, life: u64) {
-    let Some(outcome) = agent.last_outcome() else { return };
-    if !outcome.kept {
-        let code = match &outcome.reason {
-            faultline_runtime::event::TurnEndReason::Error { error } => error.code.to_string(),
-            other => other.kind().to_owned(),
-        };
-        let reached = outcome.reached.as_ref().map_or("no end".to_owned(), |r| r.kind().to_owned());
-        report.trace(format!(
-            "agent#{life} turn {} was told not kept ({code}; it reached {reached} in memory)",
-            outcome.turn
-        ));
-    }
-    report.outcome(&outcome);
-}
-
 /// A record in a few words, for the trace.
 pub(crate) fn describe(record: &Record) -> String {
     match &record.event {
@@ -457,6 +434,8 @@ impl Tool for LocalTool {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
         let (printed, leaks, report) = (self.printed.clone(), self.leaks.clone(), self.report.clone());
         Box::pin(async move {
+            // The tool's own record of its effect, outside the runtime's reach.
+            report.ran(&invocation.execution_id, &invocation.arguments.to_string());
             if let Some(secret) = leaks {
                 return ToolOutput::Ok(format!("config dump: GATEWAY_TOKEN={secret}"));
             }

@@ -534,6 +534,18 @@ impl Swarm {
     /// disk, echo and answer limit, in `faults`.
     fn add_faults(&self, seed: u64, user: Option<&super::user::AgentUnderTest>, faults: &mut FaultPlan) {
         faults.crashes.extend(self.crash.clone());
+        // A conversation with a person in it: a third of its seeds crash while a turn waits for
+        // them (on a stream of its own, so the swarm's other draws stay what they were).
+        if faults.person.is_some() {
+            let crash = stream(seed, "crash/approval");
+            if crash.next_u64() % 3 == 0 {
+                faults.crashes.push(CrashFault {
+                    point: CrashPoint::AwaitingApproval,
+                    hit: 1 + (crash.next_u64() % 2) as u32,
+                    restart_after_ms: 100 + crash.next_u64() % 400,
+                });
+            }
+        }
         faults.partitions.extend(self.partitions.clone());
         for service in user.map_or(&[][..], |u| u.services()) {
             faults.partitions.extend(Swarm::partition(seed, &service.name));

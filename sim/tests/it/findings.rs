@@ -317,7 +317,7 @@ fn a_real_run_that_cannot_start_names_what_is_missing() {
 }
 
 /// Where each invariant of the catalog has its finding test: a new invariant must get one.
-const FINDING_TESTS: [(&str, &str); 32] = [
+const FINDING_TESTS: [(&str, &str); 36] = [
     ("secret-leak", "planted scrub-by-pattern-only"),
     ("false-corrupt", "planted holes-are-corrupt"),
     ("refusal-left-file-untouched", "oracle::planted_evidence"),
@@ -339,6 +339,10 @@ const FINDING_TESTS: [(&str, &str); 32] = [
     ("fenced-epoch", "planted zombie-write-unfenced"),
     ("at-most-once", "planted unknown-claimable; the three key findings above"),
     ("result-matches-receipt", "planted repair-not-started; a_lost_reply_reported_as_a_failure_..."),
+    ("approval-matches-effect", "planted decision-unbound"),
+    ("approval-dispatched-once", "planted approval-redispatch"),
+    ("denied-never-runs", "oracle::planted_evidence"),
+    ("decision-durable-before-dispatch", "planted dispatch-before-durable"),
     ("retry-budget", "oracle::planted_evidence"),
     ("retry-after-honoured", "planted ignore-retry-after"),
     ("final-failure-not-retried", "planted stream-closed-retryable"),

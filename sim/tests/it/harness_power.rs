@@ -118,6 +118,7 @@ fn a_cancel_after_the_workload_ended_owes_no_turn_for_its_refused_message() {
         slow_ignores_abort: true,
         tool_concurrency: 1,
         cancel: Some((2981, true)),
+        person: Default::default(),
     };
     let mut scenario = workload.apply(&Scenario::built_in("generated").unwrap());
     let cancel = (scenario.faults.cancel_at_ms, scenario.faults.cancel_then_submit);
@@ -213,6 +214,8 @@ fn a_workload_that_cannot_converge_is_reported_as_no_liveness_not_as_a_safety_vi
         description: None,
         parameters: None,
         results: Vec::new(),
+        approval: false,
+        approval_deadline_ms: None,
     }];
     scenario.model.responses.insert(0, faultline_sim::model_server::Response::tool_call("c1", "hang", "{}"));
     let result = run(&scenario, 1);
@@ -232,6 +235,7 @@ fn a_message_refused_by_a_dead_agent_is_not_resent_after_the_restart() {
         slow_ignores_abort: false,
         tool_concurrency: 1,
         cancel: Some((1, true)),
+        person: Default::default(),
     };
     let scenario = workload.apply(&Scenario::built_in("generated").unwrap());
     let result = run(&scenario, 5720);

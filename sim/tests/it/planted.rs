@@ -95,7 +95,7 @@ const RARE_SHAPE_SEEDS: [(&str, u64); 1] = [("hole-past-the-damaged-frame", 256)
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 22] = [
+const CATCHES: [(&str, &str); 25] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -120,11 +120,14 @@ const CATCHES: [(&str, &str); 22] = [
     ("signature-dropped", "request-accepted"),
     ("error-event-as-end", "failure-code-as-served"),
     ("userspace-buffer-on-sync", "(real runs only)"),
+    ("dispatch-before-durable", "decision-durable-before-dispatch"),
+    ("decision-unbound", "approval-matches-effect"),
+    ("approval-redispatch", "approval-dispatched-once"),
 ];
 
 /// Per planted bug, what the advice of the violation that caught it must say: the cause, in
 /// words a reader can act on (FAILURE-FINDINGS).
-const ADVICE_NAMES: [(&str, &str); 21] = [
+const ADVICE_NAMES: [(&str, &str); 24] = [
     ("tool-body-before-flush", "only after the intent's flush"),
     ("stream-closed-retryable", "retryable_codes"),
     ("cite-failed-attempts", "write guard"),
@@ -146,6 +149,9 @@ const ADVICE_NAMES: [(&str, &str); 21] = [
     ("zombie-write-unfenced", "lease epoch"),
     ("signature-dropped", "signed reasoning must come back exactly as signed"),
     ("error-event-as-end", "taken as an answer"),
+    ("dispatch-before-durable", "flush the dispatch record"),
+    ("decision-unbound", "digest is the call's own"),
+    ("approval-redispatch", "never dispatched again"),
 ];
 
 #[test]
