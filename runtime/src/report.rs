@@ -25,6 +25,23 @@ pub struct EffectLine {
     pub detail: String,
 }
 
+/// A call the session's paused turn waits on, and who may decide it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitingLine {
+    /// Turn.
+    pub turn: u32,
+    /// The model's call id (what `faultline approval approve --call` names).
+    pub call_id: String,
+    /// Tool name.
+    pub tool: String,
+    /// Who may decide (empty: anyone who can write the session).
+    pub deciders: Vec<String>,
+    /// When it expires, epoch ms (none: never).
+    pub deadline_ms: Option<u64>,
+    /// A decision taken and not yet applied (`approved` / `denied`), if one was.
+    pub decided: Option<String>,
+}
+
 /// The report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -45,6 +62,8 @@ pub struct RecoveryReport {
     pub never_started: Vec<EffectLine>,
     /// This session's deliveries still in the queue (pending, delivering, unknown).
     pub queued: Vec<(String, DeliveryStatus)>,
+    /// Calls the paused turn waits on for a person's decision (FAILURE-APPROVAL).
+    pub awaiting_approval: Vec<WaitingLine>,
     /// Tokens every attempt reported, per turn and for the session.
     pub usage_per_turn: BTreeMap<u32, crate::event::Usage>,
     /// The session's total.
@@ -89,7 +108,24 @@ impl ReportBuilder {
     pub fn absorb(&mut self, record: &Record) {
         let report = &mut self.report;
         match &record.event {
-            Event::TurnStart(_) => self.names.clear(),
+            Event::TurnStart(_) => {
+                self.names.clear();
+                report.awaiting_approval.clear();
+            }
+            Event::StepStart(_) => report.awaiting_approval.clear(),
+            Event::ApprovalRequested(requested) => report.awaiting_approval.push(WaitingLine {
+                turn: requested.turn,
+                call_id: requested.call_id.clone(),
+                tool: requested.name.clone(),
+                deciders: requested.deciders.clone(),
+                deadline_ms: requested.deadline_ms,
+                decided: None,
+            }),
+            Event::ApprovalDecided(decided) => {
+                if let Some(w) = report.awaiting_approval.iter_mut().find(|w| w.call_id == decided.call_id) {
+                    w.decided = Some(format!("{} by {}", decided.decision.as_str(), decided.by));
+                }
+            }
             Event::AssistantChunk(chunk) => {
                 if let crate::event::Chunk::Usage { usage } = &chunk.chunk {
                     report.usage_per_turn.entry(chunk.turn).or_default().add(usage);
@@ -104,12 +140,16 @@ impl ReportBuilder {
                     self.names.entry(id.to_owned()).or_insert_with(|| name.to_owned());
                 }
             }
-            Event::TurnEnd(end) => match end.reason {
-                TurnEndReason::Completed | TurnEndReason::MaxTokens => report.completed_turns += 1,
-                TurnEndReason::Interrupted => report.interrupted_turns += 1,
-                _ => report.other_turns += 1,
-            },
+            Event::TurnEnd(end) => {
+                report.awaiting_approval.clear();
+                match end.reason {
+                    TurnEndReason::Completed | TurnEndReason::MaxTokens => report.completed_turns += 1,
+                    TurnEndReason::Interrupted => report.interrupted_turns += 1,
+                    _ => report.other_turns += 1,
+                }
+            }
             Event::ToolResult(result) => {
+                report.awaiting_approval.retain(|w| w.call_id != result.call_id);
                 let line = EffectLine {
                     turn: result.turn,
                     call_id: result.call_id.clone(),
@@ -205,6 +245,21 @@ impl RecoveryReport {
             out.push_str("Never started (did not happen; safe to retry if still needed):\n");
             for e in &self.never_started {
                 out.push_str(&format!("  - {} ({})\n", e.tool, e.execution_id));
+            }
+        }
+        if !self.awaiting_approval.is_empty() {
+            out.push_str(&format!(
+                "Waiting for approval: {} call(s); the turn is paused until each is decided (faultline approval approve|deny), then continued (agent run --resume):\n",
+                self.awaiting_approval.len()
+            ));
+            for w in &self.awaiting_approval {
+                let by = if w.deciders.is_empty() { "anyone".to_owned() } else { w.deciders.join(" or ") };
+                let until = w.deadline_ms.map_or_else(String::new, |ms| format!(", until {ms} (epoch ms)"));
+                let state = w.decided.as_ref().map_or_else(String::new, |d| format!("; {d}, not applied yet"));
+                out.push_str(&format!(
+                    "  - {} (call {}, turn {}): for {by}{until}{state}\n",
+                    w.tool, w.call_id, w.turn
+                ));
             }
         }
         if !self.queued.is_empty() {

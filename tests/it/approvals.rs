@@ -53,8 +53,14 @@ impl Place {
     }
 
     fn cat(&self, id: &str) -> Vec<Value> {
+        let output = self.transcript("cat", id);
+        stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// `transcript COMMAND` of session `id`, asserted to exit 0.
+    fn transcript(&self, what: &str, id: &str) -> Output {
         let mut command = Command::new(faultline_bin());
-        command.args(["transcript", "cat"]);
+        command.args(["transcript", what]);
         match (self.store, &self.url) {
             ("sqlite", _) => {
                 command.args(["--sqlite", self.sessions.join("sessions.sqlite").to_str().unwrap(), "--session", id])
@@ -63,8 +69,8 @@ impl Place {
             _ => command.arg(self.sessions.join(id)),
         };
         let output = command.output().unwrap();
-        assert_eq!(output.status.code(), Some(0), "cat: {}", stderr(&output));
-        stdout(&output).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        assert_eq!(output.status.code(), Some(0), "{what}: {}", stderr(&output));
+        output
     }
 }
 
@@ -147,6 +153,11 @@ fn paused(place: &Place, config: &Path, dir: &Path, id: &str) -> Value {
     assert_eq!(listed.len(), 1, "{}: {listed:?}", place.store);
     assert_eq!(listed[0]["call"]["call_id"], "call_1");
     assert_eq!(listed[0]["call"]["arguments"], "{\"amount\":10}");
+    // The recovery report says what waits for whom; the transcript needs no repair.
+    let report = stdout(&place.transcript("report", id));
+    assert!(report.contains("Waiting for approval: 1 call(s)"), "{}: {report}", place.store);
+    assert!(report.contains("send (call call_1, turn 1): for alice"), "{}: {report}", place.store);
+    place.transcript("inspect", id);
     listed[0]["call"].clone()
 }
 
