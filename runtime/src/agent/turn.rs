@@ -185,6 +185,11 @@ impl TurnCtx<'_> {
                 self.end_step(step).await?;
                 reason
             }
+            // A cancel closed what waited: the turn ends here, aborted.
+            None if self.cancel.is_cancelled() => {
+                self.end_step(step).await?;
+                self.aborted()
+            }
             None => {
                 self.end_step(step).await?;
                 self.steps(step + 1, None).await?
@@ -559,11 +564,14 @@ impl TurnCtx<'_> {
         self.drain_and_commit(step, &calls, immediate, dispatched, undispatched_from).await?;
         if !awaiting.is_empty() {
             if stop.is_none() {
-                return self.settle_approvals(step, awaiting).await;
-            }
-            // The turn ends here (a checkpoint failed): what waited is closed as never run.
-            for call in awaiting {
-                self.commit_result(step, &call.planned(), CallOutcome::aborted_before_dispatch()).await?;
+                // Decided now (an approval taken in this process), closed (a cancel), or
+                // paused: `AwaitingApproval` is the step's and the turn's stop.
+                stop = self.settle_approvals(step, awaiting).await?;
+            } else {
+                // The turn ends here (a checkpoint failed): what waited is closed as never run.
+                for call in awaiting {
+                    self.commit_result(step, &call.planned(), CallOutcome::aborted_before_dispatch()).await?;
+                }
             }
         }
         if stop.is_none() && self.cancel.is_cancelled() {
