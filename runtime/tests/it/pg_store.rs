@@ -75,3 +75,79 @@ fn a_writers_lease_is_renewed_while_it_idles_and_runs_out_once_it_is_dropped() {
     let opened = second.open(&id, Takeover::IfDead).unwrap();
     assert!(opened.log.token() > 1, "the takeover moved the epoch on");
 }
+
+/// Cuts every connection to the database but the caller's, as a failover or an operator's
+/// `pg_terminate_backend` does.
+fn terminate_every_other_connection(url: &str) {
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap();
+}
+
+/// A writer whose connection was cut while another worker took its session over and wrote
+/// the same seqs: the lost append is looked up, finds the new owner's records, and the writer
+/// is told it was fenced (the truth: it lost the session), not that its batch was malformed.
+#[test]
+fn a_zombie_whose_lost_append_was_overtaken_is_told_it_was_fenced() {
+    use faultline_runtime::event::{Event, Record, StepRef, TurnStart};
+    let Some(url) = database() else { return };
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    let id = SessionId::new("overtaken").unwrap();
+    let first = PgStore::connect(&url, a.clone(), LEASE_MS_DEFAULT).unwrap();
+    let mut zombie = first.create(&id, 1).unwrap();
+    zombie.append(&[Record::new(0, 1, Event::TurnStart(TurnStart { turn: 1 }))]).unwrap();
+    // The zombie's connection is cut, and its process is taken for dead: another worker takes
+    // the session over, and its crash repair writes seq 1 (the open turn's `turn/end`).
+    terminate_every_other_connection(&url);
+    a.kill();
+    let second = PgStore::connect(&url, b, LEASE_MS_DEFAULT).unwrap();
+    let opened = second.open(&id, Takeover::IfDead).unwrap();
+    assert_eq!(opened.loaded.repair.map(|r| r.closers.len()), Some(1), "the takeover closed turn 1 at seq 1");
+    // The zombie's next append meets its cut connection, is looked up, and finds seq 1 taken.
+    let lost = zombie.append(&[Record::new(1, 2, Event::StepStart(StepRef { turn: 1, step: 1 }))]).unwrap_err();
+    assert!(matches!(lost, Error::Fenced { token: 1, current: 2, .. }), "{lost}");
+}
+
+/// A takeover that waited for the session's row (another transaction held it) stamps its lease
+/// from when it took the session, not from when its transaction began: the lease it promises
+/// is whole. (Stamped with `now()`, the transaction's start, it came out short by the wait.)
+#[test]
+#[allow(clippy::disallowed_methods)] // the wait is real: a lock held on the server
+fn a_takeover_that_waited_for_the_row_stamps_a_whole_lease() {
+    const LEASE_MS: u64 = 30_000;
+    const HELD_MS: u64 = 3_000;
+    let Some(url) = database() else { return };
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    let id = SessionId::new("stamped").unwrap();
+    PgStore::connect(&url, a, LEASE_MS).unwrap().create(&id, 1).unwrap().close().unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut holding = admin.transaction().unwrap();
+    holding.execute("SELECT id FROM faultline_sessions WHERE id = 'stamped' FOR UPDATE", &[]).unwrap();
+    let taker = std::thread::spawn(move || {
+        let store = PgStore::connect(&url, b, LEASE_MS).unwrap();
+        let opened = store.open(&id, Takeover::IfDead).unwrap();
+        (store, opened)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(HELD_MS));
+    holding.commit().unwrap();
+    let (_store, _opened) = taker.join().unwrap();
+    let left_ms: f64 = admin
+        .query_one(
+            "SELECT (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::float8
+             FROM faultline_sessions WHERE id = 'stamped'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        left_ms > (LEASE_MS - HELD_MS / 2) as f64,
+        "{left_ms:.0} ms of a {LEASE_MS} ms lease left right after the takeover"
+    );
+}

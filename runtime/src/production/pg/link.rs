@@ -22,6 +22,18 @@ use crate::{Error, Result};
 
 /// How long a connection attempt may take, in milliseconds.
 pub(crate) const CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Idle time before the first keep-alive probe, in ms: a peer gone without a word (a failed
+/// over host, a NAT that forgot the flow) is found by its silence, not hours later.
+const KEEPALIVE_IDLE_MS: u64 = 10_000;
+/// Between keep-alive probes, in ms.
+const KEEPALIVE_INTERVAL_MS: u64 = 5_000;
+/// Unanswered probes before the connection is given up.
+const KEEPALIVE_RETRIES: u32 = 3;
+/// Longest sent data may stay unacknowledged before the connection is given up, in ms.
+const TCP_USER_TIMEOUT_MS: u64 = 30_000;
+/// Longest one statement may run on the server (a lock never released included), in ms,
+/// unless the URL's `options` set a `statement_timeout` of their own.
+const STATEMENT_TIMEOUT_MS: u64 = 60_000;
 
 type Job = Box<dyn FnOnce(&mut Linked) + Send>;
 
@@ -76,7 +88,7 @@ impl std::fmt::Debug for Link {
 /// Renews every held lease; a lease whose epoch moved on (taken over) is dropped from the
 /// set, and the writer's next append is refused by the epoch it carries.
 const RENEW_SQL: &str =
-    "UPDATE faultline_sessions SET lease_expires_at = now() + make_interval(secs => $3) WHERE id = $1 AND epoch = $2";
+    "UPDATE faultline_sessions SET lease_expires_at = clock_timestamp() + make_interval(secs => $3) WHERE id = $1 AND epoch = $2";
 
 fn renew(linked: &mut Linked, leases: &HeldLeases, lease: Duration) {
     for (id, epoch) in leases.held() {
@@ -106,7 +118,17 @@ impl Link {
             _ => Some(super::tls::connector(&tls)?),
         };
         config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+        // A half-open connection ends as a lost one (DATABASE_UNREACHABLE), never a hang.
         config.keepalives(true);
+        config.keepalives_idle(Duration::from_millis(KEEPALIVE_IDLE_MS));
+        config.keepalives_interval(Duration::from_millis(KEEPALIVE_INTERVAL_MS));
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+        config.tcp_user_timeout(Duration::from_millis(TCP_USER_TIMEOUT_MS));
+        let options = config.get_options().unwrap_or_default().to_owned();
+        if !options.contains("statement_timeout") {
+            let bounded = format!("{options} -c statement_timeout={STATEMENT_TIMEOUT_MS}");
+            config.options(bounded.trim_start());
+        }
         let (jobs, inbox) = mpsc::channel::<Job>();
         let leases = HeldLeases::default();
         let renewed = leases.clone();

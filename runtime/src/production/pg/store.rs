@@ -36,7 +36,7 @@ const SELECT_EVENTS: &str = "SELECT seq, record FROM faultline_events WHERE sess
 const INSERT_EVENTS: &str = "INSERT INTO faultline_events (session_id, seq, record)
     SELECT $1, t.seq, t.record FROM unnest($2::bigint[], $3::text[]) AS t(seq, record)";
 const APPEND_FENCED: &str = "WITH fence AS (
-        UPDATE faultline_sessions SET lease_expires_at = now() + make_interval(secs => $3)
+        UPDATE faultline_sessions SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
         WHERE id = $1 AND epoch = $2 RETURNING id)
     INSERT INTO faultline_events (session_id, seq, record)
     SELECT fence.id, t.seq, t.record FROM fence, unnest($4::bigint[], $5::text[]) AS t(seq, record)";
@@ -227,7 +227,7 @@ impl Store for PgStore {
             let inserted = client
                 .execute_typed(
                     "INSERT INTO faultline_sessions (id, header, revision, epoch, owner, lease_expires_at)
-                     VALUES ($1, $2, 0, 1, $3, now() + make_interval(secs => $4)) ON CONFLICT (id) DO NOTHING",
+                     VALUES ($1, $2, 0, 1, $3, clock_timestamp() + make_interval(secs => $4)) ON CONFLICT (id) DO NOTHING",
                     &[(&sid, Type::TEXT), (&header, Type::TEXT), (&me, Type::TEXT), (&secs, Type::FLOAT8)],
                 )
                 .map_err(classify)?;
@@ -274,7 +274,7 @@ impl Store for PgStore {
             let epoch: i64 = tx
                 .query_typed_one(
                     "UPDATE faultline_sessions SET epoch = epoch + 1, owner = $2, revision = revision + $3,
-                         lease_expires_at = now() + make_interval(secs => $4)
+                         lease_expires_at = clock_timestamp() + make_interval(secs => $4)
                      WHERE id = $1 RETURNING epoch",
                     &[(&sid, Type::TEXT), (&me, Type::TEXT), (&repaired, Type::INT8), (&secs, Type::FLOAT8)],
                 )
@@ -433,11 +433,16 @@ impl LogMedium for PgMedium {
                 Stored::TheBatch => Ok(()),
                 Stored::Nothing if lost => append_once(linked, &sid, epoch, secs, &seqs, &lines),
                 Stored::Nothing => first,
-                Stored::Other => Err(Error::BadBatch(format!(
-                    "seqs {}..={} of session {sid} already hold other records; nothing was written",
-                    seqs[0],
-                    seqs[seqs.len() - 1]
-                ))),
+                // Another writer's records: a writer taken over meanwhile is told so (its
+                // epoch moved on); only under its own epoch is the batch itself wrong.
+                Stored::Other => match fenced(linked, &sid, epoch) {
+                    taken @ Error::Fenced { current, .. } if current != epoch as u64 => Err(taken),
+                    _ => Err(Error::BadBatch(format!(
+                        "seqs {}..={} of session {sid} already hold other records; nothing was written",
+                        seqs[0],
+                        seqs[seqs.len() - 1]
+                    ))),
+                },
             }
         })
     }
