@@ -351,3 +351,48 @@ fn a_header_secret_reaches_its_server_only_and_never_a_tool_or_the_transcript() 
     assert!(!results[0].1.contains("WEB_MCP_TOKEN"), "the variable is hidden from tools: {results:?}");
     assert_eq!(effects(&remote).len(), 1, "the server acted");
 }
+
+/// An MCP server's tool named in its entry's `approval` waits for a person: the turn pauses
+/// (exit 7) with nothing sent to the server, `approval approve` decides, and the resumed turn
+/// calls the server once; its other tools run at once.
+#[test]
+fn an_mcp_tool_that_needs_approval_waits_and_then_is_called_once() {
+    let Some(python) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local.jsonl");
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [{"frames": [
+            {"tool_call": {"index": 0, "id": "call_1", "name": "files__record", "arguments": "{\"note\":\"a\"}"}},
+            {"tool_call": {"index": 1, "id": "call_2", "name": "files__lookup", "arguments": "{\"key\":\"b\"}"}}
+        ], "finish": "tool_calls"}, text("Done.")]}),
+    );
+    let servers = stdio_server(&python, "files", &local, "approval = [\"record\"]\napprovers = [\"alice\"]");
+    let config = agent_file(dir.path(), &model.base_url(), &servers);
+    let sessions = dir.path().join("sessions");
+    let paused = run(&config, &sessions, "p1", false);
+    assert_eq!(paused.status.code(), Some(7), "{}", stderr(&paused));
+    assert!(effects(&local).is_empty(), "nothing reached the server before the decision");
+    assert_eq!(results(&records(&sessions, "p1")).len(), 1, "the lookup ran; the record waits");
+    let decided = faultline(&[
+        "approval",
+        "approve",
+        "--session-dir",
+        sessions.to_str().unwrap(),
+        "--session",
+        "p1",
+        "--call",
+        "call_1",
+        "--by",
+        "alice",
+    ]);
+    assert_eq!(decided.status.code(), Some(0), "{}", stderr(&decided));
+    let args = ["agent", "run", "--config", config.to_str().unwrap(), "--session-dir", sessions.to_str().unwrap()];
+    let resumed = faultline(&[&args[..], &["--session", "p1", "--resume"]].concat());
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let effects = effects(&local);
+    assert_eq!(effects.len(), 1, "{effects:?}");
+    assert_eq!(effects[0]["execution_id"], "p1:1:1:call_1");
+    let codes: Vec<String> = results(&records(&sessions, "p1")).into_iter().map(|(code, _)| code).collect();
+    assert_eq!(codes, ["ok", "ok"]);
+}

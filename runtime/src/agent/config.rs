@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::approval_config::ApprovalMode;
 use super::mcp_config::{McpServerConfig, MCP_SERVERS_MAX};
 use super::sim_config::ToolSimConfig;
 use super::tools::TOOL_TIMEOUT_MS_MAX;
@@ -214,22 +215,11 @@ pub struct CommandToolConfig {
     pub approval_deadline_ms: Option<u64>,
 }
 
-/// Whether a tool's calls wait for a person.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalMode {
-    /// Calls run at once.
-    #[default]
-    Never,
-    /// Each call waits for an `approval/decided`.
-    Required,
-}
-
 impl CommandToolConfig {
     /// The tool's approval rule, when its calls wait for a person.
     pub fn approval_policy(&self) -> Option<crate::approval::ApprovalPolicy> {
         (self.approval == ApprovalMode::Required)
-            .then(|| crate::approval::ApprovalPolicy::new(self.approvers.clone(), self.approval_deadline_ms))
+            .then(|| super::approval_config::policy(&self.approvers, self.approval_deadline_ms))
     }
 
     /// The command's environment policy.
@@ -311,29 +301,6 @@ fn check_mcp_servers(servers: &[McpServerConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// A tool's approval keys: deciders and a deadline within their limits, and only with
-/// `approval = "required"`.
-fn check_approval(tool: &CommandToolConfig, at: &dyn Fn(&str) -> String) -> Result<(), ConfigError> {
-    use crate::approval::{APPROVAL_DEADLINE_MS_MAX, APPROVAL_DECIDERS_MAX, APPROVAL_NAME_BYTES_MAX};
-    let required = tool.approval == ApprovalMode::Required;
-    if !required && (!tool.approvers.is_empty() || tool.approval_deadline_ms.is_some()) {
-        let message = "approvers and approval_deadline_ms need approval = \"required\"".to_owned();
-        return Err(ConfigError { path: at("approval"), message });
-    }
-    if tool.approvers.len() > APPROVAL_DECIDERS_MAX {
-        return Err(ConfigError { path: at("approvers"), message: format!("at most {APPROVAL_DECIDERS_MAX} names") });
-    }
-    if tool.approvers.iter().any(|a| a.trim().is_empty() || a.len() > APPROVAL_NAME_BYTES_MAX) {
-        let message = format!("each name must be 1..={APPROVAL_NAME_BYTES_MAX} bytes");
-        return Err(ConfigError { path: at("approvers"), message });
-    }
-    if tool.approval_deadline_ms.is_some_and(|ms| !(1..=APPROVAL_DEADLINE_MS_MAX).contains(&ms)) {
-        let message = format!("must be within 1..={APPROVAL_DEADLINE_MS_MAX}");
-        return Err(ConfigError { path: at("approval_deadline_ms"), message });
-    }
-    Ok(())
-}
-
 /// The variables no tool, receiver or MCP server process ever gets: the provider's key
 /// variables and those holding MCP servers' header secrets (`headers_env`).
 pub fn hidden_vars(provider: &ResolvedProvider, servers: &[McpServerConfig]) -> Vec<String> {
@@ -409,7 +376,8 @@ impl AgentFile {
                     });
                 }
             }
-            check_approval(tool, &at)?;
+            let required = tool.approval == ApprovalMode::Required;
+            super::approval_config::check_approval_keys(required, &tool.approvers, tool.approval_deadline_ms, &at)?;
             if let Some(sim) = &tool.sim {
                 sim.check(&at)?;
                 sim.check_against(tool.side_effects, tool.via_outbox, &at)?;

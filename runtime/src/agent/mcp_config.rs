@@ -57,6 +57,16 @@ pub struct McpServerConfig {
     /// harness (`faultline sweep --agent FILE`). `agent run` checks it and never reads it.
     #[serde(default)]
     pub sim: BTreeMap<String, ToolSimConfig>,
+    /// The server's tools (as it lists them) each call of which waits for a person's decision
+    /// (FAILURE-APPROVAL).
+    #[serde(default)]
+    pub approval: Vec<String>,
+    /// Who may decide those calls (default: anyone who can write the session).
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// How long such a call waits before it expires `APPROVAL_EXPIRED`, in ms.
+    #[serde(default)]
+    pub approval_deadline_ms: Option<u64>,
 }
 
 /// How a server is reached.
@@ -77,6 +87,15 @@ pub enum McpTransportConfig {
 }
 
 impl McpServerConfig {
+    /// The approval rule of the server's tool `tool` (its name on the server), when its calls
+    /// wait for a person (`approval` names it).
+    pub fn approval_policy(&self, tool: &str) -> Option<crate::approval::ApprovalPolicy> {
+        self.approval
+            .iter()
+            .any(|t| t == tool)
+            .then(|| super::approval_config::policy(&self.approvers, self.approval_deadline_ms))
+    }
+
     /// How the server is reached (valid once the agent file was parsed: `AgentFile::parse`
     /// checks every entry).
     pub fn transport(&self) -> McpTransportConfig {
@@ -113,6 +132,7 @@ impl McpServerConfig {
             ("tools", self.tools.as_ref().map_or(0, Vec::len)),
             ("side_effects", self.side_effects.len()),
             ("sim", self.sim.len()),
+            ("approval", self.approval.len()),
         ];
         if let Some((field, _)) = over.iter().find(|(_, n)| *n > MCP_TABLE_ENTRIES_MAX) {
             return bad(field, &format!("more than {MCP_TABLE_ENTRIES_MAX} entries"));
@@ -140,6 +160,8 @@ impl McpServerConfig {
                 return bad("timeout_ms", &format!("must be within 1..={}", super::tools::TOOL_TIMEOUT_MS_MAX));
             }
         }
+        let required = !self.approval.is_empty();
+        super::approval_config::check_approval_keys(required, &self.approvers, self.approval_deadline_ms, at)?;
         for (tool, sim) in &self.sim {
             let at_tool = |field: &str| at(&format!("sim.{tool}.{}", field.trim_start_matches("sim.")));
             sim.check(&at_tool)?;
@@ -179,6 +201,21 @@ mod tests {
         );
         assert_eq!(billing.transport(), McpTransportConfig::Http { url: "https://b.example/mcp".into() });
         assert_eq!(billing.sim["refund"].retries, Some(2));
+    }
+
+    #[test]
+    fn a_servers_tools_may_wait_for_approval_and_the_keys_are_checked() {
+        let file = parsed(
+            "[[mcp_servers]]\nname = \"billing\"\nurl = \"https://b.example/mcp\"\napproval = [\"refund\"]\n\
+             approvers = [\"alice\"]\napproval_deadline_ms = 60000\n",
+        )
+        .unwrap();
+        let policy = file.mcp_servers[0].approval_policy("refund").unwrap();
+        assert_eq!((policy.deciders, policy.deadline_ms), (vec!["alice".to_owned()], Some(60_000)));
+        assert!(file.mcp_servers[0].approval_policy("balance").is_none(), "only the tools it names");
+        let refused =
+            parsed("[[mcp_servers]]\nname = \"b\"\nurl = \"https://b.example/mcp\"\napprovers = [\"alice\"]\n");
+        assert!(refused.unwrap_err().contains("mcp_servers[0].approval"));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! # Ok(()) }
 //! ```
 
+mod approval_config;
 pub(crate) mod assembler;
 mod builder;
 mod config;
@@ -32,11 +33,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
+pub use approval_config::ApprovalMode;
 pub use builder::{AgentBuilder, ProviderRoute};
 pub use config::{
-    hidden_vars, provider_key_vars, AgentFile, AgentSection, ApprovalMode, CommandToolConfig, OutboxSection,
-    ResolvedAgentFile, StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX,
-    PROVIDER_KEY_VARS,
+    hidden_vars, provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile,
+    StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX, PROVIDER_KEY_VARS,
 };
 pub(crate) use history::History;
 pub(crate) use http::Exchange;

@@ -53,6 +53,10 @@ impl Tool for McpTool {
         self.server.config().timeout_ms.map(Duration::from_millis)
     }
 
+    fn approval(&self) -> Option<crate::approval::ApprovalPolicy> {
+        self.server.config().approval_policy(&self.listed.name)
+    }
+
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (server, name) = (self.server.clone(), self.listed.name.clone());
         Box::pin(async move {
