@@ -29,6 +29,14 @@ pub async fn mcp_tools(seams: &Seams, config: &ResolvedAgentFile) -> Result<Vec<
             let (name, why) = (seams.secrets.scrub(&refused.name), seams.secrets.scrub(&refused.why));
             eprintln!("faultline: MCP server {}: tool {name:?} is not offered: {why}", server.name);
         }
+        // A name in `approval` the server does not offer would leave a call unguarded that
+        // the file meant to guard: refused, like any config mistake, before anything runs.
+        if let Some(missing) = server.approval.iter().find(|name| !listed.iter().any(|l| l.name == **name)) {
+            return Err(format!(
+                "mcp_servers {}: approval names {missing:?}, which the server does not offer: check the name",
+                server.name
+            ));
+        }
         eprintln!("faultline: MCP server {}: {} tool(s) offered", server.name, listed.len());
         tools.extend(McpTool::all(&handle, listed));
     }

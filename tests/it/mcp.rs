@@ -395,4 +395,12 @@ fn an_mcp_tool_that_needs_approval_waits_and_then_is_called_once() {
     assert_eq!(effects[0]["execution_id"], "p1:1:1:call_1");
     let codes: Vec<String> = results(&records(&sessions, "p1")).into_iter().map(|(code, _)| code).collect();
     assert_eq!(codes, ["ok", "ok"]);
+
+    // A misspelt name would leave the call it meant to guard unguarded: refused before anything.
+    let servers = stdio_server(&python, "files", &local, "approval = [\"recrod\"]");
+    let config = agent_file(dir.path(), &model.base_url(), &servers);
+    let refused = run(&config, &sessions, "p2", false);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("approval names \"recrod\", which the server does not offer"));
+    assert!(!sessions.join("p2").exists(), "nothing was created");
 }

@@ -99,8 +99,15 @@ fn a_decision_is_checked_against_what_the_session_waits_for() {
     decided.push(Event::ApprovalDecided(ok.record));
     let why = refused(check_decision(&decided.records, &alice("c1", Decision::Denied), T0));
     assert!(why.contains("already approved by alice"), "the refusal names the first decision: {why}");
-    let long = DecisionRequest::new("c2", Decision::Denied, "alice").reason("x".repeat(5000));
-    assert!(refused(check_decision(&log.records, &long, T0)).contains("reason"));
+    // The limits, at their edges: a name of 1..=128 bytes, a reason of at most 4 096.
+    let by = |name: String| DecisionRequest::new("c2", Decision::Denied, name);
+    assert!(refused(check_decision(&log.records, &by(String::new()), T0)).contains("decider's name"));
+    assert!(refused(check_decision(&log.records, &by(" ".into()), T0)).contains("decider's name"));
+    assert!(refused(check_decision(&log.records, &by("b".repeat(129)), T0)).contains("decider's name"));
+    check_decision(&log.records, &by("b".repeat(128)), T0).unwrap();
+    let reason = |bytes: usize| DecisionRequest::new("c2", Decision::Denied, "alice").reason("x".repeat(bytes));
+    assert!(refused(check_decision(&log.records, &reason(4097), T0)).contains("reason"));
+    check_decision(&log.records, &reason(4096), T0).unwrap();
 }
 
 #[test]
@@ -135,4 +142,41 @@ fn decide_appends_durably_as_the_new_owner_and_writes_nothing_when_refused() {
     let again = DecisionRequest::new("c2", Decision::Approved, "bob");
     assert!(refused(decide(&store(person.clone()), &sid("s"), &again, T0, &secrets)).contains("already denied by bob"));
     assert_eq!(store(person).inspect(&sid("s")).unwrap().records.len(), before, "a refusal writes nothing");
+}
+
+/// What a session waits on is read from its records alone: each waiting call with its own
+/// arguments, its decision and whether it was dispatched; nothing of a step or a turn that
+/// ended.
+#[test]
+fn what_waits_is_the_open_steps_calls_without_a_result() {
+    let mut log = paused();
+    let waiting = awaiting_approval(&log.records);
+    let args: Vec<(&str, &str)> = waiting.iter().map(|w| (w.call_id.as_str(), w.arguments.as_str())).collect();
+    assert_eq!(args, [("c1", "{\"amount\":10}"), ("c2", "{\"amount\":20}")], "each call with its own arguments");
+    let digest = arguments_digest("{\"amount\":10}");
+    log.push(Event::ApprovalDecided(ApprovalDecided {
+        turn: 1,
+        step: 1,
+        call_id: "c1".into(),
+        digest: digest.clone(),
+        decision: Decision::Approved,
+        by: "alice".into(),
+        reason: None,
+    }));
+    log.push(Event::ApprovalDispatched(ApprovalDispatched { turn: 1, step: 1, call_id: "c1".into(), digest }));
+    let waiting = awaiting_approval(&log.records);
+    let dispatched: Vec<(&str, bool)> = waiting.iter().map(|w| (w.call_id.as_str(), w.dispatched)).collect();
+    assert_eq!(dispatched, [("c1", true), ("c2", false)]);
+    assert!(waiting[0].decision.is_some() && waiting[1].decision.is_none());
+
+    // A step that ended with a call unanswered leaves nothing waiting in the next one.
+    let mut moved_on = paused();
+    moved_on.push(Event::StepEnd(StepRef { turn: 1, step: 1 }));
+    moved_on.push(Event::StepStart(StepRef { turn: 1, step: 2 }));
+    assert!(awaiting_approval(&moved_on.records).is_empty());
+    // Nor does a turn that ended.
+    let mut ended = paused();
+    ended.push(Event::StepEnd(StepRef { turn: 1, step: 1 }));
+    ended.push(Event::TurnEnd(TurnEnd { turn: 1, reason: TurnEndReason::Interrupted }));
+    assert!(awaiting_approval(&ended.records).is_empty());
 }
