@@ -26,6 +26,20 @@ fn expect_line(lines: &mpsc::Receiver<String>, needle: &str) -> String {
     }
 }
 
+/// The child's stdout, a line at a time, read on a thread of its own.
+fn stdout_lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
 fn models_requested(dir: &Path) -> Vec<String> {
     logged_requests(dir)
         .iter()
@@ -62,15 +76,7 @@ fn chat_reloads_valid_edits_and_keeps_the_last_good_config_through_failures() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines = stdout_lines(&mut child);
     let mut stdin = child.stdin.take().unwrap();
     let mut say = |text: &str, turn: u32| {
         writeln!(stdin, "{text}").unwrap();
@@ -142,15 +148,7 @@ fn chat_asks_inline_for_approval_and_a_denial_reason_reaches_the_model() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines = stdout_lines(&mut child);
     let mut stdin = child.stdin.take().unwrap();
     let mut say = |text: &str| {
         writeln!(stdin, "{text}").unwrap();
