@@ -151,3 +151,32 @@ fn a_takeover_that_waited_for_the_row_stamps_a_whole_lease() {
         "{left_ms:.0} ms of a {LEASE_MS} ms lease left right after the takeover"
     );
 }
+
+/// A worker whose connection is busy — here a job waiting 3 s on a row another transaction
+/// holds — keeps its other sessions' leases: renewal runs on a connection of its own. (On
+/// the job thread, the renewal waited behind the job, the 1 s lease ran out, and another
+/// worker took a live writer's session over.)
+#[test]
+#[allow(clippy::disallowed_methods)] // the wait is real: a lock held on the server
+fn a_busy_connection_does_not_hold_a_lease_renewal_back() {
+    const LEASE_MS: u64 = 1_000;
+    const HELD_MS: u64 = 3_000;
+    let Some(url) = database() else { return };
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    let (held, blocked) = (SessionId::new("held").unwrap(), SessionId::new("blocked").unwrap());
+    let worker = PgStore::connect(&url, a, LEASE_MS).unwrap();
+    let _writer = worker.create(&held, 1).unwrap();
+    worker.create(&blocked, 1).unwrap().close().unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut holding = admin.transaction().unwrap();
+    holding.execute("SELECT id FROM faultline_sessions WHERE id = 'blocked' FOR UPDATE", &[]).unwrap();
+    // The worker's connection waits on the held row, three lease lengths long.
+    let busy = std::thread::spawn(move || worker.open(&blocked, Takeover::IfDead).map(|_| worker));
+    std::thread::sleep(std::time::Duration::from_millis(HELD_MS));
+    let other = PgStore::connect(&url, b, LEASE_MS).unwrap();
+    let refused = other.open(&held, Takeover::IfDead).unwrap_err();
+    assert!(matches!(refused, Error::SessionLocked { .. }), "the busy worker's lease was renewed: {refused}");
+    holding.commit().unwrap();
+    busy.join().unwrap().unwrap();
+}

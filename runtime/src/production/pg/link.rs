@@ -4,15 +4,17 @@
 //! blocking `postgres` client runs its own small tokio runtime, which may not be entered from
 //! a thread that already runs one. So the connection lives on a dedicated thread; callers
 //! send it jobs and wait for the answer, which blocks them exactly as a SQLite write does.
-//! The same thread renews the leases its writers hold, so a worker that is stopped (SIGSTOP,
-//! a paused VM) stops renewing with it and its lease runs out.
+//! The leases its writers hold are renewed by a second thread on a connection of its own,
+//! which does nothing else: a job that waits (on a lock, on a slow server, up to the
+//! statement bound) never holds a renewal back past a short lease. A worker that is stopped
+//! (SIGSTOP, a paused VM) stops renewing with both, and its lease runs out.
 //!
 //! Nothing is held on the connection between jobs: no transaction, no session setting, no
 //! named prepared statement (every statement is sent with its parameter types, unnamed), so
 //! it works through a transaction-mode pooler.
 
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use postgres::types::Type;
 
@@ -77,6 +79,8 @@ impl Linked {
 pub(crate) struct Link {
     jobs: mpsc::Sender<Job>,
     leases: HeldLeases,
+    /// Dropped with the link: the renewal thread ends.
+    _renewal: mpsc::Sender<()>,
 }
 
 impl std::fmt::Debug for Link {
@@ -85,23 +89,55 @@ impl std::fmt::Debug for Link {
     }
 }
 
+/// Renews every held lease in one statement, each row found by its key and fenced on its
+/// epoch; the ids it returns are the leases still held.
+const RENEW_SQL: &str = "UPDATE faultline_sessions s
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => $3)
+    FROM unnest($1::text[], $2::bigint[]) AS held(id, epoch)
+    WHERE s.id = held.id AND s.epoch = held.epoch
+    RETURNING s.id";
+
+/// Leases renewed by one statement at most (a worker holding more renews them in rounds).
+const RENEW_BATCH_MAX: usize = 1024;
+
 /// Renews every held lease; a lease whose epoch moved on (taken over) is dropped from the
 /// set, and the writer's next append is refused by the epoch it carries.
-const RENEW_SQL: &str =
-    "UPDATE faultline_sessions SET lease_expires_at = clock_timestamp() + make_interval(secs => $3) WHERE id = $1 AND epoch = $2";
-
 fn renew(linked: &mut Linked, leases: &HeldLeases, lease: Duration) {
-    for (id, epoch) in leases.held() {
-        let secs = lease.as_secs_f64();
-        let at = epoch as i64;
+    let held = leases.held();
+    let secs = lease.as_secs_f64();
+    for batch in held.chunks(RENEW_BATCH_MAX) {
+        let ids: Vec<String> = batch.iter().map(|(id, _)| id.clone()).collect();
+        let epochs: Vec<i64> = batch.iter().map(|(_, epoch)| *epoch as i64).collect();
         let renewed = linked.client().and_then(|c| {
-            c.execute_typed(RENEW_SQL, &[(&id, Type::TEXT), (&at, Type::INT8), (&secs, Type::FLOAT8)]).map_err(classify)
+            c.query_typed(RENEW_SQL, &[(&ids, Type::TEXT_ARRAY), (&epochs, Type::INT8_ARRAY), (&secs, Type::FLOAT8)])
+                .map_err(classify)
         });
         match renewed {
-            Ok(0) => leases.drop_lease(&id, epoch),
-            Ok(_) => {}
+            Ok(rows) => {
+                let kept: std::collections::BTreeSet<String> = rows.iter().map(|r| r.get(0)).collect();
+                for (id, epoch) in batch.iter().filter(|(id, _)| !kept.contains(id)) {
+                    leases.drop_lease(id, *epoch);
+                }
+            }
             // Unreachable now: tried again at the next round, while the lease lasts.
-            Err(_) => linked.forget(),
+            Err(_) => {
+                linked.forget();
+                return;
+            }
+        }
+    }
+}
+
+/// The renewal thread: every `every`, renews the held leases on a connection of its own
+/// (opened only once there is a lease to renew), until its link is dropped.
+fn renew_apart(mut linked: Linked, leases: HeldLeases, lease: Duration, every: Duration, stop: mpsc::Receiver<()>) {
+    loop {
+        match stop.recv_timeout(every) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        if !leases.held().is_empty() {
+            renew(&mut linked, &leases, lease);
         }
     }
 }
@@ -131,28 +167,23 @@ impl Link {
         }
         let (jobs, inbox) = mpsc::channel::<Job>();
         let leases = HeldLeases::default();
-        let renewed = leases.clone();
-        let renew_every = crate::store::renewal_interval(lease);
+        let renewing = Linked { config: config.clone(), tls: tls.clone(), client: None };
+        let (renewal, stop) = mpsc::channel::<()>();
+        let (renewed, every) = (leases.clone(), crate::store::renewal_interval(lease));
+        std::thread::Builder::new()
+            .name("faultline-postgres-leases".into())
+            .spawn(move || renew_apart(renewing, renewed, lease, every, stop))
+            .map_err(|e| Error::io("starting the PostgreSQL lease thread", e))?;
         std::thread::Builder::new()
             .name("faultline-postgres".into())
             .spawn(move || {
                 let mut linked = Linked { config, tls, client: None };
-                let mut next_renewal = Instant::now() + renew_every;
-                loop {
-                    let wait = next_renewal.saturating_duration_since(Instant::now());
-                    match inbox.recv_timeout(wait) {
-                        Ok(job) => job(&mut linked),
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    }
-                    if Instant::now() >= next_renewal {
-                        renew(&mut linked, &renewed, lease);
-                        next_renewal = Instant::now() + renew_every;
-                    }
+                while let Ok(job) = inbox.recv() {
+                    job(&mut linked);
                 }
             })
             .map_err(|e| Error::io("starting the PostgreSQL connection thread", e))?;
-        let link = Arc::new(Link { jobs, leases });
+        let link = Arc::new(Link { jobs, leases, _renewal: renewal });
         link.run(|linked| linked.client().map(|_| ()))?;
         Ok(link)
     }
