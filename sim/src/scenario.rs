@@ -800,6 +800,7 @@ scenarios![
     "hostile-session-lines",
     "oversize-output",
     "zombie-takeover",
+    "zombie-woken-before-its-effect",
     "approval-crash-while-waiting",
     "approval-crash-after-decision",
     "approval-crash-after-dispatch",

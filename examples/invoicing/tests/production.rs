@@ -31,6 +31,7 @@ async fn the_tool_posts_the_invoice_with_its_execution_id() {
         call_id: "call_1".into(),
         arguments: serde_json::json!({"customer": "acme", "cents": 1200, "currency": "EUR"}),
         execution_id: execution_id.clone(),
+        session_epoch: 1,
     };
     let outcome = run_with_deadline(tool, invocation, &CancellationToken::new(), &seams.clock).await;
     assert!(outcome.error.is_none(), "{outcome:?}");

@@ -129,6 +129,7 @@ impl Agent {
         let reporter: crate::store::FailureReporter = Arc::new(move |e: &Error| {
             let _ = reporter_failures.send(e.to_string());
         });
+        let session_epoch = log.token();
         let session = WriteBehind::start_probed(
             log,
             seams.clock.clone(),
@@ -144,6 +145,7 @@ impl Agent {
         let paused = paused_turn(&records);
         let shared = Arc::new(Shared {
             session_id: id.to_string(),
+            session_epoch,
             session,
             provider,
             adapter,

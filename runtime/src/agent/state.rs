@@ -121,6 +121,8 @@ pub(super) struct Driver {
 pub(crate) struct Shared {
     pub(super) seams: Seams,
     pub(super) session_id: String,
+    /// The epoch (fencing token) this agent's writer holds the session at.
+    pub(super) session_epoch: u64,
     pub(super) session: WriteBehind,
     pub(super) provider: Arc<LiveProvider>,
     pub(super) adapter: Adapter,

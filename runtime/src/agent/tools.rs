@@ -35,6 +35,9 @@ pub struct ToolInvocation {
     /// Stable id of this effect: derived from (session, turn, step, call id), so a resumed or
     /// duplicated call can never be mistaken for a new one (delivery-queue key).
     pub execution_id: String,
+    /// The epoch (fencing token) of the session's writer that dispatched the call: a queue
+    /// that keeps epochs refuses its effect once the session was taken over (`outbox/fence.rs`).
+    pub session_epoch: u64,
 }
 
 /// What a tool returned.

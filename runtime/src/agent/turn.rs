@@ -853,7 +853,15 @@ impl TurnCtx<'_> {
         let execution_id = crate::store::execution_id(&session, self.turn, step, &call.call_id);
         Ok((
             tool.clone(),
-            ToolInvocation { session, turn: self.turn, step, call_id: call.call_id.clone(), arguments, execution_id },
+            ToolInvocation {
+                session,
+                turn: self.turn,
+                step,
+                call_id: call.call_id.clone(),
+                arguments,
+                execution_id,
+                session_epoch: self.shared.session_epoch,
+            },
         ))
     }
 }

@@ -7,6 +7,9 @@ use crate::store::{Evidence, OutcomeEvidence};
 
 /// What a queue row that was never claimed is settled with when repair takes it.
 const TAKEN_REASON: &str = "taken out of the queue by crash repair: its call was closed as not started";
+/// What a row in flight is settled with when repair takes its session over.
+const TAKEN_OVER_REASON: &str =
+    "its session was taken over during delivery (crash repair); outcome unknown; not retried";
 
 /// Answers crash repair from the queue's rows.
 ///
@@ -54,6 +57,17 @@ impl OutcomeEvidence for QueueEvidence {
                     })
                 }
             }
+        }
+        if row.status == DeliveryStatus::Delivering && row.session.is_some() && self.take {
+            // Its claimer is fenced by the new epoch and can no longer finish it: the queue
+            // says what the repaired transcript will, and nothing resends it.
+            if let Err(e) = self.outbox.settle(execution_id, SettleCause::TakenOver, TAKEN_OVER_REASON) {
+                return Some(Evidence::Uncertain {
+                    status: row.status.to_string(),
+                    detail: format!("it could not be settled unknown: {e}"),
+                });
+            }
+            return self.outbox.get(execution_id).ok()?.map(|row| evidence_of(&row));
         }
         Some(evidence_of(&row))
     }

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::machine::{self, After, Found, Op};
-use super::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
+use super::{
+    Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SessionEpochs, SessionFence, SettleCause,
+};
 use crate::seams::{EntropyExt, FsFile, OpenOptions, OwnerIdentity, Seams};
 use crate::store::{append_durably, create_dir_all_durable, materialise, truncate_durably};
 use crate::{Error, Result};
@@ -32,7 +34,7 @@ impl State {
                     self.order.insert(self.next_order, id.to_owned());
                     self.next_order += 1;
                 }
-                self.rows.insert(id.to_owned(), row);
+                self.rows.insert(id.to_owned(), *row);
             }
             After::Tombstone(status) => {
                 self.rows.remove(id);
@@ -68,6 +70,8 @@ pub struct JournalOutbox {
     path: PathBuf,
     me: OwnerIdentity,
     inner: Arc<Mutex<Inner>>,
+    /// Where sessions' epochs are read (`None`: no session fences are kept).
+    epochs: Option<Arc<dyn SessionEpochs>>,
 }
 
 impl std::fmt::Debug for JournalOutbox {
@@ -129,7 +133,29 @@ impl JournalOutbox {
         let mut me = seams.process.identity();
         me.instance = format!("{}/outbox-{}", me.instance, seams.entropy.hex_id(8));
         let inner = Inner { state, file, len: committed as u64, in_flight: BTreeSet::new(), poisoned: false };
-        Ok(Self { seams, path, me, inner: Arc::new(Mutex::new(inner)) })
+        Ok(Self { seams, path, me, inner: Arc::new(Mutex::new(inner)), epochs: None })
+    }
+
+    /// Keeps session fences, reading sessions' epochs from `epochs` under this journal's lock
+    /// (one thread, as in the simulator: nothing moves an epoch between the read and the
+    /// write).
+    pub fn with_epochs(mut self, epochs: Arc<dyn SessionEpochs>) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
+
+    /// The same journal used by another process (the simulator's fleet: one queue, as a
+    /// database's, drained by worker hosts of their own identities and clocks).
+    pub fn as_process(&self, seams: Seams) -> Self {
+        let mut me = seams.process.identity();
+        me.instance = format!("{}/outbox-{}", me.instance, seams.entropy.hex_id(8));
+        Self { seams, path: self.path.clone(), me, inner: self.inner.clone(), epochs: self.epochs.clone() }
+    }
+
+    /// The current epoch of `row`'s session (`None` for a row of no session).
+    fn current_epoch(&self, row: &Delivery) -> Option<u64> {
+        let fence = row.session.as_ref()?;
+        self.epochs.as_ref()?.epoch(&fence.session)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -169,7 +195,20 @@ impl Outbox for JournalOutbox {
 
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
         let mut inner = self.lock();
-        let (enqueued, op) = machine::enqueue(inner.state.found(execution_id), execution_id, payload, self.now())?;
+        let (enqueued, op) =
+            machine::enqueue(inner.state.found(execution_id), execution_id, payload, None, self.now())?;
+        if let Some(op) = op {
+            self.commit(&mut inner, op)?;
+        }
+        Ok(enqueued)
+    }
+
+    fn enqueue_fenced(&self, fence: &SessionFence, execution_id: &str, payload: &str) -> Result<Enqueued> {
+        let Some(epochs) = &self.epochs else { return self.enqueue(execution_id, payload) };
+        let mut inner = self.lock();
+        let fenced = Some((fence, epochs.epoch(&fence.session)));
+        let (enqueued, op) =
+            machine::enqueue(inner.state.found(execution_id), execution_id, payload, fenced, self.now())?;
         if let Some(op) = op {
             self.commit(&mut inner, op)?;
         }
@@ -178,13 +217,12 @@ impl Outbox for JournalOutbox {
 
     fn claim_next(&self) -> Result<Option<Claim>> {
         let mut inner = self.lock();
-        let claimable = machine::claimable_statuses();
         let next = inner
             .state
             .order
             .values()
             .filter_map(|id| inner.state.rows.get(id))
-            .find(|row| claimable.contains(&row.status));
+            .find(|row| machine::claimable(row, self.current_epoch(row)));
         let Some((claim, op)) = next.map(|row| machine::claim(row, &self.me, self.now())) else { return Ok(None) };
         self.commit(&mut inner, op)?;
         inner.in_flight.insert(claim.execution_id.clone());
@@ -195,7 +233,8 @@ impl Outbox for JournalOutbox {
         let mut inner = self.lock();
         inner.in_flight.remove(execution_id);
         let row = inner.state.rows.get(execution_id);
-        let Some(op) = machine::finish(row, &self.me, outcome, &self.seams.secrets, self.now()) else {
+        let current = row.and_then(|row| self.current_epoch(row));
+        let Some(op) = machine::finish(row, &self.me, outcome, current, &self.seams.secrets, self.now()) else {
             return Ok(false);
         };
         self.commit(&mut inner, op)?;

@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{clip, Claim, Delivery, DeliveryStatus, Enqueued, Finish, OutboxError, Resolution, SettleCause};
+use super::{
+    clip, Claim, Delivery, DeliveryStatus, Enqueued, Finish, OutboxError, Resolution, SessionFence, SettleCause,
+};
 use crate::seams::{Liveness, OwnerIdentity, Process};
 use crate::secrets::Scrubber;
 
@@ -33,6 +35,9 @@ pub(crate) enum Op {
         at: u64,
         #[serde(default)]
         resend_of: Option<String>,
+        /// The session and epoch of the writer that enqueued it (absent: no session's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fence: Option<SessionFence>,
     },
     /// A pending row is claimed by `owner`.
     Claim { id: String, owner: OwnerIdentity, at: u64 },
@@ -62,8 +67,8 @@ impl Op {
 /// What is left of a row after an op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum After {
-    /// The row, changed.
-    Row(Delivery),
+    /// The row, changed (boxed: a row is far larger than a tombstone).
+    Row(Box<Delivery>),
     /// The row was pruned: only its final status stays, to block a second enqueue.
     Tombstone(DeliveryStatus),
 }
@@ -72,9 +77,9 @@ pub(crate) enum After {
 /// finds the row it expects; anything else is a backend bug, so it is asserted.
 pub(crate) fn apply(before: Option<&Delivery>, op: &Op) -> After {
     match op {
-        Op::Enqueue { id, payload, at, resend_of } => {
+        Op::Enqueue { id, payload, at, resend_of, fence } => {
             assert!(before.is_none(), "enqueue of existing delivery {id}");
-            After::Row(Delivery {
+            After::Row(Box::new(Delivery {
                 execution_id: id.clone(),
                 status: DeliveryStatus::Pending,
                 payload: Some(payload.clone()),
@@ -84,7 +89,8 @@ pub(crate) fn apply(before: Option<&Delivery>, op: &Op) -> After {
                 claimed: false,
                 resend_of: resend_of.clone(),
                 updated_at: *at,
-            })
+                session: fence.clone(),
+            }))
         }
         Op::Claim { id, owner, at } => {
             let mut row = before.unwrap_or_else(|| panic!("claim of missing delivery {id}")).clone();
@@ -92,7 +98,7 @@ pub(crate) fn apply(before: Option<&Delivery>, op: &Op) -> After {
             row.owner = Some(owner.clone());
             row.claimed = true;
             row.updated_at = *at;
-            After::Row(row)
+            After::Row(Box::new(row))
         }
         Op::Finish { id, status, result, error, at } => {
             let mut row = before.unwrap_or_else(|| panic!("finish of missing delivery {id}")).clone();
@@ -103,7 +109,7 @@ pub(crate) fn apply(before: Option<&Delivery>, op: &Op) -> After {
             if status.drops_payload() {
                 row.payload = None;
             }
-            After::Row(row)
+            After::Row(Box::new(row))
         }
         Op::Prune { id, .. } => {
             let row = before.unwrap_or_else(|| panic!("prune of missing delivery {id}"));
@@ -124,15 +130,32 @@ pub(crate) enum Found {
     Tombstone(DeliveryStatus),
 }
 
-/// Enqueue: the first payload for an id wins; a tombstoned id inserts nothing.
-pub(crate) fn enqueue(found: Found, id: &str, payload: &str, now: u64) -> Result<(Enqueued, Option<Op>), OutboxError> {
+/// Enqueue: the first payload for an id wins; a tombstoned id inserts nothing. A writer's
+/// enqueue carries its `fence` and `current`, its session's epoch as read in the same
+/// transaction: once the session moved on, nothing is enqueued ([`crate::Error::Fenced`]). A
+/// session the queue's store does not hold (`current` is `None`: its writer's store is
+/// another) gives no epoch to compare, and its row keeps no fence.
+pub(crate) fn enqueue(
+    found: Found,
+    id: &str,
+    payload: &str,
+    fence: Option<(&SessionFence, Option<u64>)>,
+    now: u64,
+) -> crate::Result<(Enqueued, Option<Op>)> {
     super::check_enqueue(id, payload)?;
+    let fence = match fence {
+        Some((fence, Some(current))) if !fence.holds(Some(current)) => {
+            return Err(crate::Error::Fenced { id: fence.session.clone(), token: fence.epoch, current })
+        }
+        Some((fence, Some(_))) => Some(fence.clone()),
+        Some((_, None)) | None => None,
+    };
     Ok(match found {
         Found::Tombstone(status) => (Enqueued::Tombstoned(status), None),
         Found::Row(status) => (Enqueued::Existing(status), None),
         Found::Nothing => (
             Enqueued::New,
-            Some(Op::Enqueue { id: id.to_owned(), payload: payload.to_owned(), at: now, resend_of: None }),
+            Some(Op::Enqueue { id: id.to_owned(), payload: payload.to_owned(), at: now, resend_of: None, fence }),
         ),
     })
 }
@@ -147,24 +170,42 @@ pub(crate) fn claimable_statuses() -> &'static [DeliveryStatus] {
     }
 }
 
-/// Claim: `row` is the oldest row whose status is claimable.
+/// Whether `row`'s session still stands at the epoch the row was enqueued under (a row of
+/// no session always does). `current` is the session's epoch as the backend read it.
+fn session_holds(row: &Delivery, current: Option<u64>) -> bool {
+    row.session.as_ref().is_none_or(|fence| fence.holds(current))
+}
+
+/// Whether a claim may take `row`: its status is claimable and its session (if any) still
+/// stands at the row's epoch (`current`, read in the claim's transaction).
+pub(crate) fn claimable(row: &Delivery, current: Option<u64>) -> bool {
+    claimable_statuses().contains(&row.status) && session_holds(row, current)
+}
+
+/// Claim: `row` is the oldest row [`claimable`] says a claim may take.
 pub(crate) fn claim(row: &Delivery, me: &OwnerIdentity, now: u64) -> (Claim, Op) {
     assert!(claimable_statuses().contains(&row.status), "claim of a {} delivery", row.status);
     let claim = Claim { execution_id: row.execution_id.clone(), payload: row.payload.clone().unwrap_or_default() };
     (claim, Op::Claim { id: row.execution_id.clone(), owner: me.clone(), at: now })
 }
 
-/// Finish, fenced: only the owner of a row still being delivered may finish it; otherwise
-/// nothing changes (`None`). Outcome text is scrubbed by value, then clipped.
+/// Finish, fenced: only the owner of a row still being delivered may finish it, and only
+/// while the row's session stands at the row's epoch (`current`, read in the same
+/// transaction); otherwise nothing changes (`None`). Outcome text is scrubbed by value, then
+/// clipped.
 pub(crate) fn finish(
     row: Option<&Delivery>,
     me: &OwnerIdentity,
     outcome: Finish,
+    current: Option<u64>,
     secrets: &Scrubber,
     now: u64,
 ) -> Option<Op> {
     let row = row?;
     if row.status != DeliveryStatus::Delivering || row.owner.as_ref() != Some(me) {
+        return None;
+    }
+    if !session_holds(row, current) {
         return None;
     }
     let text = |t: &str| Some(clip(&secrets.scrub(t)));
@@ -216,6 +257,9 @@ pub(crate) fn settle(
     let next = match (row.status, cause) {
         (DeliveryStatus::Pending, SettleCause::TakenByRepair) if !row.claimed => DeliveryStatus::Failed,
         (other, SettleCause::TakenByRepair) => return (Some(other), None),
+        // Only a fenced row: its claimer can no longer finish it. Another's claimer still can.
+        (DeliveryStatus::Delivering, SettleCause::TakenOver) if row.session.is_some() => DeliveryStatus::Unknown,
+        (other, SettleCause::TakenOver) => return (Some(other), None),
         (DeliveryStatus::Delivering, _) => DeliveryStatus::Unknown,
         (DeliveryStatus::Pending, SettleCause::CancelledBeforeSend) => DeliveryStatus::Failed,
         (other, _) => return (Some(other), None),
@@ -278,7 +322,8 @@ pub(crate) fn resolve(
             super::check_enqueue(&new_id, &payload)?;
             let ops = vec![
                 fail(format!("operator: resent as {new_id}")),
-                Op::Enqueue { id: new_id.clone(), payload, at: now, resend_of: Some(id.to_owned()) },
+                // An operator's resend belongs to no session's writer: it carries no fence.
+                Op::Enqueue { id: new_id.clone(), payload, at: now, resend_of: Some(id.to_owned()), fence: None },
             ];
             (Some(new_id), ops)
         }

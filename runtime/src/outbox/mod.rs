@@ -7,6 +7,7 @@
 
 mod drain;
 mod evidence;
+mod fence;
 mod journal;
 pub(crate) mod machine;
 mod queue;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use drain::{drain, enqueue_and_wait, Deliverer, DeliveryError, DrainReport, WaitOutcome};
 pub use evidence::QueueEvidence;
+pub use fence::{SessionEpochs, SessionFence};
 pub use journal::JournalOutbox;
 pub use queue::Outbox;
 pub use redact::redact;
@@ -94,6 +96,9 @@ pub struct Delivery {
     pub resend_of: Option<String>,
     /// Epoch ms of the last transition.
     pub updated_at: u64,
+    /// The session and epoch it was enqueued under, when its backend keeps epochs: once the
+    /// session moves on, the row is neither claimed nor finished (`fence.rs`).
+    pub session: Option<SessionFence>,
 }
 
 /// What `enqueue` did.
@@ -154,6 +159,10 @@ pub enum SettleCause {
     /// `pending` row never claimed becomes `failed` in the same transaction that reads it; any
     /// other row is left as it is (a claim that won the race is the claimer's to finish).
     TakenByRepair,
+    /// Crash repair took the row's session over while the row was being delivered: a
+    /// `delivering` row that carries its session's fence becomes `unknown`, as the repaired transcript says (its claimer, fenced
+    /// by the new epoch, can no longer finish it); any other row is left as it is.
+    TakenOver,
 }
 
 /// A delivery-queue request the protocol refuses.

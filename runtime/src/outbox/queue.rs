@@ -1,7 +1,7 @@
 //! The delivery queue's interface: every transition a backend carries out (as
 //! `machine.rs` decides it), durable when it returns `Ok`.
 
-use super::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Resolution, SettleCause};
+use super::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Resolution, SessionFence, SettleCause};
 use crate::seams::OwnerIdentity;
 use crate::Result;
 
@@ -13,12 +13,22 @@ pub trait Outbox: Send + Sync {
     /// Adds a pending row; the first payload for an id wins; a tombstoned id inserts nothing.
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued>;
 
-    /// Atomically claims the oldest `pending` row for this owner.
+    /// [`Outbox::enqueue`] for a session's writer holding `fence`: refused with
+    /// [`crate::Error::Fenced`], nothing written, when the session's epoch moved on; the row
+    /// keeps the fence, so it is never claimed or finished once the session is taken over
+    /// (`fence.rs`). A backend whose sessions carry no epochs enqueues as [`Outbox::enqueue`].
+    fn enqueue_fenced(&self, fence: &SessionFence, execution_id: &str, payload: &str) -> Result<Enqueued> {
+        let _ = fence;
+        self.enqueue(execution_id, payload)
+    }
+
+    /// Atomically claims the oldest `pending` row for this owner, skipping rows whose session
+    /// was taken over since they were enqueued.
     fn claim_next(&self) -> Result<Option<Claim>>;
 
     /// Finishes a row this owner is delivering. Fenced on `status = delivering AND owner =
-    /// me`: returns `false` (changing nothing) otherwise. Delivered and failed rows drop their
-    /// payload.
+    /// me` and on the row's session still standing at its epoch: returns `false` (changing
+    /// nothing) otherwise. Delivered and failed rows drop their payload.
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool>;
 
     /// One row.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{drain, Deliverer, DeliveryStatus, Enqueued, Outbox};
+use super::{drain, Deliverer, DeliveryStatus, Enqueued, Outbox, SessionFence};
 use crate::agent::{Tool, ToolInvocation, ToolOutput};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
@@ -43,7 +43,8 @@ impl Tool for OutboxTool {
         Box::pin(async move {
             let id = invocation.execution_id.clone();
             let payload = invocation.arguments.to_string();
-            let drained = match outbox.enqueue(&id, &payload) {
+            let fence = SessionFence::new(invocation.session.clone(), invocation.session_epoch);
+            let drained = match outbox.enqueue_fenced(&fence, &id, &payload) {
                 Ok(Enqueued::New | Enqueued::Existing(DeliveryStatus::Pending)) => {
                     drain(outbox.as_ref(), deliverer.as_ref()).await.map(|_| ())
                 }
@@ -51,6 +52,11 @@ impl Tool for OutboxTool {
                 // An append rolled back wrote nothing: the effect cannot happen, now or later.
                 Err(e @ crate::Error::AppendFailed { rollback: None, .. }) => {
                     return ToolOutput::Failed(format!("not delivered: the delivery queue refused it ({e})"))
+                }
+                // The session was taken over: nothing was queued, and this writer's records
+                // are refused by the same epoch.
+                Err(e @ crate::Error::Fenced { .. }) => {
+                    return ToolOutput::Failed(format!("not delivered: this worker lost the session ({e})"))
                 }
                 // Any other failure may have left the row behind, to be delivered by a later
                 // drain: the model must not send it again.

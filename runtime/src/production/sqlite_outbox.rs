@@ -70,6 +70,8 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
         claimed: row.get::<_, i64>("claimed")? != 0,
         resend_of: row.get("resend_of")?,
         updated_at: row.get::<_, i64>("updated_at")? as u64,
+        // SQLite's sessions carry no epochs: its queue keeps no session fences (`fence.rs`).
+        session: None,
     })
 }
 
@@ -220,7 +222,7 @@ impl Outbox for SqliteOutbox {
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
         let now = self.now();
         self.transaction(|tx| {
-            let (enqueued, op) = machine::enqueue(found(tx, execution_id)?, execution_id, payload, now)?;
+            let (enqueued, op) = machine::enqueue(found(tx, execution_id)?, execution_id, payload, None, now)?;
             if let Some(op) = op {
                 execute(tx, &op)?;
             }
@@ -254,7 +256,8 @@ impl Outbox for SqliteOutbox {
         // The fence is read and the row written in one IMMEDIATE transaction: a recovery by
         // another process cannot slip between them.
         let finished = self.transaction(|tx| {
-            let Some(op) = machine::finish(row(tx, execution_id)?.as_ref(), &self.me, outcome, &self.secrets, now)
+            let Some(op) =
+                machine::finish(row(tx, execution_id)?.as_ref(), &self.me, outcome, None, &self.secrets, now)
             else {
                 return Ok(false);
             };

@@ -241,3 +241,12 @@ impl LogMedium for MemoryMedium {
         Ok(())
     }
 }
+
+/// The store's sessions' epochs, for a delivery queue kept beside it (the simulator's fleet):
+/// the queue fences a session's deliveries by them (`outbox/fence.rs`).
+impl crate::outbox::SessionEpochs for MemoryStore {
+    fn epoch(&self, session: &str) -> Option<u64> {
+        let id = SessionId::new(session).ok()?;
+        self.lock().get(&id).map(|session| session.token)
+    }
+}

@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 25] = [
+pub const CATALOG: [(&str, &str); 26] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -30,6 +30,10 @@ pub const CATALOG: [(&str, &str); 25] = [
     ("outcome-before-durable", "a turn's outcome is reported kept without waiting for its turn/end to be durable"),
     ("refusal-as-empty", "a refusal is not read as content: the stream is an empty response, retried"),
     ("zombie-write-unfenced", "the leased memory store accepts a write from a writer whose epoch was taken over"),
+    (
+        "queue-epoch-unfenced",
+        "the delivery queue enqueues, claims and finishes a session's deliveries under an epoch taken over",
+    ),
     ("signature-dropped", "signed reasoning is not sent back to Anthropic with the tool calls it preceded"),
     ("error-event-as-end", "an Anthropic error event inside a 200 stream is read as the end of the answer"),
     (

@@ -18,10 +18,10 @@ const LEASE_MS: u64 = 3_000;
 
 /// A clock only the test moves.
 #[derive(Default)]
-struct StepClock(Mutex<Duration>);
+pub(crate) struct StepClock(Mutex<Duration>);
 
 impl StepClock {
-    fn advance_ms(&self, ms: u64) {
+    pub(crate) fn advance_ms(&self, ms: u64) {
         *self.0.lock().unwrap() += Duration::from_millis(ms);
     }
 }

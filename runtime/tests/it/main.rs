@@ -18,6 +18,7 @@ mod pg_store;
 mod pg_tls;
 mod proxy;
 mod public_api;
+mod queue_fence;
 mod reconcile;
 mod secrets;
 mod sqlite_store;

@@ -482,6 +482,7 @@ fn send_invocation() -> faultline_runtime::agent::ToolInvocation {
         call_id: "c1".into(),
         arguments: serde_json::json!({"text": "hi"}),
         execution_id: "s:1:1:c1".into(),
+        session_epoch: 1,
     }
 }
 

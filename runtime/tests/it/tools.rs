@@ -70,6 +70,7 @@ fn invocation() -> ToolInvocation {
         call_id: "c1".into(),
         arguments: serde_json::json!({}),
         execution_id: "s:1:1:c1".into(),
+        session_epoch: 1,
     }
 }
 

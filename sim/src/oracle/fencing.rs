@@ -64,6 +64,8 @@ pub(crate) struct FleetEvidence {
     /// Every record a worker's agent accepted, stamped as its subscriber saw it.
     pub accepted: Vec<(Worker, Record, u64)>,
     pub dispatches: Vec<Dispatch>,
+    /// Every effect a worker's tool asked the shared queue for, stamped as it asked.
+    pub asked: Vec<Dispatch>,
     pub takeover: Option<TakeoverSeen>,
     /// The store read back once both workers stopped (`None`: the workload never converged).
     pub transcript: Option<Vec<Record>>,
@@ -76,6 +78,7 @@ pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt],
     let mut found = Found::default();
     if let Some(takeover) = &evidence.takeover {
         dispatches_after(evidence, takeover, &mut found);
+        effects_after(evidence, takeover, receipts, &mut found);
         if let Some(transcript) = &evidence.transcript {
             records_after(evidence, takeover, transcript, &mut found);
         }
@@ -96,6 +99,25 @@ fn dispatches_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, found: &m
             ),
             late.at_ms,
         );
+    }
+}
+
+/// No effect worker `a` asked the queue for after `b` took over reached the gateway: the
+/// queue's epoch check is the one thing between a woken zombie's tool and the receiver.
+fn effects_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, receipts: &[Receipt], found: &mut Found) {
+    let late = evidence.asked.iter().filter(|a| a.worker == Worker::A && a.stamp > takeover.stamp);
+    for asked in late {
+        if let Some(receipt) = receipts.iter().find(|r| r.execution_id == asked.execution_id) {
+            found.fail(
+                Invariant::FencedEpoch,
+                format!(
+                    "worker-a asked the queue for {} at {} ms, after worker-b took the session over at {} ms, \
+                     and the gateway received it at {} ms",
+                    asked.execution_id, asked.at_ms, takeover.at_ms, receipt.at_ms
+                ),
+                receipt.at_ms,
+            );
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use faultline_runtime::event::{ErrorCode, Event, Record, TurnEndReason};
 use faultline_runtime::store::DELIVERY_UNKNOWN_NAME;
 
 /// Every "sometimes" condition the default sweep must reach.
-pub const SOMETIMES: [&str; 7] = [
+pub const SOMETIMES: [&str; 8] = [
     "retry-succeeded",
     "interrupted-turn-repaired",
     "unknown-reconciled-from-queue",
@@ -16,6 +16,7 @@ pub const SOMETIMES: [&str; 7] = [
     "tool-timeout-awaited",
     "side-effect-confirmed",
     "zombie-fenced",
+    "zombie-effect-fenced",
 ];
 
 /// The "sometimes" conditions a recovered transcript shows.

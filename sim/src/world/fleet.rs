@@ -8,10 +8,17 @@
 //! lease ran out, repairs the open turn and finishes the workload. Then `a` wakes, believing
 //! it still holds the session.
 //!
+//! The workload's effects go through one delivery queue shared by both workers, as a
+//! database's is (a journal on the database's disk, `database_disk.rs`), fenced by the
+//! session's epoch (`outbox/fence.rs`). Each tool call prepares for a while on its worker's
+//! clock before it asks the queue: a stop can fall between the durable intent and the
+//! enqueue, where only the queue's epoch check keeps the woken zombie's effect out.
+//!
 //! The oracle (`oracle/fencing.rs`) reads what the runtime cannot touch: the instant the
 //! harness saw `b`'s takeover succeed and the log as `b` found it, every record each worker's
-//! agent accepted and every tool body it started (stamped by the harness's tool, outside the
-//! runtime), the gateway's receipts, and the store read back once both workers stopped.
+//! agent accepted, every tool body it started and every effect it asked the queue for
+//! (stamped by the harness's tool, outside the runtime), the gateway's receipts, and the
+//! store read back once both workers stopped.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,7 +26,7 @@ use std::time::Duration;
 use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::{Event, ToolSchema};
 use faultline_runtime::llm::{LiveProvider, StaticCredentials};
-use faultline_runtime::outbox::{Deliverer, DeliveryError};
+use faultline_runtime::outbox::{JournalOutbox, OutboxTool};
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
 use faultline_runtime::store::{MemoryStore, SessionId, Store};
 use tokio_util::sync::CancellationToken;
@@ -40,6 +47,13 @@ const ZOMBIE_WATCH_MS: u64 = 50;
 
 /// Slack on a drawn pause beyond the lease and a standby poll, in ms (a few ticks).
 const PAUSE_SLACK_MS: u64 = 50;
+
+/// How long the workload's tool prepares its effect before asking the queue for it, in ms of
+/// its worker's clock (a stopped worker's preparation outlasts its stop).
+const TOOL_PREPARE_MS: u64 = 300;
+
+/// Where the shared queue's journal lives on the database's disk.
+const QUEUE_JOURNAL: &str = "/database/outbox.jsonl";
 
 /// The zombie's pause as the seed resolves it.
 fn resolve_pause(zombie: &Zombie, seed: u64) -> Pause {
@@ -90,6 +104,8 @@ struct WorkerSetup {
     seed: u64,
     route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     store: MemoryStore,
+    /// The shared delivery queue, fenced by `store`'s epochs (each worker uses it as itself).
+    queue: JournalOutbox,
     log: SharedLog,
     stamp: super::stamp::Stamp,
     standby_poll_ms: u64,
@@ -111,12 +127,14 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let clock: Arc<dyn Clock> = Arc::new(crate::seams::SimClock);
     let database = Arc::new(crate::seams::SimProcess::new("database", 1));
     let store = MemoryStore::leased(database, clock, zombie.lease_ms).expect("lease within the scenario's range");
+    let queue = shared_queue(&store, seed);
     let setup = WorkerSetup {
         worker: Worker::A,
         plan: Arc::new(plan.clone()),
         seed,
         route: resolve_route(plan.format, SIM_MODEL_ROOT, &plan.provider),
         store,
+        queue,
         log: log.clone(),
         stamp,
         standby_poll_ms: zombie.standby_poll_ms,
@@ -156,6 +174,16 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
     conclude(scenario, plan, seed, log.evidence, trace, receipts, request_bodies, end_ms)
+}
+
+/// The delivery queue both workers share: a journal on the database's disk whose session
+/// fences read the store's epochs.
+fn shared_queue(store: &MemoryStore, seed: u64) -> JournalOutbox {
+    let mut seams = crate::seams::sim_seams(seed, "database", 1);
+    seams.fs = Arc::new(super::database_disk::DatabaseDisk::default());
+    JournalOutbox::open(seams, QUEUE_JOURNAL)
+        .expect("the database's disk never fails")
+        .with_epochs(Arc::new(store.clone()))
 }
 
 /// Worker `a` (the zombie, stopped by `pause`) and worker `b` (the standby), each on a host
@@ -213,6 +241,15 @@ fn conclude(
     }
     if evidence.zombie_fenced {
         sometimes.insert("zombie-fenced".to_owned());
+    }
+    // The woken zombie asked the queue for an effect after the takeover, and it never came.
+    if let Some(takeover) = &evidence.takeover {
+        let late = evidence.asked.iter().filter(|a| a.worker == Worker::A && a.stamp > takeover.stamp);
+        if late.clone().next().is_some()
+            && late.clone().all(|a| receipts.iter().all(|r| r.execution_id != a.execution_id))
+        {
+            sometimes.insert("zombie-effect-fenced".to_owned());
+        }
     }
     // No secret of the run in the store, the trace, a model request or an effect's payload.
     let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
@@ -293,15 +330,18 @@ fn start_agent(setup: &WorkerSetup, seams: &Seams, store: &MemoryStore, open: Op
         authority: "gateway:80".into(),
         probe: seams.probe.clone(),
     });
+    let queue: Arc<dyn faultline_runtime::outbox::Outbox> = Arc::new(setup.queue.as_process(seams.clone()));
     let mut tools = ToolSet::new();
     for tool in &setup.plan.tools {
+        let schema = ToolSchema {
+            name: tool.name.clone(),
+            description: tool.kind.as_str().to_owned(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
         tools = tools.with(Arc::new(DispatchTool {
-            schema: ToolSchema {
-                name: tool.name.clone(),
-                description: tool.kind.as_str().to_owned(),
-                parameters: serde_json::json!({"type": "object"}),
-            },
-            deliverer: deliverer.clone(),
+            schema: schema.clone(),
+            effect: Arc::new(OutboxTool::new(schema, queue.clone(), deliverer.clone())),
+            clock: seams.clock.clone(),
             worker: setup.worker,
             log: setup.log.clone(),
             stamp: setup.stamp.clone(),
@@ -418,11 +458,13 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     worked.and(disposed)
 }
 
-/// The workload's tool: each call delivers to the gateway, and the harness stamps the instant
-/// the runtime started its body (the dispatch), outside the runtime.
+/// The workload's tool: each call prepares for [`TOOL_PREPARE_MS`], then delivers to the
+/// gateway through the shared queue. The harness stamps, outside the runtime, the instant the
+/// runtime started its body (the dispatch) and the instant it asked the queue (the effect).
 struct DispatchTool {
     schema: ToolSchema,
-    deliverer: Arc<dyn Deliverer>,
+    effect: Arc<dyn Tool>,
+    clock: Arc<dyn Clock>,
     worker: Worker,
     log: SharedLog,
     stamp: super::stamp::Stamp,
@@ -433,23 +475,33 @@ impl Tool for DispatchTool {
         self.schema.clone()
     }
 
-    fn call(&self, invocation: ToolInvocation, _cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
-        let dispatch = Dispatch {
-            worker: self.worker,
-            execution_id: invocation.execution_id.clone(),
-            stamp: (self.stamp)(),
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        let (worker, log, stamp) = (self.worker, self.log.clone(), self.stamp.clone());
+        let seen = move |execution_id: &str| Dispatch {
+            worker,
+            execution_id: execution_id.to_owned(),
+            stamp: stamp(),
             at_ms: now_ms(),
         };
-        note(&self.log, format!("{} dispatched {}", self.worker.host(), dispatch.execution_id));
-        log_of(&self.log).evidence.dispatches.push(dispatch);
-        let delivered = self.deliverer.deliver(&invocation.execution_id, &invocation.arguments.to_string());
+        let dispatch = seen(&invocation.execution_id);
+        note(&log, format!("{} dispatched {}", worker.host(), dispatch.execution_id));
+        log_of(&log).evidence.dispatches.push(dispatch);
+        let (effect, clock) = (self.effect.clone(), self.clock.clone());
         Box::pin(async move {
-            match delivered.await {
-                Ok(answer) => ToolOutput::Ok(answer),
-                Err(DeliveryError::Rejected(why)) => ToolOutput::Failed(why),
-                Err(DeliveryError::Unknown(why)) => ToolOutput::Unknown(why),
-                Err(other) => ToolOutput::Unknown(format!("{other:?}")),
-            }
+            clock.sleep(Duration::from_millis(TOOL_PREPARE_MS)).await;
+            let asked = seen(&invocation.execution_id);
+            let asked_id = asked.execution_id.clone();
+            note(&log, format!("{} asks the queue for {}", worker.host(), asked.execution_id));
+            log_of(&log).evidence.asked.push(asked);
+            let output = effect.call(invocation, cancel).await;
+            let kind = match &output {
+                ToolOutput::Ok(_) => "ok",
+                ToolOutput::Failed(_) => "failed",
+                ToolOutput::Unknown(_) => "unknown",
+                _ => "other",
+            };
+            note(&log, format!("{} tool output for {}: {kind}", worker.host(), asked_id));
+            output
         })
     }
 }

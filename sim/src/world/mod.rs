@@ -14,6 +14,7 @@
 pub(crate) mod agent_host;
 pub(crate) mod bound;
 pub(crate) mod conclude;
+pub(crate) mod database_disk;
 mod driver;
 pub(crate) mod evidence;
 mod fleet;

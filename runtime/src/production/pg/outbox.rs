@@ -8,6 +8,13 @@
 //!   `finish` hold across hosts.
 //! - A claim takes the oldest claimable row `FOR UPDATE SKIP LOCKED`: many workers drain one
 //!   queue without waiting on each other, and no row is claimed twice.
+//! - A session's row carries the session and the epoch it was enqueued under (`fence.rs`).
+//!   Its enqueue, claim and finish read the session's epoch `FOR KEY SHARE` in their own
+//!   transaction, so a takeover (which takes the session row `FOR UPDATE`) cannot commit
+//!   between the check and the write. The session row is locked before the delivery's; a
+//!   claim or finish that finds it locked (a takeover under way) does not wait: the row is
+//!   skipped or left, and the takeover's repair settles it. The enqueue waits: it holds no
+//!   delivery lock yet, and nothing the takeover waits for waits on it.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,14 +26,20 @@ use super::link::{classify, Link, Linked};
 use super::schema;
 use super::store::parse_url;
 use crate::outbox::machine::{self, After, Found, Op};
-use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SettleCause};
+use crate::outbox::{Claim, Delivery, DeliveryStatus, Enqueued, Finish, Outbox, Resolution, SessionFence, SettleCause};
 use crate::seams::{Clock, EntropyExt, OwnerIdentity, Process};
 use crate::store::LEASE_MS_DEFAULT;
 use crate::{Error, Result};
 
-const COLUMNS: &str = "execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at";
+const COLUMNS: &str =
+    "execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at, session_id, session_epoch";
 
-/// A delivery queue in a PostgreSQL database, shared by any number of workers.
+/// Rows whose session was found locked or moved on that one claim steps over at most.
+const CLAIM_SKIPS_MAX: usize = 64;
+
+/// A delivery queue in a PostgreSQL database, shared by any number of workers. A session's
+/// deliveries ([`Outbox::enqueue_fenced`]) are fenced by the sessions of the same database
+/// (a [`super::PgStore`] on it); a session kept elsewhere gives no epoch to fence by.
 #[derive(Clone)]
 pub struct PgOutbox {
     link: Arc<Link>,
@@ -59,7 +72,53 @@ fn read_row(row: &postgres::Row) -> Delivery {
         claimed: row.get(6),
         resend_of: row.get(7),
         updated_at: row.get::<_, i64>(8).max(0) as u64,
+        session: match (row.get::<_, Option<String>>(9), row.get::<_, Option<i64>>(10)) {
+            (Some(session), Some(epoch)) => Some(SessionFence { session, epoch: epoch.max(0) as u64 }),
+            _ => None,
+        },
     }
+}
+
+/// How a transition found its session's row.
+enum SessionEpoch {
+    /// Read under `FOR KEY SHARE` (`None`: no such session): no takeover commits before this
+    /// transaction does.
+    Current(Option<u64>),
+    /// Locked by a takeover under way (only when not waiting).
+    Locked,
+}
+
+/// The current epoch of `session`, its row locked `FOR KEY SHARE` for the rest of the
+/// transaction (appends and renewals do not conflict with it; a takeover's `FOR UPDATE` does).
+/// `wait: false` answers [`SessionEpoch::Locked`] instead of waiting for a takeover.
+fn session_epoch(tx: &mut Tx<'_>, session: &str, wait: bool) -> Result<SessionEpoch> {
+    let sql = if wait {
+        "SELECT epoch FROM faultline_sessions WHERE id = $1 FOR KEY SHARE"
+    } else {
+        "SELECT epoch FROM faultline_sessions WHERE id = $1 FOR KEY SHARE SKIP LOCKED"
+    };
+    let epoch = tx.query_typed_opt(sql, &[(&session, Type::TEXT)]).map_err(classify)?.map(|r| r.get::<_, i64>(0));
+    if epoch.is_none() && !wait {
+        // Skipped as locked, or missing: ask without locking which.
+        let exists = tx
+            .query_typed_opt("SELECT 1 FROM faultline_sessions WHERE id = $1", &[(&session, Type::TEXT)])
+            .map_err(classify)?
+            .is_some();
+        if exists {
+            return Ok(SessionEpoch::Locked);
+        }
+    }
+    Ok(SessionEpoch::Current(epoch.map(|e| e.max(0) as u64)))
+}
+
+/// The epoch of `row`'s session, not waiting (`None` for a row of no session); a session
+/// locked by a takeover under way is `Err(())`: the row is not touched now.
+fn row_session_epoch(tx: &mut Tx<'_>, row: &Delivery) -> Result<std::result::Result<Option<u64>, ()>> {
+    let Some(fence) = &row.session else { return Ok(Ok(None)) };
+    Ok(match session_epoch(tx, &fence.session, false)? {
+        SessionEpoch::Current(epoch) => Ok(epoch),
+        SessionEpoch::Locked => Err(()),
+    })
 }
 
 type Tx<'a> = postgres::Transaction<'a>;
@@ -112,11 +171,14 @@ fn execute(tx: &mut Tx<'_>, op: &Op) -> Result<()> {
         After::Row(r) => {
             let owner = r.owner.as_ref().map(|o| serde_json::to_string(o).expect("identities serialise"));
             let (status, updated_at) = (r.status.to_string(), millis(r.updated_at));
+            let session = r.session.as_ref().map(|f| f.session.clone());
+            let session_epoch = r.session.as_ref().map(|f| millis(f.epoch));
             tx.execute_typed(
-                "INSERT INTO faultline_deliveries (execution_id, status, payload, owner, result, error, claimed, resend_of, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                "INSERT INTO faultline_deliveries (execution_id, status, payload, owner, result, error, claimed, resend_of,
+                     updated_at, session_id, session_epoch)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (execution_id) DO UPDATE SET status = $2, payload = $3, owner = $4, result = $5,
-                     error = $6, claimed = $7, resend_of = $8, updated_at = $9",
+                     error = $6, claimed = $7, resend_of = $8, updated_at = $9, session_id = $10, session_epoch = $11",
                 &[
                     (&r.execution_id, Type::TEXT),
                     (&status, Type::TEXT),
@@ -127,6 +189,8 @@ fn execute(tx: &mut Tx<'_>, op: &Op) -> Result<()> {
                     (&r.claimed, Type::BOOL),
                     (&r.resend_of, Type::TEXT),
                     (&updated_at, Type::INT8),
+                    (&session, Type::TEXT),
+                    (&session_epoch, Type::INT8),
                 ],
             )
             .map_err(classify)?;
@@ -245,7 +309,24 @@ impl Outbox for PgOutbox {
         let (id, payload) = (execution_id.to_owned(), payload.to_owned());
         self.transaction(move |tx| {
             lock_id(tx, &id)?;
-            let (enqueued, op) = machine::enqueue(found(tx, &id)?, &id, &payload, now)?;
+            let (enqueued, op) = machine::enqueue(found(tx, &id)?, &id, &payload, None, now)?;
+            if let Some(op) = op {
+                execute(tx, &op)?;
+            }
+            Ok(enqueued)
+        })
+    }
+
+    fn enqueue_fenced(&self, fence: &SessionFence, execution_id: &str, payload: &str) -> Result<Enqueued> {
+        let now = self.clock.now_ms();
+        let (id, payload, fence) = (execution_id.to_owned(), payload.to_owned(), fence.clone());
+        self.transaction(move |tx| {
+            // The session first, waiting out a takeover under way: then it is read as it ends.
+            let SessionEpoch::Current(current) = session_epoch(tx, &fence.session, true)? else {
+                unreachable!("a waiting read is never skipped")
+            };
+            lock_id(tx, &id)?;
+            let (enqueued, op) = machine::enqueue(found(tx, &id)?, &id, &payload, Some((&fence, current)), now)?;
             if let Some(op) = op {
                 execute(tx, &op)?;
             }
@@ -262,11 +343,26 @@ impl Outbox for PgOutbox {
         let noted = joined.clone();
         let claim = self.transaction(move |tx| {
             let wanted: Vec<String> = machine::claimable_statuses().iter().map(ToString::to_string).collect();
+            // Rows of a session that moved on are not candidates; a session being taken over
+            // right now is stepped over (its repair settles the row).
             let sql = format!(
-                "SELECT {COLUMNS} FROM faultline_deliveries WHERE status = ANY($1) ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+                "SELECT {COLUMNS} FROM faultline_deliveries d WHERE status = ANY($1) AND NOT (execution_id = ANY($2))
+                   AND (session_id IS NULL
+                        OR session_epoch = (SELECT s.epoch FROM faultline_sessions s WHERE s.id = d.session_id))
+                 ORDER BY seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
             );
-            let next = tx.query_typed_opt(&sql, &[(&wanted, Type::TEXT_ARRAY)]).map_err(classify)?;
-            let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
+            let mut skipped: Vec<String> = Vec::new();
+            let next = loop {
+                let next = tx
+                    .query_typed_opt(&sql, &[(&wanted, Type::TEXT_ARRAY), (&skipped, Type::TEXT_ARRAY)])
+                    .map_err(classify)?;
+                let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
+                match row_session_epoch(tx, &next)? {
+                    Ok(current) if machine::claimable(&next, current) => break next,
+                    _ if skipped.len() < CLAIM_SKIPS_MAX => skipped.push(next.execution_id),
+                    _ => return Ok(None),
+                }
+            };
             let (claim, op) = machine::claim(&next, &me, now);
             execute(tx, &op)?;
             in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.execution_id.clone());
@@ -285,8 +381,24 @@ impl Outbox for PgOutbox {
         let (id, me, secrets) = (execution_id.to_owned(), self.me.clone(), self.secrets.clone());
         // The owner fence is read and the row written in one transaction, the row locked.
         let finished = self.transaction(move |tx| {
+            // The row's session before the row (the lock order): its session never changes,
+            // so an unlocked read names it. A takeover under way leaves the row to its repair.
+            let session: Option<String> = tx
+                .query_typed_opt(
+                    "SELECT session_id FROM faultline_deliveries WHERE execution_id = $1",
+                    &[(&id, Type::TEXT)],
+                )
+                .map_err(classify)?
+                .and_then(|r| r.get(0));
+            let current = match &session {
+                None => None,
+                Some(session) => match session_epoch(tx, session, false)? {
+                    SessionEpoch::Current(epoch) => epoch,
+                    SessionEpoch::Locked => return Ok(false),
+                },
+            };
             lock_id(tx, &id)?;
-            let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome, &secrets, now) else {
+            let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome, current, &secrets, now) else {
                 return Ok(false);
             };
             execute(tx, &op)?;

@@ -11,7 +11,7 @@ use super::link::classify;
 use crate::{Error, Result};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The advisory lock key migrations hold ("faultlin" in ASCII).
 const MIGRATION_LOCK_KEY: i64 = 0x6661_756c_746c_696e;
@@ -52,6 +52,9 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
         status       text NOT NULL,
         pruned_at    bigint NOT NULL
     );",
+    // 3: a delivery keeps the session and epoch of the writer that enqueued it (the one
+    // fencing rule: once the session moves on, the row is neither claimed nor finished).
+    "ALTER TABLE faultline_deliveries ADD COLUMN session_id text, ADD COLUMN session_epoch bigint;",
 ];
 
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS faultline_schema (
