@@ -84,7 +84,9 @@ impl Tool for OutboxTool {
                     DeliveryStatus::Pending => unsettled("still queued (it will be delivered through the queue)"),
                     DeliveryStatus::Delivering => unsettled("in flight"),
                 },
-                Ok(None) => unsettled("pruned (its outcome is in the tombstones)"),
+                // No row after an enqueue that failed: most likely never queued. Only a late
+                // commit of that enqueue could still land, and nothing sends it from here.
+                Ok(None) => unsettled("not in the queue (never queued, or pruned since)"),
                 Err(e) => unsettled(&format!("unreadable ({e})")),
             }
         })

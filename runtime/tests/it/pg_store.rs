@@ -180,3 +180,24 @@ fn a_busy_connection_does_not_hold_a_lease_renewal_back() {
     holding.commit().unwrap();
     busy.join().unwrap().unwrap();
 }
+
+/// An enqueue whose connection was cut (a failover, `pg_terminate_backend`) is run once more
+/// on a new connection: idempotent (the first payload wins), so a commit whose reply was lost
+/// is found, not repeated. (Before, the tool saw `connection closed`, and then no row: an
+/// effect the model was told "may have happened" that never could.)
+#[test]
+fn an_enqueue_that_lost_its_connection_is_run_again_on_a_new_one() {
+    let Some(url) = database() else { return };
+    let seams = production::seams();
+    let queue = PgOutbox::connect(&url, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).unwrap();
+    queue.enqueue("first", "{}").unwrap();
+    terminate_every_other_connection(&url);
+    assert_eq!(queue.enqueue("second", "{}").unwrap(), faultline_runtime::outbox::Enqueued::New);
+    terminate_every_other_connection(&url);
+    assert_eq!(
+        queue.enqueue("second", "{}").unwrap(),
+        faultline_runtime::outbox::Enqueued::Existing(faultline_runtime::outbox::DeliveryStatus::Pending),
+        "run again, it finds its own row"
+    );
+    assert_eq!(queue.list(None).unwrap().len(), 2);
+}

@@ -284,19 +284,37 @@ impl PgOutbox {
         &self,
         body: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        self.refuse_if_read_only()?;
+        self.link.run(move |linked: &mut Linked| in_transaction(linked, body))
+    }
+
+    /// [`PgOutbox::transaction`] for an idempotent transition (an enqueue: the first payload
+    /// wins), run once more on a new connection when the first attempt lost its connection:
+    /// a commit whose reply was lost is found, not repeated.
+    fn transaction_idempotent<T: Send + 'static>(
+        &self,
+        body: impl Fn(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.refuse_if_read_only()?;
+        self.link.run_idempotent(move |linked: &mut Linked| in_transaction(linked, &body))
+    }
+
+    fn refuse_if_read_only(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::NotFaultlineDatabase {
                 path: self.target.clone(),
                 reason: "it was opened for inspection only; a transition writes".into(),
             });
         }
-        self.link.run(move |linked: &mut Linked| {
-            let mut tx = linked.client()?.transaction().map_err(classify)?;
-            let value = body(&mut tx)?;
-            tx.commit().map_err(classify)?;
-            Ok(value)
-        })
+        Ok(())
     }
+}
+
+fn in_transaction<T>(linked: &mut Linked, body: impl FnOnce(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+    let mut tx = linked.client()?.transaction().map_err(classify)?;
+    let value = body(&mut tx)?;
+    tx.commit().map_err(classify)?;
+    Ok(value)
 }
 
 impl Outbox for PgOutbox {
@@ -307,7 +325,7 @@ impl Outbox for PgOutbox {
     fn enqueue(&self, execution_id: &str, payload: &str) -> Result<Enqueued> {
         let now = self.clock.now_ms();
         let (id, payload) = (execution_id.to_owned(), payload.to_owned());
-        self.transaction(move |tx| {
+        self.transaction_idempotent(move |tx| {
             lock_id(tx, &id)?;
             let (enqueued, op) = machine::enqueue(found(tx, &id)?, &id, &payload, None, now)?;
             if let Some(op) = op {
@@ -320,7 +338,7 @@ impl Outbox for PgOutbox {
     fn enqueue_fenced(&self, fence: &SessionFence, execution_id: &str, payload: &str) -> Result<Enqueued> {
         let now = self.clock.now_ms();
         let (id, payload, fence) = (execution_id.to_owned(), payload.to_owned(), fence.clone());
-        self.transaction(move |tx| {
+        self.transaction_idempotent(move |tx| {
             // The session first, waiting out a takeover under way: then it is read as it ends.
             let SessionEpoch::Current(current) = session_epoch(tx, &fence.session, true)? else {
                 unreachable!("a waiting read is never skipped")
@@ -379,8 +397,10 @@ impl Outbox for PgOutbox {
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
         let now = self.clock.now_ms();
         let (id, me, secrets) = (execution_id.to_owned(), self.me.clone(), self.secrets.clone());
-        // The owner fence is read and the row written in one transaction, the row locked.
-        let finished = self.transaction(move |tx| {
+        // The owner fence is read and the row written in one transaction, the row locked. Run
+        // again after a lost connection: a finish that committed leaves the row no longer
+        // `delivering`, and the second attempt changes nothing.
+        let finished = self.transaction_idempotent(move |tx| {
             // The row's session before the row (the lock order): its session never changes,
             // so an unlocked read names it. A takeover under way leaves the row to its repair.
             let session: Option<String> = tx
@@ -398,7 +418,7 @@ impl Outbox for PgOutbox {
                 },
             };
             lock_id(tx, &id)?;
-            let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome, current, &secrets, now) else {
+            let Some(op) = machine::finish(row(tx, &id)?.as_ref(), &me, outcome.clone(), current, &secrets, now) else {
                 return Ok(false);
             };
             execute(tx, &op)?;
@@ -433,7 +453,9 @@ impl Outbox for PgOutbox {
         let in_flight = self.in_flight.clone();
         let now = self.clock.now_ms();
         let (me, process) = (self.me.clone(), self.process.clone());
-        self.transaction(move |tx| {
+        // Run again after a lost connection: what the first attempt settled is no longer
+        // `delivering`, and the second finds only what is left.
+        self.transaction_idempotent(move |tx| {
             let mut abandoned = Vec::new();
             let rows = rows_with(tx, &[DeliveryStatus::Delivering])?;
             // Read after the rows are locked: a claim that committed is in it.
