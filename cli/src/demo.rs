@@ -136,6 +136,7 @@ fn demo_script() -> Script {
             ]),
         ],
         repeat_last: true,
+        after_tool_result: None,
     }
 }
 

@@ -845,6 +845,7 @@ impl Scenario {
             refuse_until_ms: self.model.refuse_until_ms,
             responses: self.model.responses.clone(),
             repeat_last: self.model.repeat_last,
+            after_tool_result: None,
         }
     }
 

@@ -13,6 +13,8 @@ use faultline_e2e::{
     ModelServerProcess,
 };
 use faultline_runtime::testing::{PgServer, REQUIRE_POSTGRES_ENV};
+
+use crate::cutting_proxy::CuttingProxy;
 use serde_json::{json, Value};
 
 /// A fresh database on the shared test server, or `None` (skipped) without PostgreSQL.
@@ -318,55 +320,10 @@ fn a_server_restarted_mid_turn_loses_nothing_acknowledged() {
     });
 }
 
-/// A TCP proxy to the database that can cut every connection through it at once (both
-/// directions shut down, as a middlebox or a pooler restart does); new connections are
-/// accepted and forwarded as before.
-struct CuttingProxy {
-    port: u16,
-    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
-}
-
-impl CuttingProxy {
-    fn start(to_port: u16) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = std::sync::Arc::default();
-        let tracked = open.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to_port)) else { continue };
-                let mut tracked = tracked.lock().unwrap();
-                tracked.push(client.try_clone().unwrap());
-                tracked.push(server.try_clone().unwrap());
-                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
-                {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Self { port, open }
-    }
-
-    /// Cuts every connection open now; returns how many were cut.
-    fn cut(&self) -> usize {
-        let open = std::mem::take(&mut *self.open.lock().unwrap());
-        for stream in &open {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-        open.len() / 2
-    }
-}
-
 #[test]
 fn connections_cut_mid_turn_are_classified_and_the_session_resumes() {
     let Some(url) = database() else { return };
-    let server_port = url.rsplit(':').next().unwrap().split('/').next().unwrap().parse().unwrap();
-    let proxy = CuttingProxy::start(server_port);
-    let through_proxy = url.replace(&format!(":{server_port}/"), &format!(":{}/", proxy.port));
+    let (proxy, through_proxy) = CuttingProxy::in_front_of(&url);
     a_turn_survives(&url, &through_proxy, "c", || {
         // Cut every connection through the proxy, ten times while the answer streams.
         let mut cut = 0;

@@ -67,6 +67,11 @@ impl RequestHead {
         })
     }
 
+    /// Whether the conversation ends with a tool's result (a `tool` message).
+    pub(super) fn ends_with_tool_result(&self) -> bool {
+        self.messages.as_ref().and_then(|m| m.last()).is_some_and(|m| m.role.as_deref() == Some("tool"))
+    }
+
     /// Why the real APIs would refuse this conversation, in their words: every `tool` message
     /// answers a call of the assistant message before it (after that message's other
     /// answers), and every call is answered before the conversation goes on.

@@ -18,6 +18,11 @@ pub struct Script {
     /// Repeat the last response forever.
     #[serde(default)]
     pub repeat_last: bool,
+    /// A request whose conversation ends with a tool's result gets this response instead of
+    /// the next scripted one (OpenAI's format): a model that answers once its tool ran, for a
+    /// workload of many sessions whose requests come in any order (the fleet soak).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_tool_result: Option<Response>,
 }
 
 /// What one request gets.

@@ -340,6 +340,11 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     if let Some(model) = path_model {
         meta.model = model;
     }
+    let after_tool = state.script.after_tool_result.clone().filter(|_| format == WireFormat::Openai);
+    if let Some(response) = after_tool.filter(|_| head.ends_with_tool_result()) {
+        state.note_served(recorded.n, None, response.describe());
+        return Ok(reply(state, meta, format, echo_credential(response, &authorization)));
+    }
     let Some((slot, response)) = next_response(&state) else {
         state.note_served(recorded.n, None, "HTTP 500 (script exhausted)".into());
         return Ok(plain(StatusCode::INTERNAL_SERVER_ERROR, "{\"error\":{\"message\":\"script exhausted\"}}"));

@@ -601,8 +601,12 @@ pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::Ag
     let mut script = scenario.script();
     let mut faults = scenario.faults.clone();
     if scenario.model.from_seed {
-        script =
-            Script { refuse_until_ms: 0, responses: standard_responses(scenario.messages.len()), repeat_last: true };
+        script = Script {
+            refuse_until_ms: 0,
+            responses: standard_responses(scenario.messages.len()),
+            repeat_last: true,
+            after_tool_result: None,
+        };
     }
     let mut swarm_line = None;
     let mut store = scenario.store;
