@@ -201,3 +201,45 @@ fn an_enqueue_that_lost_its_connection_is_run_again_on_a_new_one() {
     );
     assert_eq!(queue.list(None).unwrap().len(), 2);
 }
+
+/// A takeover whose connection is cut while it waits for the session's row (a failover, an
+/// operator's `pg_terminate_backend`) is looked up — it had not committed — and tried once
+/// more on a new connection: the caller gets the session, not `DATABASE_UNREACHABLE`.
+#[test]
+#[allow(clippy::disallowed_methods, clippy::disallowed_types)] // the wait is real: a lock held on the server
+fn a_takeover_that_lost_its_connection_is_looked_up_and_tried_again() {
+    let Some(url) = database() else { return };
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    let id = SessionId::new("retaken").unwrap();
+    PgStore::connect(&url, a, LEASE_MS_DEFAULT).unwrap().create(&id, 1).unwrap().close().unwrap();
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut holding = admin.transaction().unwrap();
+    holding.execute("SELECT id FROM faultline_sessions WHERE id = 'retaken' FOR UPDATE", &[]).unwrap();
+    let taker_url = url.clone();
+    let taker = std::thread::spawn(move || {
+        let store = PgStore::connect(&taker_url, b, LEASE_MS_DEFAULT).unwrap();
+        store.open(&id, Takeover::IfDead).map(|opened| opened.log.token())
+    });
+    // Cut the takeover's connection while it waits on the row.
+    let mut cutter = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let cut = cutter
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .unwrap();
+        if !cut.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the takeover never waited on the row");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    holding.commit().unwrap();
+    let token = taker.join().unwrap().expect("the takeover is tried again on a new connection");
+    assert_eq!(token, 3, "created at 1, released at 2, taken over at 3");
+}

@@ -216,6 +216,62 @@ fn lease_secs(lease: Duration) -> f64 {
     lease.as_secs_f64()
 }
 
+/// What a takeover needs (kept for a second attempt after a lost connection).
+struct Taking {
+    sid: String,
+    me: String,
+    secs: f64,
+    process: Arc<dyn Process>,
+    evidence: Arc<dyn OutcomeEvidence>,
+    takeover: Takeover,
+}
+
+/// One takeover transaction: the row locked, the lease rule, repair, the epoch moved on.
+fn take_over(linked: &mut Linked, t: &Taking) -> Result<(i64, Inspection)> {
+    let mut tx = linked.client()?.transaction().map_err(classify)?;
+    let row = read_session(&mut tx, &t.sid, true)?;
+    crate::store::check_lease_takeover(t.process.as_ref(), &t.sid, row.owner.as_ref(), row.lease_live, t.takeover)?;
+    let events = read_events(&mut tx, &t.sid)?;
+    let inspection = inspect(&t.sid, &row, events, t.evidence.as_ref())?;
+    inspection.refuse_unusable(&t.sid)?;
+    let repaired = i64::from(!inspection.closers.is_empty());
+    if repaired == 1 {
+        // Repair is part of the takeover's transaction: the closers, the revision and the
+        // new epoch land together.
+        let (seqs, lines): (Vec<i64>, Vec<String>) = encode_rows(&inspection.closers)?.into_iter().unzip();
+        tx.execute_typed(INSERT_EVENTS, &[(&t.sid, Type::TEXT), (&seqs, Type::INT8_ARRAY), (&lines, Type::TEXT_ARRAY)])
+            .map_err(classify)?;
+    }
+    let epoch: i64 = tx
+        .query_typed_one(
+            "UPDATE faultline_sessions SET epoch = epoch + 1, owner = $2, revision = revision + $3,
+                 lease_expires_at = clock_timestamp() + make_interval(secs => $4)
+             WHERE id = $1 RETURNING epoch",
+            &[(&t.sid, Type::TEXT), (&t.me, Type::TEXT), (&repaired, Type::INT8), (&t.secs, Type::FLOAT8)],
+        )
+        .map_err(classify)?
+        .get(0);
+    tx.commit().map_err(classify)?;
+    Ok((epoch, inspection))
+}
+
+/// After a takeover lost its connection: the session as the first attempt left it, if that
+/// attempt committed — this process is the live owner at an epoch none of its writers holds.
+fn committed_unseen(
+    linked: &mut Linked,
+    t: &Taking,
+    held: &crate::store::HeldLeases,
+) -> Result<Option<(i64, Inspection)>> {
+    let client = linked.client()?;
+    let row = read_session(client, &t.sid, false)?;
+    let ours = row.lease_live && row.owner.as_ref().map(identity_json).as_deref() == Some(t.me.as_str());
+    if !ours || held.held().iter().any(|(id, epoch)| *id == t.sid && *epoch == row.epoch as u64) {
+        return Ok(None);
+    }
+    let events = read_events(client, &t.sid)?;
+    Ok(Some((row.epoch, inspect(&t.sid, &row, events, t.evidence.as_ref())?)))
+}
+
 impl Store for PgStore {
     fn create(&self, id: &SessionId, created_at: u64) -> Result<Box<dyn SessionLog>> {
         self.refuse_if_read_only("creating a session")?;
@@ -251,37 +307,21 @@ impl Store for PgStore {
         let me = identity_json(&self.shared.process.identity());
         let (sid, secs) = (id.to_string(), lease_secs(self.shared.lease));
         let (process, evidence) = (self.shared.process.clone(), self.evidence.clone());
-        // Not retried on a lost connection: a takeover that committed unseen would make the
-        // retry meet this process as the live holder. The caller sees the classified error.
-        let (epoch, inspection) = self.shared.link.run(move |linked| {
-            let mut tx = linked.client()?.transaction().map_err(classify)?;
-            let row = read_session(&mut tx, &sid, true)?;
-            crate::store::check_lease_takeover(process.as_ref(), &sid, row.owner.as_ref(), row.lease_live, takeover)?;
-            let events = read_events(&mut tx, &sid)?;
-            let inspection = inspect(&sid, &row, events, evidence.as_ref())?;
-            inspection.refuse_unusable(&sid)?;
-            let repaired = i64::from(!inspection.closers.is_empty());
-            if repaired == 1 {
-                // Repair is part of the takeover's transaction: the closers, the revision and
-                // the new epoch land together.
-                let (seqs, lines): (Vec<i64>, Vec<String>) = encode_rows(&inspection.closers)?.into_iter().unzip();
-                tx.execute_typed(
-                    INSERT_EVENTS,
-                    &[(&sid, Type::TEXT), (&seqs, Type::INT8_ARRAY), (&lines, Type::TEXT_ARRAY)],
-                )
-                .map_err(classify)?;
+        let held = self.shared.link.leases().clone();
+        let taking = Taking { sid, me, secs, process, evidence, takeover };
+        // A lost connection is looked up, then the takeover tried once more: only this
+        // process's identity as the live owner, at an epoch it does not hold already, says the
+        // first attempt committed unseen (its repair is in the records then, not in `repair`).
+        let (epoch, inspection) = self.shared.link.run(move |linked| match take_over(linked, &taking) {
+            Err(e) if is_connection_lost(&e) => {
+                linked.forget();
+                tracing::warn!(session = %taking.sid, "takeover outcome unknown: looking the session up");
+                match committed_unseen(linked, &taking, &held)? {
+                    Some(taken) => Ok(taken),
+                    None => take_over(linked, &taking),
+                }
             }
-            let epoch: i64 = tx
-                .query_typed_one(
-                    "UPDATE faultline_sessions SET epoch = epoch + 1, owner = $2, revision = revision + $3,
-                         lease_expires_at = clock_timestamp() + make_interval(secs => $4)
-                     WHERE id = $1 RETURNING epoch",
-                    &[(&sid, Type::TEXT), (&me, Type::TEXT), (&repaired, Type::INT8), (&secs, Type::FLOAT8)],
-                )
-                .map_err(classify)?
-                .get(0);
-            tx.commit().map_err(classify)?;
-            Ok((epoch, inspection))
+            other => other,
         })?;
         self.shared.link.leases().hold(id.as_str(), epoch as u64);
         let header = inspection.header.clone().expect("clean inspections have a header");
