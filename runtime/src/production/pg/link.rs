@@ -79,6 +79,8 @@ impl Linked {
 pub(crate) struct Link {
     jobs: mpsc::Sender<Job>,
     leases: HeldLeases,
+    /// How long a renewal extends a lease.
+    lease: Duration,
     /// Dropped with the link: the renewal thread ends.
     _renewal: mpsc::Sender<()>,
 }
@@ -183,7 +185,7 @@ impl Link {
                 }
             })
             .map_err(|e| Error::io("starting the PostgreSQL connection thread", e))?;
-        let link = Arc::new(Link { jobs, leases, _renewal: renewal });
+        let link = Arc::new(Link { jobs, leases, lease, _renewal: renewal });
         link.run(|linked| linked.client().map(|_| ()))?;
         Ok(link)
     }
@@ -217,6 +219,16 @@ impl Link {
                 job(linked)
             }
             other => other,
+        })
+    }
+
+    /// Renews every held lease now, on the job connection, as the renewal thread does every
+    /// third of a lease; returns how many are still held.
+    pub(crate) fn renew_now(&self) -> Result<usize> {
+        let (leases, lease) = (self.leases.clone(), self.lease);
+        self.run(move |linked| {
+            renew(linked, &leases, lease);
+            Ok(leases.held().len())
         })
     }
 

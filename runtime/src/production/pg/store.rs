@@ -167,6 +167,13 @@ impl PgStore {
         &self.shared.target
     }
 
+    /// Renews every lease this store's writers hold now, in the statements the renewal thread
+    /// sends every third of a lease (by key, 1 024 a statement); returns how many are still
+    /// held. For benches (`faultline bench --only postgres`) and checks; writers never need it.
+    pub fn renew_leases_now(&self) -> Result<usize> {
+        self.shared.link.renew_now()
+    }
+
     fn medium(&self, id: &SessionId, epoch: i64) -> Box<PgMedium> {
         Box::new(PgMedium { shared: self.shared.clone(), id: id.to_string(), epoch })
     }

@@ -1,14 +1,16 @@
 //! PostgreSQL: durable append at batch 1/16/256 and recovery against SQLite on the same
-//! events, and the delivery queue's deliveries per second with 1, 4 and 8 workers against
-//! one worker. On a throw-away server with fsync on (SQLite runs `synchronous=FULL`), or the
-//! database at `FAULTLINE_DATABASE_URL` when set.
+//! events; one worker holding 10, 1 000 and 10 000 open sessions (appends spread over them,
+//! against SQLite holding as many, and lease renewals of all of them); and the delivery
+//! queue's deliveries per second with 1, 4 and 8 workers against one worker, and with 8
+//! against SQLite's 8. On a throw-away server with fsync on (SQLite runs `synchronous=FULL`),
+//! or the database at `FAULTLINE_DATABASE_URL` when set.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use faultline_runtime::outbox::{Finish, Outbox};
-use faultline_runtime::production::{self, PgOutbox, PgStore, SqliteStore};
+use faultline_runtime::production::{self, PgOutbox, PgStore, SqliteOutbox, SqliteStore};
 use faultline_runtime::store::LEASE_MS_DEFAULT;
 use faultline_runtime::store::{SessionId, Store};
 use faultline_runtime::testing::PgServer;
@@ -17,6 +19,12 @@ use super::figure::*;
 
 /// Rounds per figure (median).
 const PG_ROUNDS: usize = 3;
+/// Open sessions one worker holds in the sessions figures.
+const OPEN_SESSIONS: [usize; 3] = [10, 1_000, 10_000];
+/// Appends spread over the open sessions, per round (one record each).
+const SPREAD_APPENDS: usize = 1_000;
+/// Drainers of the queue figure against SQLite.
+const DRAINERS: usize = 8;
 
 /// Where the bench's databases come from: the server it started, or the URL it was given
 /// (a fresh schema per figure is then a fresh session id or queue prefix).
@@ -60,7 +68,11 @@ pub(super) fn postgres(dir: &Path, scale: usize) -> Vec<Figure> {
                 out.extend(append(dir, &databases, batch, batches));
             }
             out.extend(recovery(dir, &databases, 25_000 * scale));
+            for open in OPEN_SESSIONS {
+                out.extend(open_sessions(dir, &databases, open, SPREAD_APPENDS * scale));
+            }
             out.extend(queue(&databases, 500 * scale));
+            out.extend(queue_against_sqlite(dir, &databases, 500 * scale));
             out
         })
         .join()
@@ -143,6 +155,69 @@ fn recovery(dir: &Path, databases: &Databases, count: usize) -> Vec<Figure> {
     )]
 }
 
+/// One worker holding `open` sessions on each store: `appends` one-record appends spread
+/// over them round-robin (each append renews its own lease on PostgreSQL), against SQLite
+/// holding as many; and every lease renewed at once, as the renewal thread does.
+fn open_sessions(dir: &Path, databases: &Databases, open: usize, appends: usize) -> Vec<Figure> {
+    let seams = production::seams();
+    let pg = PgStore::connect(&databases.fresh(), seams.process.clone(), LEASE_MS_DEFAULT).expect("postgres");
+    let sqlite_dir = dir.join(format!("pg-open-sqlite-{open}"));
+    std::fs::create_dir_all(&sqlite_dir).expect("dir");
+    let sqlite = SqliteStore::open(sqlite_dir.join("s.sqlite"), seams.process.clone()).expect("sqlite");
+    let prefix = seams.entropy.as_ref().next_u64() % 1_000_000;
+    let stores: [&dyn Store; 2] = [&pg, &sqlite];
+    let mut logs: [Vec<Box<dyn faultline_runtime::store::SessionLog>>; 2] = [Vec::new(), Vec::new()];
+    for (side, store) in stores.iter().enumerate() {
+        for n in 0..open {
+            logs[side].push(store.create(&id(&format!("open-{prefix}-{n}")), 1).expect("create"));
+        }
+    }
+    let per_session = (appends * PG_ROUNDS).div_ceil(open) + 1;
+    let records = crate::cli::bench::mix::records(per_session.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN));
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut next = vec![[0usize; 2]; open];
+    for round in 0..PG_ROUNDS {
+        for turn in 0..2 {
+            let side = (turn + round) % 2;
+            let start = Instant::now();
+            for k in 0..appends {
+                let n = (round * appends + k) % open;
+                let at = next[n][side];
+                logs[side][n].append(&records[at..=at]).expect("append");
+                next[n][side] += 1;
+            }
+            rates[side].push(appends as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    let [pg_rate, sqlite_rate] = rates.map(median);
+    let renewals = median(
+        (0..PG_ROUNDS)
+            .map(|_| {
+                let start = Instant::now();
+                let held = pg.renew_leases_now().expect("renew");
+                assert_eq!(held, open, "every lease is still held");
+                held as f64 / start.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    vec![
+        figure(
+            &format!("postgres {open} open sessions: appends spread over them (against sqlite)"),
+            pg_rate,
+            "appends/s",
+            Some(sqlite_rate),
+            None,
+        ),
+        figure(
+            &format!("postgres {open} open sessions: lease renewals (sqlite holds no leases)"),
+            renewals,
+            "renewals/s",
+            None,
+            None,
+        ),
+    ]
+}
+
 /// Deliveries per second of `workers` workers (one connection each) claiming and finishing
 /// `items` rows of one queue.
 fn deliveries_per_s(url: &str, workers: usize, items: usize) -> f64 {
@@ -152,6 +227,13 @@ fn deliveries_per_s(url: &str, workers: usize, items: usize) -> f64 {
             PgOutbox::connect(url, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref()).expect("queue"),
         )
     };
+    drain_rate(&open, workers, items)
+}
+
+/// Deliveries per second of `workers` queues `open` returns (one connection each), claiming
+/// and finishing `items` rows enqueued first.
+fn drain_rate(open: &dyn Fn() -> Arc<dyn Outbox>, workers: usize, items: usize) -> f64 {
+    let seams = production::seams();
     let prefix = seams.entropy.as_ref().next_u64();
     let queue = open();
     for i in 0..items {
@@ -195,4 +277,28 @@ fn queue(databases: &Databases, items: usize) -> Vec<Figure> {
         ));
     }
     out
+}
+
+/// The queue with [`DRAINERS`] workers on PostgreSQL against as many on one SQLite file.
+fn queue_against_sqlite(dir: &Path, databases: &Databases, items: usize) -> Vec<Figure> {
+    let seams = production::seams();
+    let sqlite_path = dir.join("pg-queue-sqlite.sqlite");
+    let sqlite = || -> Arc<dyn Outbox> {
+        Arc::new(
+            SqliteOutbox::open(&sqlite_path, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
+                .expect("sqlite queue"),
+        )
+    };
+    let (mut pg, mut lite) = (Vec::new(), Vec::new());
+    for _ in 0..PG_ROUNDS {
+        pg.push(deliveries_per_s(&databases.fresh(), DRAINERS, items));
+        lite.push(drain_rate(&sqlite, DRAINERS, items));
+    }
+    vec![figure(
+        &format!("postgres queue: deliveries, {DRAINERS} workers (against sqlite, {DRAINERS} workers)"),
+        median(pg),
+        "deliveries/s",
+        Some(median(lite)),
+        None,
+    )]
 }
