@@ -31,11 +31,14 @@ pub use invariant::{Invariant, Kind, Violation};
 pub(super) use sometimes::sometimes;
 pub use sometimes::SOMETIMES;
 
-/// The secret-leak check alone: the fleet world (`fleet.rs`) has no disk witness, its own
-/// checker for the rest, and the same secrets to keep.
-pub(super) fn secrets(evidence: &RunEvidence<'_>) -> Vec<Violation> {
+/// What the fleet world (`fleet.rs`) is judged by besides its own checker: the same secrets
+/// to keep, and every request its two workers sent is one the provider's API accepts (the
+/// standby's first request carries the zombie's history as repaired). It has no disk witness,
+/// and its two workers share one model ledger, which the retry rules cannot tell apart.
+pub(super) fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
+    requests::check(evidence, &mut found);
     found.0
 }
 

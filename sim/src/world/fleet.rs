@@ -161,11 +161,11 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     }
     let end_ms = sim.elapsed().as_millis() as u64;
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let request_bodies: Vec<Arc<str>> = model_slot
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map_or_else(Vec::new, |m| m.requests().into_iter().map(|r| r.body).collect());
+    let (request_bodies, exchanges): (Vec<Arc<str>>, _) = {
+        let model = model_slot.lock().unwrap_or_else(|p| p.into_inner());
+        let bodies = model.as_ref().map_or_else(Vec::new, |m| m.requests().into_iter().map(|r| r.body).collect());
+        (bodies, model.as_ref().map_or_else(Vec::new, crate::model_server::ModelServer::exchanges))
+    };
     let mut log = std::mem::take(&mut *log_of(&log));
     for receipt in &receipts {
         log.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
@@ -173,7 +173,7 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
-    conclude(scenario, plan, seed, log.evidence, trace, receipts, request_bodies, end_ms)
+    conclude(scenario, plan, seed, log.evidence, trace, receipts, (request_bodies, exchanges), end_ms)
 }
 
 /// The delivery queue both workers share: a journal on the database's disk whose session
@@ -222,7 +222,7 @@ fn conclude(
     evidence: FleetEvidence,
     trace: Vec<String>,
     receipts: Vec<gateway::Receipt>,
-    request_bodies: Vec<Arc<str>>,
+    (request_bodies, exchanges): (Vec<Arc<str>>, Vec<crate::model_server::Exchange>),
     end_ms: u64,
 ) -> RunResult {
     let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
@@ -254,14 +254,14 @@ fn conclude(
     // No secret of the run in the store, the trace, a model request or an effect's payload.
     let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
     let world = World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..World::default() };
-    violations.extend(oracle::secrets(&oracle::RunEvidence {
+    violations.extend(oracle::fleet(&oracle::RunEvidence {
         plan,
         seed,
         world: &world,
         receipts: &receipts,
         service_receipts: &[],
         services: &[],
-        exchanges: &[],
+        exchanges: &exchanges,
         request_bodies: &request_bodies,
         faults_fired: &faults_fired,
         end_ms,
@@ -286,7 +286,7 @@ fn conclude(
         sometimes,
         sim_ms: end_ms,
         fs_ops: 0,
-        model_exchanges: Vec::new(),
+        model_exchanges: exchanges,
         durable_batches: Vec::new(),
         slow_recovery: None,
     }

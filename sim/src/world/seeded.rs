@@ -9,7 +9,7 @@ use faultline_runtime::{seams::Entropy, seams::EntropyExt};
 use crate::model_server::{Dialect, Frame, Response, Script};
 use crate::scenario::{
     CrashFault, DiskFull, DiskFullRefuses, Expectations, FaultPlan, FsErrorKind, FsFault, Partition, RotKind,
-    RotTarget, Scenario, ScenarioTool, SessionFormat, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX,
+    RotTarget, Scenario, ScenarioTool, SessionFormat, Zombie, FS_CRASH_OP_MIN, FS_OP_MAX, PARTITION_FROM_MS_MAX,
     PARTITION_MS_MAX,
 };
 use crate::seams::SimEntropy;
@@ -194,6 +194,20 @@ pub struct Swarm {
     pub refusal: bool,
     /// A window during which the disk is full.
     pub disk_full: Option<DiskFull>,
+    /// The run is a fleet's: two workers on a leased store and one queue, the first stopped
+    /// past its lease at a seeded instant (the zombie family; the fleet world runs it, and the
+    /// disk faults drawn above have no disk there to hit).
+    pub zombie: bool,
+}
+
+/// Probability that a seed runs as a fleet with a zombie. Low: the fleet world has no disk
+/// faults, crashes or person, so a zombie seed covers little else.
+const ZOMBIE_PROBABILITY: f64 = 0.1;
+
+/// The zombie a swarm draws: a 1 s lease, stopped at a seeded instant in the first 4 s for up
+/// to 5 s (always past the lease and a standby poll).
+fn swarm_zombie() -> Zombie {
+    Zombie { lease_ms: 1_000, pause_at_ms: 4_000, pause_ms: 5_000, standby_poll_ms: 250, from_seed: true }
 }
 
 /// The answer limit of a seed whose swarm turns oversize answers on, in bytes: small, so the
@@ -292,6 +306,7 @@ impl Swarm {
         let dialect = *pick(&stream(seed, "swarm/dialect"), &Dialect::ALL);
         let no_finish_reason = stream(seed, "swarm/no-finish").unit_f64() < NO_FINISH_REASON_PROBABILITY;
         let refusal = stream(seed, "swarm/refusal").unit_f64() < REFUSAL_PROBABILITY;
+        let zombie = stream(seed, "swarm/zombie").unit_f64() < ZOMBIE_PROBABILITY;
         Swarm {
             error_event: model_failures.is_some() && on("error-event"),
             ping_storm: on("ping-storm"),
@@ -316,6 +331,7 @@ impl Swarm {
             no_finish_reason,
             refusal,
             disk_full,
+            zombie,
         }
     }
 
@@ -452,20 +468,17 @@ impl Swarm {
         if self.dialect != Dialect::Openai {
             on.push(format!("dialect {}", self.dialect.name()));
         }
-        if self.no_finish_reason {
-            on.push("no-finish-reason".into());
-        }
-        if self.refusal {
-            on.push("refusal".into());
-        }
-        if self.oversize {
-            on.push("oversize-output".into());
-        }
-        if self.exhaust_retries {
-            on.push("retry-exhaustion".into());
-        }
-        if self.final_failure {
-            on.push("final-failure".into());
+        for (flag, name) in [
+            (self.no_finish_reason, "no-finish-reason"),
+            (self.refusal, "refusal"),
+            (self.oversize, "oversize-output"),
+            (self.exhaust_retries, "retry-exhaustion"),
+            (self.final_failure, "final-failure"),
+            (self.zombie, "zombie"),
+        ] {
+            if flag {
+                on.push(name.into());
+            }
         }
         if on.is_empty() {
             "swarm: no faults".into()
@@ -569,6 +582,10 @@ impl Swarm {
         }
         faults.disk_full = faults.disk_full.or(self.disk_full);
         faults.gateway_echo |= self.echo;
+        // An embedder's agent does not run in the fleet world (its tools would not be there).
+        if self.zombie && user.is_none() && faults.zombie.is_none() {
+            faults.zombie = Some(swarm_zombie());
+        }
         if self.oversize {
             faults.answer_bytes_max = Some(SWARM_ANSWER_BYTES_MAX);
         }
