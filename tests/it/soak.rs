@@ -102,7 +102,11 @@ struct Fleet {
 }
 
 fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+    // A worker may have ended since it was picked: `kill` then says so, which is no news.
+    let _ = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// One `agent run` on `session`, resuming it unless `create`.

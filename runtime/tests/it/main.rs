@@ -12,6 +12,7 @@ mod limits;
 mod llm_classify;
 mod llm_config;
 mod llm_sse;
+mod lost_reply;
 mod outbox_contract;
 mod owner_fence;
 mod pg_store;
