@@ -97,6 +97,13 @@ fn a_zombie_queues_claims_and_finishes_nothing_once_its_session_is_taken_over(fl
     assert!(!zombie.finish("s:1:1:sent", Finish::Delivered("ok".into())).unwrap(), "the zombie's finish is fenced");
     assert_eq!(zombie.get("s:1:1:sent").unwrap().unwrap().status, DeliveryStatus::Delivering);
 
+    // An inspection reads what repair would find, and writes nothing.
+    match QueueEvidence::read_only(heir.clone()).lookup("s:1:1:sent") {
+        Some(Evidence::Uncertain { status, .. }) => assert_eq!(status, "delivering"),
+        other => panic!("the row in flight, inspected: {other:?}"),
+    }
+    assert_eq!(heir.get("s:1:1:sent").unwrap().unwrap().status, DeliveryStatus::Delivering, "inspecting wrote nothing");
+
     // The new owner's repair: the row in flight becomes `unknown`, the queued one is taken.
     let evidence = QueueEvidence::new(heir.clone());
     match evidence.lookup("s:1:1:sent") {
