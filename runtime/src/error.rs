@@ -164,8 +164,9 @@ pub enum Error {
     /// SQLite reported an error.
     #[error("sqlite: {0}")]
     Sqlite(SqliteError),
-    /// PostgreSQL reported an error, or the connection to it failed.
-    #[error("postgres: {0}")]
+    /// The database (PostgreSQL, or the simulator's shared store) reported an error, or the
+    /// connection to it failed.
+    #[error("database: {0}")]
     Database(DatabaseError),
 }
 

@@ -553,10 +553,35 @@ pub struct Zombie {
     /// How often the standby worker tries to take the session over, in ms (default 250).
     #[serde(default = "default_standby_poll_ms")]
     pub standby_poll_ms: u64,
-    /// Draw the instant and the length of the pause from the seed.
+    /// Draw the instant and the length of the pause from the seed (and the failover's).
     #[serde(default)]
     #[serde(skip_serializing_if = "is_false")]
     pub from_seed: bool,
+    /// Percent of the store's statements whose connection is cut (at most
+    /// [`ZOMBIE_CUT_PERCENT_MAX`]; default 0): half before the store sees them, half after
+    /// they ran, their answer lost. A worker's statement after a cut is never cut: the
+    /// connection comes back within the one reconnect the client makes.
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cut_percent: u8,
+    /// The store fails over to a new primary with the same data at this instant, in
+    /// simulated ms (with `from_seed`: at a seeded instant up to it): each worker's first
+    /// statement after it loses its connection, before or after the store ran it (drawn).
+    #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_at_ms: Option<u64>,
+    /// The takeover that succeeds loses its answer: the one write whose lost answer must be
+    /// looked up, not sent again (sent again, the lease it took refuses it).
+    #[serde(default)]
+    #[serde(skip_serializing_if = "is_false")]
+    pub takeover_answer_lost: bool,
+}
+
+/// The most a zombie scenario may cut of its store's statements, in percent.
+pub const ZOMBIE_CUT_PERCENT_MAX: u8 = 50;
+
+fn is_zero(value: &u8) -> bool {
+    *value == 0
 }
 
 fn default_standby_poll_ms() -> u64 {
@@ -801,6 +826,7 @@ scenarios![
     "oversize-output",
     "zombie-takeover",
     "zombie-woken-before-its-effect",
+    "takeover-answer-lost",
     "approval-crash-while-waiting",
     "approval-crash-after-decision",
     "approval-crash-after-dispatch",
@@ -1008,6 +1034,15 @@ impl Scenario {
             }
             if zombie.pause_at_ms + zombie.pause_ms >= self.budget_ms || zombie.standby_poll_ms == 0 {
                 return Err("faults.zombie must end within budget_ms and poll every ≥ 1 ms".to_owned());
+            }
+            if zombie.cut_percent > ZOMBIE_CUT_PERCENT_MAX {
+                return Err(format!(
+                    "faults.zombie.cut_percent must be 0..={ZOMBIE_CUT_PERCENT_MAX}, got {}",
+                    zombie.cut_percent
+                ));
+            }
+            if zombie.failover_at_ms.is_some_and(|at| at >= self.budget_ms) {
+                return Err("faults.zombie.failover_at_ms must fall within budget_ms".to_owned());
             }
             if self.real.sim_only.is_none() {
                 return Err("faults.zombie runs in the simulator only: say so in real.sim_only".to_owned());

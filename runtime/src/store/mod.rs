@@ -14,6 +14,7 @@ mod format;
 mod id;
 mod lease;
 mod limits;
+pub(crate) mod lost_answer;
 mod memory;
 mod owner;
 mod repair;
@@ -40,6 +41,9 @@ pub use limits::{
     json_escaped_bytes, torn_unit_bytes_max, ANSWER_BYTES_MAX, RECORD_ENVELOPE_BYTES_MAX, RECORD_LINE_BYTES_MAX,
     WRITE_UNIT_BYTES_MAX,
 };
+#[cfg_attr(not(feature = "postgres"), allow(unused_imports))]
+pub(crate) use lost_answer::again_if_lost;
+pub use lost_answer::{Statement, StoreLink};
 pub use memory::MemoryStore;
 pub(crate) use owner::check_takeover;
 pub use repair::{

@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 26] = [
+pub const CATALOG: [(&str, &str); 27] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -34,6 +34,7 @@ pub const CATALOG: [(&str, &str); 26] = [
         "queue-epoch-unfenced",
         "the delivery queue enqueues, claims and finishes a session's deliveries under an epoch taken over",
     ),
+    ("lost-answer-rerun", "a takeover or an append whose answer was lost is sent again without looking the store up"),
     ("signature-dropped", "signed reasoning is not sent back to Anthropic with the tool calls it preceded"),
     ("error-event-as-end", "an Anthropic error event inside a 200 stream is read as the end of the answer"),
     (

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use faultline_runtime::event::{Event, Record, TurnStart};
 use faultline_runtime::seams::{BoxFuture, Clock, Monotonic};
-use faultline_runtime::store::{MemoryStore, SessionLog, Store, Takeover};
+use faultline_runtime::store::{MemoryStore, SessionLog, Statement, Store, StoreLink, Takeover};
 use faultline_runtime::Error;
 
 use crate::fixtures::TestProcess;
@@ -120,4 +120,119 @@ fn a_lease_outside_its_bounds_is_refused() {
     for ms in [faultline_runtime::store::LEASE_MS_MIN - 1, faultline_runtime::store::LEASE_MS_MAX + 1] {
         assert!(MemoryStore::leased(process.clone(), clock.clone(), ms).is_err(), "{ms}");
     }
+}
+
+/// What a [`ScriptedLink`] does to the next statement of a kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Cut,
+    AnswerLost,
+}
+
+/// A link that faults the statements its script names, in order, each once.
+#[derive(Default)]
+struct ScriptedLink(Mutex<Vec<(Statement, Fault)>>);
+
+impl ScriptedLink {
+    fn new(script: &[(Statement, Fault)]) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(script.to_vec())))
+    }
+
+    fn take(&self, statement: Statement, fault: Fault) -> bool {
+        let mut script = self.0.lock().unwrap();
+        let next = script.first() == Some(&(statement, fault));
+        if next {
+            script.remove(0);
+        }
+        next
+    }
+
+    fn spent(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+}
+
+impl StoreLink for ScriptedLink {
+    fn cut_before(&self, _: &str, statement: Statement) -> bool {
+        self.take(statement, Fault::Cut)
+    }
+
+    fn answer_lost(&self, _: &str, statement: Statement, changed: bool) -> bool {
+        changed && self.take(statement, Fault::AnswerLost)
+    }
+}
+
+fn seqs(store: &MemoryStore) -> Vec<u64> {
+    store.inspect(&sid("s")).unwrap().records.iter().map(|r| r.seq).collect()
+}
+
+#[test]
+fn a_takeover_whose_answer_was_lost_is_found_committed_not_run_again() {
+    let (_, mut zombie, b, clock) = two_workers();
+    clock.advance_ms(LEASE_MS);
+    let link = ScriptedLink::new(&[(Statement::TakeOver, Fault::AnswerLost)]);
+    let b = b.with_link(link.clone());
+    // Run again, the takeover would meet the lease its own first attempt took.
+    let taken = b.open(&sid("s"), Takeover::IfDead).unwrap();
+    assert!(link.spent(), "the takeover's answer was lost");
+    assert_eq!(taken.log.token(), 2, "the first attempt's epoch, not a second takeover's");
+    assert_fenced(&mut zombie);
+    // The lease found is held: renewed, it stays this worker's.
+    clock.advance_ms(LEASE_MS / 2);
+    b.renew_leases();
+    clock.advance_ms(LEASE_MS / 2 + 1);
+    assert!(b.inspect(&sid("s")).unwrap().owner.is_some_and(|o| o.instance == "worker-b"));
+}
+
+/// A leased store whose statements cross `link`, and its first writer of session `s`.
+fn writer_on(link: Arc<ScriptedLink>) -> (MemoryStore, Box<dyn SessionLog>) {
+    let clock = Arc::new(StepClock::default());
+    let process = TestProcess::new("worker-a", &TestProcess::world());
+    let store = MemoryStore::leased(process, clock, LEASE_MS).unwrap().with_link(link);
+    let writer = store.create(&sid("s"), T0).unwrap();
+    (store, writer)
+}
+
+#[test]
+fn an_append_whose_answer_was_lost_or_that_was_cut_lands_once() {
+    for fault in [Fault::AnswerLost, Fault::Cut] {
+        let link = ScriptedLink::new(&[(Statement::Append, fault)]);
+        let (store, mut writer) = writer_on(link.clone());
+        let mut log = Log::default();
+        log.tool_turn(1);
+        writer.append(&log.records).unwrap();
+        assert!(link.spent(), "{fault:?} happened");
+        let want: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
+        assert_eq!(seqs(&store), want, "{fault:?}: the batch landed once");
+    }
+}
+
+#[test]
+fn a_batch_sent_again_after_a_lost_answer_and_a_failed_lookup_is_found_stored() {
+    let link = ScriptedLink::new(&[(Statement::Append, Fault::AnswerLost), (Statement::Read, Fault::Cut)]);
+    let (a, mut writer) = writer_on(link.clone());
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let batch = log.records;
+    let lost = writer.append(&batch).unwrap_err();
+    assert!(lost.to_string().contains("connection to the store was lost"), "{lost}");
+    assert!(link.spent());
+    // The caller sends the same batch again: its seqs are taken by its own first copy.
+    writer.append(&batch).unwrap();
+    let want: Vec<u64> = batch.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs(&a), want, "the batch once, no seq twice");
+}
+
+/// The rule lives in one place (`store/lost_answer.rs`): planted there, a takeover sent
+/// again blind is refused by its own lease.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn planted_lost_answer_rerun_is_refused_by_its_own_lease() {
+    let (_, _zombie, b, clock) = two_workers();
+    clock.advance_ms(LEASE_MS);
+    let b = b.with_link(ScriptedLink::new(&[(Statement::TakeOver, Fault::AnswerLost)]));
+    faultline_runtime::testing::bugs::plant(&["lost-answer-rerun"]);
+    let refused = b.open(&sid("s"), Takeover::IfDead).map(|_| ());
+    faultline_runtime::testing::bugs::plant(&[]);
+    assert!(matches!(&refused, Err(Error::SessionLocked { holder, .. }) if holder.contains("worker-b")), "{refused:?}");
 }

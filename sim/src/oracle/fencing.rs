@@ -16,6 +16,7 @@ use super::evidence::Found;
 use super::invariant::{Invariant, Violation};
 use crate::world::gateway::Receipt;
 use crate::world::seeded::Plan;
+use crate::world::store_link::LinkFault;
 
 /// A worker host of the fleet world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -71,6 +72,10 @@ pub(crate) struct FleetEvidence {
     pub transcript: Option<Vec<Record>>,
     /// Worker `a` was told a write of its was refused as fenced (coverage only).
     pub zombie_fenced: bool,
+    /// Every fault the store's link made, as the link recorded it.
+    pub link: Vec<LinkFault>,
+    /// When worker `b`'s open was refused by a lease naming worker `b` itself, in ms.
+    pub refused_by_itself: Vec<u64>,
 }
 
 /// Judges a fleet run.
@@ -84,6 +89,7 @@ pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt],
         }
     }
     at_most_once(receipts, &mut found);
+    answers_looked_up(evidence, &mut found);
     converged(evidence, plan, end_ms, &mut found);
     found.0
 }
@@ -163,6 +169,40 @@ fn records_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, transcript: 
             ),
             takeover.at_ms,
         );
+    }
+}
+
+/// A write whose answer the link lost was looked up, not sent again: worker `b` is never
+/// refused by its own lease, and no seq lands twice in the final log.
+fn answers_looked_up(evidence: &FleetEvidence, found: &mut Found) {
+    let lost = |statement| evidence.link.iter().filter(move |f| f.statement == statement && f.answer_lost_after_write);
+    if let Some(at_ms) = evidence.refused_by_itself.first() {
+        let cause = lost(faultline_runtime::store::Statement::TakeOver)
+            .next()
+            .map_or_else(String::new, |f| format!(" (the link lost the answer of its takeover at {} ms)", f.at_ms));
+        found.fail(
+            Invariant::AnswerLookedUp,
+            format!(
+                "worker-b's open was refused at {at_ms} ms by a lease of its own{cause}, {} times in all: \
+                 a takeover sent again instead of looked up",
+                evidence.refused_by_itself.len()
+            ),
+            *at_ms,
+        );
+    }
+    let Some(transcript) = &evidence.transcript else { return };
+    let mut seen = std::collections::BTreeSet::new();
+    for record in transcript {
+        if !seen.insert(record.seq) {
+            let cause = lost(faultline_runtime::store::Statement::Append)
+                .next()
+                .map_or_else(String::new, |f| format!(" (the link lost an append's answer at {} ms)", f.at_ms));
+            found.fail(
+                Invariant::AnswerLookedUp,
+                format!("seq {} is in the final log twice{cause}: a batch sent again instead of looked up", record.seq),
+                0,
+            );
+        }
     }
 }
 

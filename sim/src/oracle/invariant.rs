@@ -144,6 +144,10 @@ catalog! {
         "Once a worker's session is taken over, no record and no tool dispatch of that worker lands: nothing comes from a fenced epoch.",
         "the harness's own record of the takeover and the log it found, each worker's accepted records and tool dispatches stamped outside the runtime, the store read back at the end",
         "A runtime defect: a worker wrote or dispatched after its session was taken over; every write and dispatch must carry and check the lease epoch.";
+    AnswerLookedUp = "answer-looked-up", Safety,
+        "A store write whose answer was lost is looked up before it is sent again: a worker is never refused by the lease its own lost takeover took, and no batch lands twice.",
+        "the store link's own record of every answer it lost, each open the harness saw refused and the holder it named, the store read back at the end",
+        "A runtime defect: a takeover or an append whose answer was lost was sent again blind; look the store up first (store/lost_answer.rs) and resend only what never landed.";
     AtMostOnce = "at-most-once", Safety,
         "An effect reaches the gateway (or a service, per service) at most once per execution id, across restarts.",
         "the gateway's receipts and the services' records (attributed by the runtime-stamped execution id)",

@@ -28,7 +28,7 @@ use faultline_runtime::event::{Event, ToolSchema};
 use faultline_runtime::llm::{LiveProvider, StaticCredentials};
 use faultline_runtime::outbox::{JournalOutbox, OutboxTool};
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
-use faultline_runtime::store::{MemoryStore, SessionId, Store};
+use faultline_runtime::store::{MemoryStore, SessionId, Statement, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::conclude::RunResult;
@@ -37,6 +37,7 @@ use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
 use super::setup::SESSION;
 use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_ROOT};
+use super::store_link::FleetLink;
 use super::{gateway, io_trace};
 use crate::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
 use crate::oracle::{self, Invariant, Violation};
@@ -54,6 +55,19 @@ const TOOL_PREPARE_MS: u64 = 300;
 
 /// Where the shared queue's journal lives on the database's disk.
 const QUEUE_JOURNAL: &str = "/database/outbox.jsonl";
+
+/// The store's link as the seed resolves it: its cuts, and the failover's instant.
+fn resolve_link(zombie: &Zombie, seed: u64) -> FleetLink {
+    let failover_at = zombie.failover_at_ms.map(|at_ms| {
+        let at_ms = if zombie.from_seed {
+            crate::seed::Seed::new(seed).fault("failover").next_u64() % (at_ms + 1)
+        } else {
+            at_ms
+        };
+        Duration::from_millis(at_ms)
+    });
+    FleetLink::new(seed, zombie.cut_percent, failover_at, zombie.takeover_answer_lost)
+}
 
 /// The zombie's pause as the seed resolves it.
 fn resolve_pause(zombie: &Zombie, seed: u64) -> Pause {
@@ -126,7 +140,10 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let log: SharedLog = Arc::default();
     let clock: Arc<dyn Clock> = Arc::new(crate::seams::SimClock);
     let database = Arc::new(crate::seams::SimProcess::new("database", 1));
-    let store = MemoryStore::leased(database, clock, zombie.lease_ms).expect("lease within the scenario's range");
+    let link = Arc::new(resolve_link(zombie, seed));
+    let store = MemoryStore::leased(database, clock, zombie.lease_ms)
+        .expect("lease within the scenario's range")
+        .with_link(link.clone());
     let queue = shared_queue(&store, seed);
     let setup = WorkerSetup {
         worker: Worker::A,
@@ -169,6 +186,13 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let mut log = std::mem::take(&mut *log_of(&log));
     for receipt in &receipts {
         log.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
+    }
+    log.evidence.link = link.record();
+    for fault in &log.evidence.link {
+        let what = if fault.answer_lost_after_write { "answer lost after it ran" } else { "cut" };
+        let cause = if fault.failover { " (failover)" } else { "" };
+        let statement = fault.statement.name();
+        log.trace.push(format!("{:>7} {} store link: {statement} {what}{cause}", fault.at_ms, fault.host));
     }
     log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
     let mut trace = lock(&world).trace.clone();
@@ -227,20 +251,13 @@ fn conclude(
 ) -> RunResult {
     let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
     let transcript = evidence.transcript.clone().unwrap_or_default();
-    let mut sometimes = oracle::sometimes(&transcript);
-    let mut faults_fired = std::collections::BTreeSet::new();
-    if evidence.takeover.as_ref().is_some_and(|t| t.from_zombie) {
-        faults_fired.insert("zombie".to_owned());
-    }
+    let (faults_fired, mut sometimes) = fired_and_reached(&evidence, &transcript);
     for family in plan.expect.faults_fired.iter().flatten().filter(|f| !faults_fired.contains(*f)) {
         violations.push(Violation::new(
             Invariant::PlannedFaultFired,
             format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
             end_ms,
         ));
-    }
-    if evidence.zombie_fenced {
-        sometimes.insert("zombie-fenced".to_owned());
     }
     // The woken zombie asked the queue for an effect after the takeover, and it never came.
     if let Some(takeover) = &evidence.takeover {
@@ -290,6 +307,34 @@ fn conclude(
         durable_batches: Vec::new(),
         slow_recovery: None,
     }
+}
+
+/// The fault families a fleet run fired (the zombie's stop, the store link's cuts and
+/// failover) and the coverage it reached, from the harness's own records.
+fn fired_and_reached(
+    evidence: &FleetEvidence,
+    transcript: &[faultline_runtime::event::Record],
+) -> (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) {
+    let mut sometimes = oracle::sometimes(transcript);
+    let mut faults_fired = std::collections::BTreeSet::new();
+    if evidence.takeover.as_ref().is_some_and(|t| t.from_zombie) {
+        faults_fired.insert("zombie".to_owned());
+    }
+    for fault in &evidence.link {
+        faults_fired.insert(if fault.failover { "failover" } else { "link-cut" }.to_owned());
+        if fault.answer_lost_after_write {
+            let name = match fault.statement {
+                Statement::TakeOver => "takeover-answer-lost",
+                Statement::Append => "append-answer-lost",
+                _ => "write-answer-lost",
+            };
+            sometimes.insert(name.to_owned());
+        }
+    }
+    if evidence.zombie_fenced {
+        sometimes.insert("zombie-fenced".to_owned());
+    }
+    (faults_fired, sometimes)
 }
 
 /// The seams of a worker host: the zombie's clock and network stop with it.
@@ -430,8 +475,15 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
         }
         match start_agent(&setup, &seams, &store, Open::Resume) {
             Ok(agent) => break agent,
-            // Held by a live writer: `a` is still renewing its lease.
-            Err(refused) if refused.contains("held by a live writer") => continue,
+            // Held by a live writer: `a` is still renewing its lease (or, if it names this
+            // worker, a lease of its own: a takeover whose lost answer was not looked up).
+            Err(refused) if refused.contains("held by a live writer") => {
+                if refused.contains(&format!(" on {} (", Worker::B.host())) {
+                    note(&setup.log, format!("worker-b refused by its own lease: {refused}"));
+                    log_of(&setup.log).evidence.refused_by_itself.push(now_ms());
+                }
+                continue;
+            }
             Err(other) => return Err(other),
         }
     };

@@ -33,6 +33,7 @@ pub(crate) mod seeded;
 pub(crate) mod service;
 pub(crate) mod setup;
 pub(crate) mod stamp;
+pub(crate) mod store_link;
 pub(crate) mod user;
 pub(crate) mod witness;
 

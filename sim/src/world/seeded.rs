@@ -205,9 +205,20 @@ pub struct Swarm {
 const ZOMBIE_PROBABILITY: f64 = 0.1;
 
 /// The zombie a swarm draws: a 1 s lease, stopped at a seeded instant in the first 4 s for up
-/// to 5 s (always past the lease and a standby poll).
-fn swarm_zombie() -> Zombie {
-    Zombie { lease_ms: 1_000, pause_at_ms: 4_000, pause_ms: 5_000, standby_poll_ms: 250, from_seed: true }
+/// to 5 s (always past the lease and a standby poll); one store statement in ten cut (half
+/// of them with the answer lost after they ran), a failover in the first 8 s, and for half
+/// the seeds the answer of the takeover that succeeds lost.
+fn swarm_zombie(seed: u64) -> Zombie {
+    Zombie {
+        lease_ms: 1_000,
+        pause_at_ms: 4_000,
+        pause_ms: 5_000,
+        standby_poll_ms: 250,
+        from_seed: true,
+        cut_percent: 10,
+        failover_at_ms: Some(8_000),
+        takeover_answer_lost: stream(seed, "swarm/takeover-answer-lost").unit_f64() < 0.5,
+    }
 }
 
 /// The answer limit of a seed whose swarm turns oversize answers on, in bytes: small, so the
@@ -584,7 +595,7 @@ impl Swarm {
         faults.gateway_echo |= self.echo;
         // An embedder's agent does not run in the fleet world (its tools would not be there).
         if self.zombie && user.is_none() && faults.zombie.is_none() {
-            faults.zombie = Some(swarm_zombie());
+            faults.zombie = Some(swarm_zombie(seed));
         }
         if self.oversize {
             faults.answer_bytes_max = Some(SWARM_ANSWER_BYTES_MAX);

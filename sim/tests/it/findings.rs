@@ -317,7 +317,7 @@ fn a_real_run_that_cannot_start_names_what_is_missing() {
 }
 
 /// Where each invariant of the catalog has its finding test: a new invariant must get one.
-const FINDING_TESTS: [(&str, &str); 36] = [
+const FINDING_TESTS: [(&str, &str); 37] = [
     ("secret-leak", "planted scrub-by-pattern-only"),
     ("false-corrupt", "planted holes-are-corrupt"),
     ("refusal-left-file-untouched", "oracle::planted_evidence"),
@@ -337,6 +337,7 @@ const FINDING_TESTS: [(&str, &str); 36] = [
     ("intent-before-effect", "planted tool-body-before-flush; a_request_from_a_task_the_tool_spawned_..."),
     ("receipt-matches-call", "oracle::planted_evidence"),
     ("fenced-epoch", "planted zombie-write-unfenced"),
+    ("answer-looked-up", "planted lost-answer-rerun"),
     ("at-most-once", "planted unknown-claimable; the three key findings above"),
     ("result-matches-receipt", "planted repair-not-started; a_lost_reply_reported_as_a_failure_..."),
     ("approval-matches-effect", "planted decision-unbound"),

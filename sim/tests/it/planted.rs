@@ -95,7 +95,7 @@ const RARE_SHAPE_SEEDS: [(&str, u64); 1] = [("hole-past-the-damaged-frame", 256)
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 26] = [
+const CATCHES: [(&str, &str); 27] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -118,6 +118,7 @@ const CATCHES: [(&str, &str); 26] = [
     ("refusal-as-empty", "answer-not-retried"),
     ("zombie-write-unfenced", "fenced-epoch"),
     ("queue-epoch-unfenced", "fenced-epoch"),
+    ("lost-answer-rerun", "answer-looked-up"),
     ("signature-dropped", "request-accepted"),
     ("error-event-as-end", "failure-code-as-served"),
     ("userspace-buffer-on-sync", "(real runs only)"),
@@ -128,7 +129,7 @@ const CATCHES: [(&str, &str); 26] = [
 
 /// Per planted bug, what the advice of the violation that caught it must say: the cause, in
 /// words a reader can act on (FAILURE-FINDINGS).
-const ADVICE_NAMES: [(&str, &str); 25] = [
+const ADVICE_NAMES: [(&str, &str); 26] = [
     ("tool-body-before-flush", "only after the intent's flush"),
     ("stream-closed-retryable", "retryable_codes"),
     ("cite-failed-attempts", "write guard"),
@@ -149,6 +150,7 @@ const ADVICE_NAMES: [(&str, &str); 25] = [
     ("refusal-as-empty", "taken for a failure"),
     ("zombie-write-unfenced", "lease epoch"),
     ("queue-epoch-unfenced", "lease epoch"),
+    ("lost-answer-rerun", "look the store up first"),
     ("signature-dropped", "signed reasoning must come back exactly as signed"),
     ("error-event-as-end", "taken as an answer"),
     ("dispatch-before-durable", "flush the dispatch record"),

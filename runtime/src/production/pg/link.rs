@@ -213,13 +213,7 @@ impl Link {
         &self,
         job: impl Fn(&mut Linked) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.run(move |linked| match job(linked) {
-            Err(e) if is_connection_lost(&e) => {
-                linked.forget();
-                job(linked)
-            }
-            other => other,
-        })
+        self.run(move |linked| crate::store::again_if_lost(linked, &job, Linked::forget))
     }
 
     /// Renews every held lease now, on the job connection, as the renewal thread does every
@@ -244,19 +238,6 @@ fn thread_gone() -> Error {
         code: None,
         connection_lost: true,
     })
-}
-
-/// Whether `e` is a lost connection (the statement's outcome may be unknown).
-pub(crate) fn is_connection_lost(e: &Error) -> bool {
-    matches!(e, Error::Database(DatabaseError { connection_lost: true, .. }))
-}
-
-/// The server's SQLSTATE of `e`, if the server answered.
-pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
-    match e {
-        Error::Database(DatabaseError { code: Some(code), .. }) => Some(code),
-        _ => None,
-    }
 }
 
 /// A failed connect as the runtime's error: a refused certificate said plainly (never

@@ -19,10 +19,11 @@ use std::time::Duration;
 use postgres::types::Type;
 
 use super::link::Dial;
-use super::link::{classify, is_connection_lost, sqlstate, Link, Linked};
+use super::link::{classify, Link, Linked};
 use super::schema;
 use crate::event::{Record, SessionHeader};
 use crate::seams::{OwnerIdentity, Process};
+use crate::store::lost_answer::{self, Stored, UnsureAppend, UnsureTakeover};
 use crate::store::{encode_rows, inspect_rows, LogMedium, SessionWriter};
 use crate::store::{Inspection, Loaded, Opened, OutcomeEvidence, Repair, SessionId, SessionLog, Store, Takeover};
 use crate::{Error, Result};
@@ -262,21 +263,35 @@ fn take_over(linked: &mut Linked, t: &Taking) -> Result<(i64, Inspection)> {
     Ok((epoch, inspection))
 }
 
-/// After a takeover lost its connection: the session as the first attempt left it, if that
-/// attempt committed — this process is the live owner at an epoch none of its writers holds.
-fn committed_unseen(
-    linked: &mut Linked,
-    t: &Taking,
-    held: &crate::store::HeldLeases,
-) -> Result<Option<(i64, Inspection)>> {
-    let client = linked.client()?;
-    let row = read_session(client, &t.sid, false)?;
-    let ours = row.lease_live && row.owner.as_ref().map(identity_json).as_deref() == Some(t.me.as_str());
-    if !ours || held.held().iter().any(|(id, epoch)| *id == t.sid && *epoch == row.epoch as u64) {
-        return Ok(None);
+/// A takeover on a connection that may be lost (`lost_answer.rs` settles it).
+struct PgTakeover<'a> {
+    linked: &'a mut Linked,
+    taking: &'a Taking,
+    held: &'a crate::store::HeldLeases,
+}
+
+impl UnsureTakeover for PgTakeover<'_> {
+    type Taken = (i64, Inspection);
+
+    fn take_over(&mut self) -> Result<(i64, Inspection)> {
+        take_over(self.linked, self.taking)
     }
-    let events = read_events(client, &t.sid)?;
-    Ok(Some((row.epoch, inspect(&t.sid, &row, events, t.evidence.as_ref())?)))
+
+    fn committed_unseen(&mut self) -> Result<Option<(i64, Inspection)>> {
+        let t = self.taking;
+        let client = self.linked.client()?;
+        let row = read_session(client, &t.sid, false)?;
+        let ours = row.lease_live && row.owner.as_ref().map(identity_json).as_deref() == Some(t.me.as_str());
+        if !ours || self.held.held().iter().any(|(id, epoch)| *id == t.sid && *epoch == row.epoch as u64) {
+            return Ok(None);
+        }
+        let events = read_events(client, &t.sid)?;
+        Ok(Some((row.epoch, inspect(&t.sid, &row, events, t.evidence.as_ref())?)))
+    }
+
+    fn forget(&mut self) {
+        self.linked.forget();
+    }
 }
 
 impl Store for PgStore {
@@ -316,19 +331,13 @@ impl Store for PgStore {
         let (process, evidence) = (self.shared.process.clone(), self.evidence.clone());
         let held = self.shared.link.leases().clone();
         let taking = Taking { sid, me, secs, process, evidence, takeover };
-        // A lost connection is looked up, then the takeover tried once more: only this
-        // process's identity as the live owner, at an epoch it does not hold already, says the
-        // first attempt committed unseen (its repair is in the records then, not in `repair`).
-        let (epoch, inspection) = self.shared.link.run(move |linked| match take_over(linked, &taking) {
-            Err(e) if is_connection_lost(&e) => {
-                linked.forget();
-                tracing::warn!(session = %taking.sid, "takeover outcome unknown: looking the session up");
-                match committed_unseen(linked, &taking, &held)? {
-                    Some(taken) => Ok(taken),
-                    None => take_over(linked, &taking),
-                }
-            }
-            other => other,
+        // A lost answer is looked up, then the takeover tried once more (`lost_answer.rs`):
+        // only this process's identity as the live owner, at an epoch it does not hold
+        // already, says the first attempt committed unseen (its repair is in the records
+        // then, not in `repair`).
+        let (epoch, inspection) = self.shared.link.run(move |linked| {
+            let sid = taking.sid.clone();
+            lost_answer::take_over(&mut PgTakeover { linked, taking: &taking, held: &held }, &sid)
         })?;
         self.shared.link.leases().hold(id.as_str(), epoch as u64);
         let header = inspection.header.clone().expect("clean inspections have a header");
@@ -394,13 +403,6 @@ impl std::fmt::Debug for PgMedium {
     }
 }
 
-/// What the database holds at a batch's seqs.
-enum Stored {
-    Nothing,
-    TheBatch,
-    Other,
-}
-
 fn stored(linked: &mut Linked, id: &str, seqs: &[i64], lines: &[String]) -> Result<Stored> {
     let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
     let rows = linked
@@ -454,43 +456,43 @@ fn append_once(linked: &mut Linked, id: &str, epoch: i64, secs: f64, seqs: &[i64
     Err(fenced(linked, id, epoch))
 }
 
+/// An append on a connection that may be lost (`lost_answer.rs` settles it).
+struct PgAppend<'a> {
+    linked: &'a mut Linked,
+    id: &'a str,
+    epoch: i64,
+    secs: f64,
+    seqs: &'a [i64],
+    lines: &'a [String],
+}
+
+impl UnsureAppend for PgAppend<'_> {
+    fn append(&mut self) -> Result<()> {
+        append_once(self.linked, self.id, self.epoch, self.secs, self.seqs, self.lines)
+    }
+
+    fn stored(&mut self) -> Result<Stored> {
+        stored(self.linked, self.id, self.seqs, self.lines)
+    }
+
+    fn fenced(&mut self) -> Error {
+        fenced(self.linked, self.id, self.epoch)
+    }
+
+    fn forget(&mut self) {
+        self.linked.forget();
+    }
+}
+
 impl LogMedium for PgMedium {
     fn write_fenced(&mut self, id: &SessionId, token: u64, batch: &[Record]) -> Result<()> {
         debug_assert_eq!(token as i64, self.epoch);
         let (seqs, lines): (Vec<i64>, Vec<String>) = encode_rows(batch)?.into_iter().unzip();
         let (sid, epoch, secs) = (id.to_string(), self.epoch, lease_secs(self.shared.lease));
+        let range = (batch[0].seq, batch[batch.len() - 1].seq);
         self.shared.link.run(move |linked| {
-            let first = append_once(linked, &sid, epoch, secs, &seqs, &lines);
-            let lost = match &first {
-                Err(e) if is_connection_lost(e) => true,
-                // An earlier attempt, reported lost, committed after all.
-                Err(e) if sqlstate(e) == Some("23505") => false,
-                _ => return first,
-            };
-            if lost {
-                linked.forget();
-            }
-            tracing::warn!(
-                session = %sid,
-                first_seq = seqs[0],
-                lost,
-                "append outcome unknown: comparing the stored rows with the batch"
-            );
-            match stored(linked, &sid, &seqs, &lines)? {
-                Stored::TheBatch => Ok(()),
-                Stored::Nothing if lost => append_once(linked, &sid, epoch, secs, &seqs, &lines),
-                Stored::Nothing => first,
-                // Another writer's records: a writer taken over meanwhile is told so (its
-                // epoch moved on); only under its own epoch is the batch itself wrong.
-                Stored::Other => match fenced(linked, &sid, epoch) {
-                    taken @ Error::Fenced { current, .. } if current != epoch as u64 => Err(taken),
-                    _ => Err(Error::BadBatch(format!(
-                        "seqs {}..={} of session {sid} already hold other records; nothing was written",
-                        seqs[0],
-                        seqs[seqs.len() - 1]
-                    ))),
-                },
-            }
+            let mut unsure = PgAppend { linked, id: &sid, epoch, secs, seqs: &seqs, lines: &lines };
+            lost_answer::append(&mut unsure, &sid, epoch as u64, range)
         })
     }
 

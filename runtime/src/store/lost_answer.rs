@@ -1,0 +1,182 @@
+//! A statement whose answer was lost: what a shared store's client does when the connection
+//! goes while a write is under way (FAILURE-DB-TLS item 2). The write may have committed; its
+//! answer did not come back. Sending it again blind is wrong both ways: a takeover run again
+//! is refused by the lease its own first attempt took, and a batch sent again lands twice or
+//! is refused by its own first copy. So the store is looked up first, on a new connection,
+//! and the write is sent again only when the lookup shows it never landed.
+//!
+//! The rules live here once and serve every leased backend: `production::pg` (PostgreSQL,
+//! whose connections the soak and the proxy tests cut) and [`super::MemoryStore`] with a
+//! [`StoreLink`] (the simulator's fleet, whose link faults are seeded). One lookup and one
+//! more attempt: a connection that fails twice in a row surfaces its error (classified
+//! `DATABASE_UNREACHABLE`), and the caller's own retry rules take over.
+
+use crate::error::DatabaseError;
+use crate::{Error, Result};
+
+/// A statement a leased store's client sends, as a [`StoreLink`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Statement {
+    /// Creating a session (the writer takes its first lease).
+    Create,
+    /// Opening a session to write it: the lease rule, crash repair, the epoch moved on.
+    TakeOver,
+    /// Appending a batch under the writer's epoch.
+    Append,
+    /// Releasing a session (the epoch moved on, no holder).
+    Release,
+    /// Renewing the leases a process holds.
+    Renew,
+    /// A read (an inspection, a lookup, the list of sessions).
+    Read,
+}
+
+impl Statement {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Statement::Create => "create",
+            Statement::TakeOver => "takeover",
+            Statement::Append => "append",
+            Statement::Release => "release",
+            Statement::Renew => "lease renewal",
+            Statement::Read => "read",
+        }
+    }
+}
+
+/// The connection between one process and a shared store: where a simulated database loses
+/// statements and answers (production's is a real network).
+pub trait StoreLink: Send + Sync {
+    /// Whether `statement` from `host` is cut before the store sees it.
+    fn cut_before(&self, host: &str, statement: Statement) -> bool;
+
+    /// Whether the answer to `statement` from `host`, which the store carried out
+    /// (`changed`: it wrote something), is lost on its way back.
+    fn answer_lost(&self, host: &str, statement: Statement, changed: bool) -> bool;
+}
+
+/// SQLSTATE `unique_violation`: a batch's seqs are taken already.
+pub(crate) const UNIQUE_VIOLATION: &str = "23505";
+
+/// The error of a statement whose connection was lost: its outcome is unknown.
+pub(crate) fn connection_lost(statement: Statement) -> Error {
+    Error::Database(DatabaseError {
+        message: format!("the connection to the store was lost during a {} statement", statement.name()),
+        code: None,
+        connection_lost: true,
+    })
+}
+
+/// Whether `e` is a lost connection (the statement's outcome may be unknown).
+pub(crate) fn is_connection_lost(e: &Error) -> bool {
+    matches!(e, Error::Database(DatabaseError { connection_lost: true, .. }))
+}
+
+/// The store's SQLSTATE of `e`, if the store answered with one.
+pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
+    match e {
+        Error::Database(DatabaseError { code: Some(code), .. }) => Some(code),
+        _ => None,
+    }
+}
+
+/// What the store holds where a batch would be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// None of its seqs.
+    Nothing,
+    /// Exactly the batch.
+    TheBatch,
+    /// Other records at its seqs.
+    Other,
+}
+
+/// The statements that settle an append whose answer was lost.
+pub(crate) trait UnsureAppend {
+    /// The fenced append: the whole batch, or nothing and an error.
+    fn append(&mut self) -> Result<()>;
+    /// What the store holds at the batch's seqs.
+    fn stored(&mut self) -> Result<Stored>;
+    /// Why the append matched nothing: [`Error::Fenced`] with the session's epoch now.
+    fn fenced(&mut self) -> Error;
+    /// The connection is gone: the next statement opens a new one.
+    fn forget(&mut self);
+}
+
+/// Appends a batch of session `id` at `epoch`, seqs `first..=last`: an append whose answer
+/// was lost, or that found its seqs taken, is settled by what the store holds there.
+pub(crate) fn append(link: &mut impl UnsureAppend, id: &str, epoch: u64, (first, last): (u64, u64)) -> Result<()> {
+    let sent = link.append();
+    let lost = match &sent {
+        Err(e) if is_connection_lost(e) => true,
+        // An earlier attempt, reported lost, committed after all.
+        Err(e) if sqlstate(e) == Some(UNIQUE_VIOLATION) => false,
+        _ => return sent,
+    };
+    if lost {
+        link.forget();
+        if crate::testing::bugs::planted("lost-answer-rerun") {
+            return link.append();
+        }
+    }
+    tracing::warn!(session = %id, first_seq = first, lost, "append outcome unknown: comparing the stored rows with the batch");
+    match link.stored()? {
+        Stored::TheBatch => Ok(()),
+        Stored::Nothing if lost => link.append(),
+        Stored::Nothing => sent,
+        // Another writer's records: a writer taken over meanwhile is told so (its epoch moved
+        // on); only under its own epoch is the batch itself wrong.
+        Stored::Other => match link.fenced() {
+            taken @ Error::Fenced { current, .. } if current != epoch => Err(taken),
+            _ => Err(Error::BadBatch(format!(
+                "seqs {first}..={last} of session {id} already hold other records; nothing was written"
+            ))),
+        },
+    }
+}
+
+/// The statements that settle a takeover whose answer was lost.
+pub(crate) trait UnsureTakeover {
+    /// What a takeover yields (the epoch and the session as found).
+    type Taken;
+    /// The takeover: the lease rule, repair and the epoch moved on, in one transaction.
+    fn take_over(&mut self) -> Result<Self::Taken>;
+    /// The session as a first attempt left it, if that attempt committed unseen: this
+    /// process is the live holder at an epoch none of its writers holds.
+    fn committed_unseen(&mut self) -> Result<Option<Self::Taken>>;
+    /// The connection is gone: the next statement opens a new one.
+    fn forget(&mut self);
+}
+
+/// Takes session `id` over: a takeover whose answer was lost is looked up, and tried once
+/// more only if it never committed (run again, it would be refused by its own lease).
+pub(crate) fn take_over<L: UnsureTakeover>(link: &mut L, id: &str) -> Result<L::Taken> {
+    match link.take_over() {
+        Err(e) if is_connection_lost(&e) => {
+            link.forget();
+            if crate::testing::bugs::planted("lost-answer-rerun") {
+                return link.take_over();
+            }
+            tracing::warn!(session = %id, "takeover outcome unknown: looking the session up");
+            match link.committed_unseen()? {
+                Some(taken) => Ok(taken),
+                None => link.take_over(),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Runs `job`, once more after a lost connection (a read, or a write whose second attempt
+/// checks what the first did); `forget` drops the lost connection in between.
+pub(crate) fn again_if_lost<C, T>(cx: &mut C, job: impl Fn(&mut C) -> Result<T>, forget: impl Fn(&mut C)) -> Result<T> {
+    match job(cx) {
+        Err(e) if is_connection_lost(&e) => {
+            forget(cx);
+            job(cx)
+        }
+        other => other,
+    }
+}
