@@ -52,6 +52,8 @@ pub struct RecordedRequest {
     pub body: Arc<str>,
     /// Server clock (ms since start) when the request arrived.
     pub at_ms: u64,
+    /// The address the request came from (the fleet world tells its workers apart by it).
+    pub from: std::net::IpAddr,
 }
 
 struct State {
@@ -179,10 +181,10 @@ impl ModelServer {
                 };
             }
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, peer)) = listener.accept().await else { return };
                 let state = serving.clone();
                 tokio::spawn(async move {
-                    let service = service_fn(move |request| respond(state.clone(), request));
+                    let service = service_fn(move |request| respond(state.clone(), request, peer.ip()));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
@@ -295,7 +297,7 @@ fn credential(format: WireFormat, headers: &hyper::HeaderMap) -> String {
     }
 }
 
-async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+async fn respond(state: Arc<State>, request: Request<Incoming>, from: std::net::IpAddr) -> Result<Reply, Infallible> {
     let path = request.uri().path().to_owned();
     // What real providers answer besides chat: the model list, and 404 for anything else.
     // Neither is a chat request: no script slot is used and nothing is recorded.
@@ -322,7 +324,8 @@ async fn respond(state: Arc<State>, request: Request<Incoming>) -> Result<Reply,
     };
     let recorded = {
         let mut requests = state.requests.lock().unwrap_or_else(|p| p.into_inner());
-        let recorded = RecordedRequest { n: requests.len(), path, had_authorization, body, at_ms: state.elapsed_ms() };
+        let at_ms = state.elapsed_ms();
+        let recorded = RecordedRequest { n: requests.len(), path, had_authorization, body, at_ms, from };
         requests.push(recorded.clone());
         recorded
     };

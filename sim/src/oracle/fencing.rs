@@ -28,6 +28,15 @@ pub(crate) enum Worker {
 }
 
 impl Worker {
+    /// Its life in the model server's ledger (both are alive at once; each is told apart by
+    /// its address).
+    pub(crate) fn life(self) -> u64 {
+        match self {
+            Worker::A => 1,
+            Worker::B => 2,
+        }
+    }
+
     /// Its turmoil host name.
     pub(crate) fn host(self) -> &'static str {
         match self {
@@ -59,6 +68,18 @@ pub(crate) struct TakeoverSeen {
     pub from_zombie: bool,
 }
 
+/// A turn a worker reported kept whose `turn/end` the store did not hold, saying the same,
+/// when the harness looked right after the report.
+#[derive(Debug, Clone)]
+pub(crate) struct KeptPromise {
+    pub worker: Worker,
+    pub turn: u32,
+    pub reported: &'static str,
+    /// The reason of the stored `turn/end` (`None`: there was none).
+    pub stored: Option<&'static str>,
+    pub at_ms: u64,
+}
+
 /// What the fleet world gathered.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FleetEvidence {
@@ -76,6 +97,8 @@ pub(crate) struct FleetEvidence {
     pub link: Vec<LinkFault>,
     /// When worker `b`'s open was refused by a lease naming worker `b` itself, in ms.
     pub refused_by_itself: Vec<u64>,
+    /// Turns reported kept that the store did not hold as reported.
+    pub broken_promises: Vec<KeptPromise>,
 }
 
 /// Judges a fleet run.
@@ -90,6 +113,7 @@ pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt],
     }
     at_most_once(receipts, &mut found);
     answers_looked_up(evidence, &mut found);
+    kept_means_stored(evidence, &mut found);
     converged(evidence, plan, end_ms, &mut found);
     found.0
 }
@@ -203,6 +227,25 @@ fn answers_looked_up(evidence: &FleetEvidence, found: &mut Found) {
                 0,
             );
         }
+    }
+}
+
+/// An outcome is a promise about the store: each turn a worker reported kept had its
+/// `turn/end`, saying the same, in the store when the harness looked right after the report.
+fn kept_means_stored(evidence: &FleetEvidence, found: &mut Found) {
+    for promise in &evidence.broken_promises {
+        let stored = promise.stored.map_or_else(|| "no turn/end".to_owned(), |kind| format!("a turn/end {kind}"));
+        found.fail(
+            Invariant::OutcomeDurable,
+            format!(
+                "{} reported turn {} kept ({}) at {} ms, and the store held {stored} for it",
+                promise.worker.host(),
+                promise.turn,
+                promise.reported,
+                promise.at_ms
+            ),
+            promise.at_ms,
+        );
     }
 }
 

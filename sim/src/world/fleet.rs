@@ -14,11 +14,16 @@
 //! clock before it asks the queue: a stop can fall between the durable intent and the
 //! enqueue, where only the queue's epoch check keeps the woken zombie's effect out.
 //!
+//! Each worker reaches the store through a link of the harness's (`store_link.rs`): seeded
+//! cuts, answers lost after the store ran a statement, and a failover.
+//!
 //! The oracle (`oracle/fencing.rs`) reads what the runtime cannot touch: the instant the
 //! harness saw `b`'s takeover succeed and the log as `b` found it, every record each worker's
 //! agent accepted, every tool body it started and every effect it asked the queue for
-//! (stamped by the harness's tool, outside the runtime), the gateway's receipts, and the
-//! store read back once both workers stopped.
+//! (stamped by the harness's tool, outside the runtime), the gateway's receipts, the link's
+//! record of its faults, the store read by the harness (without the link) right after each
+//! turn a worker reported kept and once both workers stopped, and the model server's ledger
+//! (the retry rules, each worker told apart by its address).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -118,6 +123,9 @@ struct WorkerSetup {
     seed: u64,
     route: Result<faultline_runtime::llm::ResolvedProvider, String>,
     store: MemoryStore,
+    /// The same store without the link: what the harness reads (the takeover's log, each
+    /// kept turn's `turn/end`, the final log), never a statement of a worker's.
+    witness: MemoryStore,
     /// The shared delivery queue, fenced by `store`'s epochs (each worker uses it as itself).
     queue: JournalOutbox,
     log: SharedLog,
@@ -125,6 +133,8 @@ struct WorkerSetup {
     standby_poll_ms: u64,
     /// The zombie's pause (worker `a` only).
     pause: Option<Pause>,
+    /// The model server's count of requests: each worker enters its address as its own life.
+    ledger: super::ledger::RequestLedger,
 }
 
 /// Runs the zombie family: `scenario` with two workers and `zombie`'s pause.
@@ -141,21 +151,22 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     let clock: Arc<dyn Clock> = Arc::new(crate::seams::SimClock);
     let database = Arc::new(crate::seams::SimProcess::new("database", 1));
     let link = Arc::new(resolve_link(zombie, seed));
-    let store = MemoryStore::leased(database, clock, zombie.lease_ms)
-        .expect("lease within the scenario's range")
-        .with_link(link.clone());
-    let queue = shared_queue(&store, seed);
+    let witness = MemoryStore::leased(database, clock, zombie.lease_ms).expect("lease within the scenario's range");
+    let store = witness.with_link(link.clone());
+    let queue = shared_queue(&witness, seed);
     let setup = WorkerSetup {
         worker: Worker::A,
         plan: Arc::new(plan.clone()),
         seed,
         route: resolve_route(plan.format, SIM_MODEL_ROOT, &plan.provider),
         store,
+        witness,
         queue,
         log: log.clone(),
         stamp,
         standby_poll_ms: zombie.standby_poll_ms,
         pause: Some(pause),
+        ledger: lock(&world).ledger.clone(),
     };
     note(
         &log,
@@ -187,6 +198,16 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     for receipt in &receipts {
         log.trace.push(format!("{:>7} gateway received {}", receipt.at_ms, receipt.execution_id));
     }
+    record_link(&mut log, &link);
+    log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
+    let mut trace = lock(&world).trace.clone();
+    trace.extend(log.trace);
+    let ledger = lock(&world).ledger.clone();
+    conclude(scenario, plan, seed, (log.evidence, ledger), trace, receipts, (request_bodies, exchanges), end_ms)
+}
+
+/// The link's record of its faults, as evidence and as trace lines.
+fn record_link(log: &mut Log, link: &FleetLink) {
     log.evidence.link = link.record();
     for fault in &log.evidence.link {
         let what = if fault.answer_lost_after_write { "answer lost after it ran" } else { "cut" };
@@ -194,10 +215,6 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
         let statement = fault.statement.name();
         log.trace.push(format!("{:>7} {} store link: {statement} {what}{cause}", fault.at_ms, fault.host));
     }
-    log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
-    let mut trace = lock(&world).trace.clone();
-    trace.extend(log.trace);
-    conclude(scenario, plan, seed, log.evidence, trace, receipts, (request_bodies, exchanges), end_ms)
 }
 
 /// The delivery queue both workers share: a journal on the database's disk whose session
@@ -220,6 +237,7 @@ fn host_workers(sim: &mut turmoil::Sim<'static>, setup: &WorkerSetup, pause: Pau
             async move {
                 let log = setup.log.clone();
                 let worker = setup.worker;
+                setup.ledger.life_at(turmoil::lookup(worker.host()), worker.life());
                 let ended = match worker {
                     Worker::A => run_zombie(setup).await,
                     Worker::B => run_standby(setup).await,
@@ -243,7 +261,7 @@ fn conclude(
     scenario: &Scenario,
     plan: &Plan,
     seed: u64,
-    evidence: FleetEvidence,
+    (evidence, ledger): (FleetEvidence, super::ledger::RequestLedger),
     trace: Vec<String>,
     receipts: Vec<gateway::Receipt>,
     (request_bodies, exchanges): (Vec<Arc<str>>, Vec<crate::model_server::Exchange>),
@@ -270,7 +288,13 @@ fn conclude(
     }
     // No secret of the run in the store, the trace, a model request or an effect's payload.
     let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
-    let world = World { trace, disk: vec![("the shared store".to_owned(), shared_store)], ..World::default() };
+    let world = World {
+        trace,
+        disk: vec![("the shared store".to_owned(), shared_store)],
+        transcript: evidence.transcript.clone(),
+        ledger,
+        ..World::default()
+    };
     violations.extend(oracle::fleet(&oracle::RunEvidence {
         plan,
         seed,
@@ -430,8 +454,10 @@ fn report_accepted(agent: &Agent, setup: &WorkerSetup) {
 }
 
 /// Submits `messages` one turn at a time; stops at the first turn not kept (a worker whose
-/// writes are refused has lost its session).
-async fn submit_all(agent: &Agent, messages: &[String], worker: Worker, log: &SharedLog) -> Result<(), String> {
+/// writes are refused has lost its session). A turn reported kept is looked up in the store
+/// at once, by the harness: its `turn/end`, saying the same, must be there.
+async fn submit_all(agent: &Agent, messages: &[String], setup: &WorkerSetup) -> Result<(), String> {
+    let (worker, log) = (setup.worker, &setup.log);
     for message in messages {
         agent.submit(message.clone()).map_err(|e| e.to_string())?;
         agent.when_idle().await;
@@ -442,6 +468,22 @@ async fn submit_all(agent: &Agent, messages: &[String], worker: Worker, log: &Sh
             );
             if !outcome.kept {
                 return Err(format!("turn {} not kept", outcome.turn));
+            }
+            let id = SessionId::new(SESSION).expect("valid id");
+            let stored = setup.witness.inspect(&id).map(|i| i.records).unwrap_or_default();
+            let end = stored.iter().find_map(|r| match &r.event {
+                Event::TurnEnd(end) if end.turn == outcome.turn => Some(end.reason.kind()),
+                _ => None,
+            });
+            if end != Some(outcome.reason.kind()) {
+                let promise = fencing::KeptPromise {
+                    worker,
+                    turn: outcome.turn,
+                    reported: outcome.reason.kind(),
+                    stored: end,
+                    at_ms: now_ms(),
+                };
+                log_of(log).evidence.broken_promises.push(promise);
             }
         }
     }
@@ -454,7 +496,7 @@ async fn run_zombie(setup: WorkerSetup) -> Result<(), String> {
     let store = setup.store.as_process(seams.process.clone());
     let agent = start_agent(&setup, &seams, &store, Open::Create)?;
     let renewing = renew_leases(&store, &seams);
-    let worked = submit_all(&agent, &setup.plan.messages, Worker::A, &setup.log).await;
+    let worked = submit_all(&agent, &setup.plan.messages, &setup).await;
     agent.when_idle().await;
     let disposed = agent.dispose().await.map_err(|e| e.to_string());
     renewing.abort();
@@ -487,7 +529,7 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
             Err(other) => return Err(other),
         }
     };
-    let found = store.inspect(&id).map_err(|e| e.to_string())?.records;
+    let found = setup.witness.inspect(&id).map_err(|e| e.to_string())?.records;
     let from_zombie = !log_of(&setup.log).a_done;
     let stamp = (setup.stamp)();
     let from = if from_zombie { "from the stopped worker-a" } else { "after worker-a released it" };
@@ -497,7 +539,7 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     let renewing = renew_leases(&store, &seams);
     let done = found.iter().filter(|r| matches!(&r.event, Event::UserMessage(_))).count();
     let owed: Vec<String> = setup.plan.messages.iter().skip(done).cloned().collect();
-    let worked = submit_all(&agent, &owed, Worker::B, &setup.log).await;
+    let worked = submit_all(&agent, &owed, &setup).await;
     agent.when_idle().await;
     let disposed = agent.dispose().await.map_err(|e| e.to_string());
     renewing.abort();
@@ -505,7 +547,7 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     while !log_of(&setup.log).a_done {
         seams.clock.sleep(Duration::from_millis(ZOMBIE_WATCH_MS)).await;
     }
-    let records = store.inspect(&id).map_err(|e| e.to_string())?.records;
+    let records = setup.witness.inspect(&id).map_err(|e| e.to_string())?.records;
     log_of(&setup.log).evidence.transcript = Some(records);
     worked.and(disposed)
 }

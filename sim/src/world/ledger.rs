@@ -29,6 +29,9 @@ impl LedgerEntry {
 #[derive(Debug, Default)]
 struct State {
     life: u64,
+    /// Hosts alive at once (the fleet's workers): a request from one of these addresses is
+    /// that host's, whatever `life` says.
+    lives_by_address: std::collections::BTreeMap<std::net::IpAddr, u64>,
     entries: Vec<LedgerEntry>,
 }
 
@@ -45,13 +48,19 @@ impl RequestLedger {
         self.lock().life = life;
     }
 
+    /// Requests from `address` are life `life`'s (hosts alive at the same time, as the
+    /// fleet's two workers are: their retries are told apart by who sent them).
+    pub fn life_at(&self, address: std::net::IpAddr, life: u64) {
+        self.lock().lives_by_address.insert(address, life);
+    }
+
     /// What the model server calls with every request it receives.
     pub fn observer(&self) -> RequestObserver {
         let ledger = self.clone();
         Box::new(move |request| {
             let mut state = ledger.lock();
-            let entry =
-                LedgerEntry { life: state.life, body: request.body.clone(), n: request.n, at_ms: request.at_ms };
+            let life = state.lives_by_address.get(&request.from).copied().unwrap_or(state.life);
+            let entry = LedgerEntry { life, body: request.body.clone(), n: request.n, at_ms: request.at_ms };
             state.entries.push(entry);
         })
     }

@@ -240,6 +240,34 @@ fn a_run_that_never_converges_is_still_held_to_the_retry_rules() {
     assert_eq!(names(&clean), ["liveness"], "the clean build only fails to converge: {:?}", clean.violations);
 }
 
+/// The fleet world (two workers, one model server) is held to the retry rules, each
+/// worker's requests told apart by its address, and to outcome-durable, its store read by
+/// the harness right after each turn reported kept. `mixed` seed 46 runs as a fleet.
+#[test]
+fn a_fleet_run_is_held_to_the_retry_rules_and_its_kept_turns_to_the_store() {
+    let cases = [
+        ("mixed", 46, "unlogged-retry", "retry-backoff"),
+        ("zombie-takeover", 0, "outcome-before-durable", "outcome-durable"),
+    ];
+    for (name, seed, bug, invariant) in cases {
+        let scenario = faultline_sim::Scenario::built_in(name).unwrap();
+        faultline_runtime::testing::bugs::plant(&[bug]);
+        let buggy = faultline_sim::run(&scenario, seed);
+        faultline_runtime::testing::bugs::plant(&[]);
+        assert!(
+            buggy.trace.iter().any(|line| line.contains("worker-a will stop")),
+            "{name} seed {seed} is a fleet run"
+        );
+        assert!(
+            buggy.violations.iter().any(|v| v.invariant.name() == invariant),
+            "{bug}: {invariant} in {:?}",
+            buggy.violations
+        );
+        let clean = faultline_sim::run(&scenario, seed);
+        assert!(clean.violations.is_empty(), "the clean build passes {name} seed {seed}: {:?}", clean.violations);
+    }
+}
+
 /// A 429 with a Retry-After, then a tool that never returns (so no run converges).
 const STUCK_AFTER_A_RETRY_AFTER: &str = r#"
 name = "stuck-after-a-retry-after"
