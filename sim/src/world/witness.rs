@@ -8,7 +8,8 @@
 //! complete units (a JSONL line, a zstd frame) into records, each reported once with the
 //! instant it became durable. A name made by a link or a rename is durable only once its
 //! directory is synced: until then nothing in the file counts. Its first image of the
-//! session is the file as the incarnation finds it at start.
+//! session is the file as the incarnation finds it at start, after a crash: the records of
+//! its intact prefix are durable from then, whether or not they were synced before.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,7 +48,26 @@ impl DiskWitness {
     pub fn new(fs: &dyn Fs, session: PathBuf, format: Format, on_synced: OnSynced) -> Arc<Self> {
         let mut state = State::default();
         if let Ok(bytes) = fs.read(&session) {
-            state.parsed_to = complete_units(format, &bytes, 0).last().map_or(0, |unit| unit.end);
+            let units = complete_units(format, &bytes, 0);
+            state.parsed_to = units.last().map_or(0, |unit| unit.end);
+            // What survived the last crash is on the disk now, synced before it or not (a
+            // torn write may leave an unsynced unit whole): the records of the file's intact
+            // prefix are durable from this instant. One synced before is reported again and
+            // kept once; the prefix stops at the first damage (a hole, rot, a forged seq).
+            let mut next_seq = 0;
+            'prefix: for unit in &units {
+                for line in lines(unit) {
+                    match Record::decode_bytes(line) {
+                        Ok(record) if record.seq == next_seq => {
+                            next_seq += 1;
+                            on_synced(record);
+                        }
+                        // The header, before any record.
+                        Err(_) if next_seq == 0 => {}
+                        _ => break 'prefix,
+                    }
+                }
+            }
             state.images.insert(session.clone(), bytes);
         }
         Arc::new(Self { session, format, state: Mutex::new(state), on_synced })
@@ -99,20 +119,21 @@ impl DiskWitness {
         let units = complete_units(self.format, image, state.parsed_to);
         let Some(end) = units.last().map(|unit| unit.end) else { return };
         for unit in &units {
-            // A JSONL unit is one line; a zstd frame's text is lines, the last maybe unended.
-            let mut start = 0;
-            let ends = memchr::memchr_iter(b'\n', &unit.text).chain(std::iter::once(unit.text.len()));
-            for line_end in ends {
-                let line = &unit.text[start..line_end];
-                start = line_end + 1;
+            for line in lines(unit) {
                 // The header and damage are not records: nothing to claim about them.
-                if let Some(record) = (!line.is_empty()).then(|| Record::decode_bytes(line).ok()).flatten() {
+                if let Ok(record) = Record::decode_bytes(line) {
                     (self.on_synced)(record);
                 }
             }
         }
         state.parsed_to = end;
     }
+}
+
+/// The non-empty lines of a unit: a JSONL unit is one line; a zstd frame's text is lines,
+/// the last maybe unended.
+fn lines<'u>(unit: &'u Unit<'_>) -> impl Iterator<Item = &'u [u8]> {
+    unit.text.split(|byte| *byte == b'\n').filter(|line| !line.is_empty())
 }
 
 /// One complete unit of a session file: its text (a JSONL line borrowed from the image, a

@@ -129,6 +129,31 @@ fn a_cancel_after_the_workload_ended_owes_no_turn_for_its_refused_message() {
     assert!(result.passed(), "{:?}", result.violations);
 }
 
+/// Found by the proptest below: a crash while a person's approval was being appended left
+/// the unsynced `approval/decided` whole on disk (a torn write keeps some unsynced blocks);
+/// the next incarnation found it and ran the approved call. The disk witness took its first
+/// image of the file as "reported before" and never counted that record durable, so it
+/// named a run that was right. What survived the crash is on the disk from the restart on.
+#[test]
+fn an_approval_that_survived_a_crash_unsynced_is_durable_from_the_restart_on() {
+    let person = faultline_sim::Person { think_ms: 10, ..Default::default() };
+    let workload = faultline_sim::generate::Workload {
+        turns: vec![vec![vec!["refund"]]],
+        slow_work_ms: 10,
+        slow_timeout_ms: 200,
+        slow_ignores_abort: false,
+        tool_concurrency: 1,
+        cancel: None,
+        person,
+    };
+    let scenario = workload.apply(&Scenario::built_in("generated").unwrap());
+    let result = run(&scenario, 1308);
+    let refused = "person: deciding call_0_0_0 was refused: persisting the session failed";
+    assert!(result.trace.iter().any(|line| line.contains(refused)), "the decision's append met the crash");
+    assert!(result.trace.iter().any(|line| line.contains("agent#2") && line.contains("approval/dispatched")));
+    assert!(result.passed(), "{:?}", result.violations);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
