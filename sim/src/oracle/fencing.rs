@@ -101,7 +101,7 @@ pub(crate) struct FleetEvidence {
     pub broken_promises: Vec<KeptPromise>,
 }
 
-/// Judges a fleet run.
+/// Judges a fleet run (an embedder's services are judged with the rest of the oracle).
 pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt], end_ms: u64) -> Vec<Violation> {
     let mut found = Found::default();
     if let Some(takeover) = &evidence.takeover {
@@ -270,7 +270,7 @@ fn converged(evidence: &FleetEvidence, plan: &Plan, end_ms: u64, found: &mut Fou
     let Some(transcript) = &evidence.transcript else {
         found.fail(
             Invariant::Liveness,
-            format!("no liveness: the standby worker did not finish the workload within {} ms", plan.budget_ms),
+            format!("no liveness: the standby worker did not finish the workload within {} ms", plan.end_ms()),
             end_ms,
         );
         return;

@@ -33,12 +33,14 @@ pub use sometimes::SOMETIMES;
 
 /// What the fleet world (`fleet.rs`) is judged by besides its own checker: the same secrets
 /// to keep, every request its two workers sent is one the provider's API accepts (the
-/// standby's first request carries the zombie's history as repaired), and the retry rules,
-/// each worker's requests told apart by its address in the model server's ledger. It has no
-/// disk: its store's witness is the store itself, read by the fleet's checker.
+/// standby's first request carries the zombie's history as repaired), an embedder's services
+/// each see a call's effect at most once, and the retry rules hold, each worker's requests
+/// told apart by its address in the model server's ledger. It has no disk: its store's
+/// witness is the store itself, read by the fleet's checker.
 pub(super) fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
+    services::check_fleet(evidence, &mut found);
     retries::check(evidence, &mut found);
     requests::check(evidence, &mut found);
     found.0

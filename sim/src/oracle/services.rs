@@ -20,21 +20,58 @@ use crate::world::{Service, ServiceReceipt, MCP_CALL_MARK, MCP_SERVER_MARK, MCP_
 /// Longest key value a finding quotes, in characters.
 const KEY_QUOTED_CHARS_MAX: usize = 48;
 
+/// Each call's effects at each service, by (service, execution id).
+type Effects<'a> = BTreeMap<(&'a str, &'a str), Vec<&'a ServiceReceipt>>;
+
 /// The services' records against the synced `tool/call`s and the transcript.
 pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     if evidence.service_receipts.is_empty() {
         return;
     }
     let calls = synced_calls(evidence);
-    let mut effects: BTreeMap<(&str, &str), Vec<&ServiceReceipt>> = BTreeMap::new();
-    for receipt in evidence.service_receipts.iter().filter(|r| r.fate.is_effect() && !r.read) {
+    for receipt in effects_of(evidence).values().flatten() {
         intent_before_effect(receipt, calls.get(receipt.execution_id.as_str()), found);
+    }
+    let name_of = |execution: &str| calls.get(execution).map(|(_, call)| call.name.clone());
+    let effects = at_most_once(evidence, &name_of, found);
+    results_against_effects(evidence, &effects, found);
+}
+
+/// The fleet world's services (no disk witness there): each call's effect at most once per
+/// service, the tool named from the store read back at the end.
+pub(super) fn check_fleet(evidence: &RunEvidence<'_>, found: &mut Found) {
+    let calls: BTreeMap<String, String> = evidence
+        .transcript()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|record| match &record.event {
+            Event::ToolCall(call) => Some((execution_id(call.turn, call.step, &call.call_id), call.name.clone())),
+            _ => None,
+        })
+        .collect();
+    at_most_once(evidence, &|execution| calls.get(execution).cloned(), found);
+}
+
+fn effects_of<'a>(evidence: &RunEvidence<'a>) -> Effects<'a> {
+    let mut effects: Effects<'a> = BTreeMap::new();
+    for receipt in evidence.service_receipts.iter().filter(|r| r.fate.is_effect() && !r.read) {
         effects.entry((receipt.service.as_str(), receipt.execution_id.as_str())).or_default().push(receipt);
     }
-    let name_of = |execution: &str| calls.get(execution).map_or("an unknown tool", |(_, call)| call.name.as_str());
+    effects
+}
+
+/// At most one effect per call and service, each repeat advised by what it carried; the
+/// effects, for the checks that read them next.
+fn at_most_once<'a>(
+    evidence: &RunEvidence<'a>,
+    name_of: &dyn Fn(&str) -> Option<String>,
+    found: &mut Found,
+) -> Effects<'a> {
+    let effects = effects_of(evidence);
     for ((service, execution), repeats) in &effects {
         if repeats.len() > 1 {
-            let tool = name_of(execution);
+            let tool = name_of(execution).unwrap_or_else(|| "an unknown tool".to_owned());
+            let tool = tool.as_str();
             let times: Vec<String> = repeats.iter().map(|r| format!("{} ms", r.at_ms)).collect();
             let declared = evidence.services.iter().find(|s| s.name == *service);
             found.fail_advised(
@@ -49,7 +86,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
             );
         }
     }
-    results_against_effects(evidence, &effects, found);
+    effects
 }
 
 /// The effect's `tool/call` was synced strictly before it arrived.

@@ -28,7 +28,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::{Event, ToolSchema};
 use faultline_runtime::llm::{LiveProvider, StaticCredentials};
 use faultline_runtime::outbox::{JournalOutbox, OutboxTool};
@@ -38,12 +38,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::conclude::RunResult;
 use super::evidence::{fnv1a, lock, Shared, World};
+use super::ledger::{LedgerEntry, RequestLedger};
 use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
 use super::setup::SESSION;
 use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_ROOT};
 use super::store_link::FleetLink;
+use super::user::AgentUnderTest;
 use super::{gateway, io_trace};
+use super::{Service, ServiceReceipt};
+use crate::model_server::Exchange;
 use crate::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
 use crate::oracle::{self, Invariant, Violation};
 use crate::scenario::{Scenario, Zombie};
@@ -134,17 +138,27 @@ struct WorkerSetup {
     /// The zombie's pause (worker `a` only).
     pause: Option<Pause>,
     /// The model server's count of requests: each worker enters its address as its own life.
-    ledger: super::ledger::RequestLedger,
+    ledger: RequestLedger,
+    /// An embedder's agent (`--agent`): its tools, built on each worker's seams, and its
+    /// config replace the scenario's.
+    user: Option<Arc<AgentUnderTest>>,
 }
 
 /// Runs the zombie family: `scenario` with two workers and `zombie`'s pause.
-pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) -> RunResult {
+pub(super) fn run(
+    scenario: &Scenario,
+    plan: &Plan,
+    (zombie, seed): (&Zombie, u64),
+    user: Option<Arc<AgentUnderTest>>,
+) -> RunResult {
     let pause = resolve_pause(zombie, seed);
     let mut sim = super::hosts::build_sim(plan, seed);
     let world: Shared = Arc::default();
     let recorder = io_trace::IoRecorder::new(false);
     let model_slot = super::hosts::host_model(&mut sim, plan, &world, &recorder);
     let receipts = super::hosts::host_gateway(&mut sim, plan, &world, &recorder);
+    let service_receipts = super::hosts::host_services(&mut sim, plan, &world, seed, user.as_deref());
+    let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let order = lock(&world).order.clone();
     let stamp: super::stamp::Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
     let log: SharedLog = Arc::default();
@@ -167,6 +181,7 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
         standby_poll_ms: zombie.standby_poll_ms,
         pause: Some(pause),
         ledger: lock(&world).ledger.clone(),
+        user,
     };
     note(
         &log,
@@ -177,19 +192,11 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
         ),
     );
     host_workers(&mut sim, &setup, pause);
-    let budget = Duration::from_millis(plan.budget_ms);
-    loop {
-        if log_of(&log).b_done || sim.elapsed() >= budget {
-            break;
-        }
-        if let Err(e) = sim.step() {
-            note(&log, format!("simulation error: {e}"));
-            break;
-        }
-    }
+    drive(&mut sim, plan, &log, &model_slot);
     let end_ms = sim.elapsed().as_millis() as u64;
     let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let (request_bodies, exchanges): (Vec<Arc<str>>, _) = {
+    let service_receipts = std::mem::take(&mut *service_receipts.lock().unwrap_or_else(|p| p.into_inner()));
+    let (request_bodies, exchanges): (Vec<Arc<str>>, Vec<Exchange>) = {
         let model = model_slot.lock().unwrap_or_else(|p| p.into_inner());
         let bodies = model.as_ref().map_or_else(Vec::new, |m| m.requests().into_iter().map(|r| r.body).collect());
         (bodies, model.as_ref().map_or_else(Vec::new, crate::model_server::ModelServer::exchanges))
@@ -202,8 +209,73 @@ pub(super) fn run(scenario: &Scenario, plan: &Plan, zombie: &Zombie, seed: u64) 
     log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
-    let ledger = lock(&world).ledger.clone();
-    conclude(scenario, plan, seed, (log.evidence, ledger), trace, receipts, (request_bodies, exchanges), end_ms)
+    let effects = Effects { receipts, service_receipts, services };
+    let judged = judged_by_the_retry_rules(&lock(&world).ledger, &exchanges, pause);
+    let model = ModelEvidence { bodies: request_bodies, exchanges, judged };
+    conclude(scenario, plan, seed, log.evidence, trace, effects, model, end_ms)
+}
+
+/// What the model server saw: every request body (each must be one the API accepts), every
+/// exchange, and the ledger and exchanges the retry rules judge.
+struct ModelEvidence {
+    bodies: Vec<Arc<str>>,
+    exchanges: Vec<Exchange>,
+    judged: (RequestLedger, Vec<Exchange>),
+}
+
+/// The requests the retry rules judge: all but the stopped worker's from its stop on. Its
+/// clock stood still while the world's moved, so on waking it may find a stream it never
+/// saw finish idle past its timeout and ask again; it cannot be held to timing it could
+/// not see. What it does once woken is the fencing checker's to judge.
+fn judged_by_the_retry_rules(
+    ledger: &RequestLedger,
+    exchanges: &[Exchange],
+    pause: Pause,
+) -> (RequestLedger, Vec<Exchange>) {
+    let stopped_from_ms = pause.from.as_millis() as u64;
+    let (stopped, kept): (Vec<LedgerEntry>, Vec<LedgerEntry>) = ledger
+        .entries()
+        .into_iter()
+        .partition(|entry| entry.life == Worker::A.life() && entry.at_ms >= stopped_from_ms);
+    let stopped: std::collections::BTreeSet<usize> = stopped.iter().map(|entry| entry.n).collect();
+    let exchanges = exchanges.iter().filter(|exchange| !stopped.contains(&exchange.n)).cloned().collect();
+    (RequestLedger::of(kept), exchanges)
+}
+
+/// What reached the world's receivers: the gateway, and an embedder's services.
+struct Effects {
+    receipts: Vec<gateway::Receipt>,
+    service_receipts: Vec<ServiceReceipt>,
+    services: Vec<Service>,
+}
+
+/// Steps the fleet until the standby is done or the run's end: its budget, or the liveness
+/// bound the agent's own settings promise past the heal, whichever is later (as the
+/// single-agent world's driver runs it). The model heals at the heal.
+fn drive(
+    sim: &mut turmoil::Sim<'static>,
+    plan: &Plan,
+    log: &SharedLog,
+    model_slot: &Mutex<Option<crate::model_server::ModelServer>>,
+) {
+    let (end, heal_at) = (Duration::from_millis(plan.end_ms()), Duration::from_millis(plan.heal_at_ms));
+    let mut healed = false;
+    loop {
+        if log_of(log).b_done || sim.elapsed() >= end {
+            break;
+        }
+        if !healed && sim.elapsed() >= heal_at {
+            healed = true;
+            if let Some(model) = model_slot.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                model.heal();
+            }
+            note(log, "fault window over: the model heals".to_owned());
+        }
+        if let Err(e) = sim.step() {
+            note(log, format!("simulation error: {e}"));
+            break;
+        }
+    }
 }
 
 /// The link's record of its faults, as evidence and as trace lines.
@@ -261,10 +333,10 @@ fn conclude(
     scenario: &Scenario,
     plan: &Plan,
     seed: u64,
-    (evidence, ledger): (FleetEvidence, super::ledger::RequestLedger),
+    evidence: FleetEvidence,
     trace: Vec<String>,
-    receipts: Vec<gateway::Receipt>,
-    (request_bodies, exchanges): (Vec<Arc<str>>, Vec<crate::model_server::Exchange>),
+    Effects { receipts, service_receipts, services }: Effects,
+    ModelEvidence { bodies: request_bodies, exchanges, judged: (ledger, judged_exchanges) }: ModelEvidence,
     end_ms: u64,
 ) -> RunResult {
     let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
@@ -300,9 +372,9 @@ fn conclude(
         seed,
         world: &world,
         receipts: &receipts,
-        service_receipts: &[],
-        services: &[],
-        exchanges: &exchanges,
+        service_receipts: &service_receipts,
+        services: &services,
+        exchanges: &judged_exchanges,
         request_bodies: &request_bodies,
         faults_fired: &faults_fired,
         end_ms,
@@ -320,7 +392,7 @@ fn conclude(
         refused: None,
         gateway_requests: receipts.len(),
         receipts,
-        service_receipts: Vec::new(),
+        service_receipts,
         model_requests: request_bodies.len(),
         crash_point_hits: Default::default(),
         faults_fired,
@@ -400,26 +472,37 @@ fn start_agent(setup: &WorkerSetup, seams: &Seams, store: &MemoryStore, open: Op
         probe: seams.probe.clone(),
     });
     let queue: Arc<dyn faultline_runtime::outbox::Outbox> = Arc::new(setup.queue.as_process(seams.clone()));
+    // An embedder's tools, built on this worker's seams as production builds them, each
+    // dispatch stamped by the harness.
     let mut tools = ToolSet::new();
+    if let Some(user) = &setup.user {
+        let built = (user.tools)(seams);
+        for schema in built.schemas() {
+            let inner = built.get(&schema.name).expect("a schema of the set").clone();
+            tools = tools.with(Arc::new(StampedTool { inner, seen: setup.dispatch_log() }));
+        }
+    }
     for tool in &setup.plan.tools {
+        // An embedder's own tool of the same name stands in for the scenario's.
+        if tools.get(&tool.name).is_some() {
+            continue;
+        }
+        let parameters = tool.parameters.as_deref().and_then(|p| serde_json::from_str(p).ok());
         let schema = ToolSchema {
             name: tool.name.clone(),
-            description: tool.kind.as_str().to_owned(),
-            parameters: serde_json::json!({"type": "object"}),
+            description: tool.description.clone().unwrap_or_else(|| tool.kind.as_str().to_owned()),
+            parameters: parameters.unwrap_or_else(|| serde_json::json!({"type": "object"})),
         };
         tools = tools.with(Arc::new(DispatchTool {
             schema: schema.clone(),
             effect: Arc::new(OutboxTool::new(schema, queue.clone(), deliverer.clone())),
             clock: seams.clock.clone(),
-            worker: setup.worker,
-            log: setup.log.clone(),
-            stamp: setup.stamp.clone(),
+            seen: setup.dispatch_log(),
         }));
     }
     let credentials =
         Arc::new(StaticCredentials([(SIM_KEY_VAR.to_owned(), sim_secret(setup.seed))].into_iter().collect()));
-    let mut config = AgentConfig::default();
-    config.tool_concurrency = setup.plan.tool_concurrency;
+    let config = super::life::agent_config(setup.user.as_deref(), &setup.plan);
     let agent = Agent::builder(Arc::new(LiveProvider::new(route)), credentials)
         .seams(seams.clone())
         .open(open)
@@ -552,6 +635,58 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     worked.and(disposed)
 }
 
+/// Where a worker's tools report what they started, stamped outside the runtime.
+#[derive(Clone)]
+struct DispatchLog {
+    worker: Worker,
+    log: SharedLog,
+    stamp: super::stamp::Stamp,
+}
+
+impl DispatchLog {
+    fn seen(&self, execution_id: &str) -> Dispatch {
+        Dispatch { worker: self.worker, execution_id: execution_id.to_owned(), stamp: (self.stamp)(), at_ms: now_ms() }
+    }
+
+    /// The runtime started a tool body.
+    fn dispatched(&self, execution_id: &str) {
+        let dispatch = self.seen(execution_id);
+        note(&self.log, format!("{} dispatched {}", self.worker.host(), dispatch.execution_id));
+        log_of(&self.log).evidence.dispatches.push(dispatch);
+    }
+}
+
+impl WorkerSetup {
+    fn dispatch_log(&self) -> DispatchLog {
+        DispatchLog { worker: self.worker, log: self.log.clone(), stamp: self.stamp.clone() }
+    }
+}
+
+/// An embedder's tool, its dispatch stamped by the harness; otherwise untouched.
+struct StampedTool {
+    inner: Arc<dyn Tool>,
+    seen: DispatchLog,
+}
+
+impl Tool for StampedTool {
+    fn schema(&self) -> ToolSchema {
+        self.inner.schema()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.inner.timeout()
+    }
+
+    fn approval(&self) -> Option<faultline_runtime::approval::ApprovalPolicy> {
+        self.inner.approval()
+    }
+
+    fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
+        self.seen.dispatched(&invocation.execution_id);
+        self.inner.call(invocation, cancel)
+    }
+}
+
 /// The workload's tool: each call prepares for [`TOOL_PREPARE_MS`], then delivers to the
 /// gateway through the shared queue. The harness stamps, outside the runtime, the instant the
 /// runtime started its body (the dispatch) and the instant it asked the queue (the effect).
@@ -559,9 +694,7 @@ struct DispatchTool {
     schema: ToolSchema,
     effect: Arc<dyn Tool>,
     clock: Arc<dyn Clock>,
-    worker: Worker,
-    log: SharedLog,
-    stamp: super::stamp::Stamp,
+    seen: DispatchLog,
 }
 
 impl Tool for DispatchTool {
@@ -570,23 +703,14 @@ impl Tool for DispatchTool {
     }
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
-        let (worker, log, stamp) = (self.worker, self.log.clone(), self.stamp.clone());
-        let seen = move |execution_id: &str| Dispatch {
-            worker,
-            execution_id: execution_id.to_owned(),
-            stamp: stamp(),
-            at_ms: now_ms(),
-        };
-        let dispatch = seen(&invocation.execution_id);
-        note(&log, format!("{} dispatched {}", worker.host(), dispatch.execution_id));
-        log_of(&log).evidence.dispatches.push(dispatch);
-        let (effect, clock) = (self.effect.clone(), self.clock.clone());
+        self.seen.dispatched(&invocation.execution_id);
+        let (effect, clock, seen) = (self.effect.clone(), self.clock.clone(), self.seen.clone());
         Box::pin(async move {
             clock.sleep(Duration::from_millis(TOOL_PREPARE_MS)).await;
-            let asked = seen(&invocation.execution_id);
-            let asked_id = asked.execution_id.clone();
-            note(&log, format!("{} asks the queue for {}", worker.host(), asked.execution_id));
-            log_of(&log).evidence.asked.push(asked);
+            let asked = seen.seen(&invocation.execution_id);
+            let (host, asked_id) = (seen.worker.host(), asked.execution_id.clone());
+            note(&seen.log, format!("{host} asks the queue for {asked_id}"));
+            log_of(&seen.log).evidence.asked.push(asked);
             let output = effect.call(invocation, cancel).await;
             let kind = match &output {
                 ToolOutput::Ok(_) => "ok",
@@ -594,7 +718,7 @@ impl Tool for DispatchTool {
                 ToolOutput::Unknown(_) => "unknown",
                 _ => "other",
             };
-            note(&log, format!("{} tool output for {}: {kind}", worker.host(), asked_id));
+            note(&seen.log, format!("{host} tool output for {asked_id}: {kind}"));
             output
         })
     }

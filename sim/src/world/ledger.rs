@@ -48,6 +48,13 @@ impl RequestLedger {
         self.lock().life = life;
     }
 
+    /// A ledger holding `entries` (a part of another's, as a checker judges it).
+    pub fn of(entries: Vec<LedgerEntry>) -> Self {
+        let ledger = Self::default();
+        ledger.lock().entries = entries;
+        ledger
+    }
+
     /// Requests from `address` are life `life`'s (hosts alive at the same time, as the
     /// fleet's two workers are: their retries are told apart by who sent them).
     pub fn life_at(&self, address: std::net::IpAddr, life: u64) {

@@ -190,7 +190,7 @@ async fn drain_queue(
 }
 
 /// The agent's knobs: an embedder's own, or the plan's pool size; the plan's answer limit.
-fn agent_config(user: Option<&super::user::AgentUnderTest>, plan: &Plan) -> AgentConfig {
+pub(super) fn agent_config(user: Option<&super::user::AgentUnderTest>, plan: &Plan) -> AgentConfig {
     let mut config = match user {
         Some(user) => user.config.clone(),
         None => {

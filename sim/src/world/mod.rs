@@ -111,7 +111,7 @@ fn run_and_judge(
 ) -> RunResult {
     let plan = seeded::resolve_for(scenario, seed, user.as_deref());
     if let Some(zombie) = &plan.faults.zombie {
-        return fleet::run(scenario, &plan, zombie, seed);
+        return fleet::run(scenario, &plan, (zombie, seed), user);
     }
     let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let mut sim = build_sim(&plan, seed);

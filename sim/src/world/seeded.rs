@@ -593,8 +593,9 @@ impl Swarm {
         }
         faults.disk_full = faults.disk_full.or(self.disk_full);
         faults.gateway_echo |= self.echo;
-        // An embedder's agent does not run in the fleet world (its tools would not be there).
-        if self.zombie && user.is_none() && faults.zombie.is_none() {
+        // An embedder's agent runs in the fleet world with its own tools, unless one of them
+        // waits for a person (the fleet world has none).
+        if self.zombie && user.is_none_or(|u| !u.needs_person()) && faults.zombie.is_none() {
             faults.zombie = Some(swarm_zombie(seed));
         }
         if self.oversize {

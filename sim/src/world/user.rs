@@ -153,6 +153,12 @@ impl AgentUnderTest {
         schemas
     }
 
+    /// Whether a tool of its waits for a person's approval (the fleet world has no person).
+    pub(crate) fn needs_person(&self) -> bool {
+        let tools = (self.tools)(&crate::seams::sim_seams(0, "agent", 0));
+        tools.schemas().iter().any(|schema| tools.get(&schema.name).is_some_and(|tool| tool.approval().is_some()))
+    }
+
     /// Checks the declaration: valid, distinct services, and a route that resolves.
     pub fn validate(&self) -> Result<(), String> {
         if self.services.len() > SERVICES_MAX {

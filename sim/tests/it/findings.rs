@@ -394,3 +394,23 @@ fn a_tool_schema_that_is_not_json_schema_stops_the_harness_before_any_run() {
     let agent = AgentUnderTest::new("bad", |_: &Seams| ToolSet::new().with(Arc::new(BadSchema)));
     Harness::new(agent).seeds(0..1).run();
 }
+
+/// An `--agent` file's tools run in the fleet world too (two workers, a zombie, a store that
+/// loses answers): a fleet seed of `generated` finds `send_email` repeating an effect its
+/// service cannot deduplicate, advised as anywhere else, and the fixed file
+/// passes that seed.
+#[test]
+fn an_agent_files_tools_run_in_the_fleet_world_and_are_held_to_at_most_once() {
+    let text = include_str!("../../../examples/your-agent/agent.toml");
+    let generated = faultline_sim::Scenario::built_in("generated").unwrap();
+    let buggy = Arc::new(faultline_sim::agent_from_file("your-agent", text).unwrap());
+    let result = faultline_sim::run_agent(&generated, 18, &buggy);
+    assert!(result.trace.iter().any(|line| line.contains("worker-a will stop")), "seed 18 runs as a fleet");
+    let repeat = result.violations.iter().find(|v| v.invariant.name() == "at-most-once").expect("a repeat is found");
+    assert!(repeat.detail.contains("tool send_email"), "{}", repeat.detail);
+    assert!(repeat.advice.contains("idempotency key"), "{}", repeat.advice);
+    let fixed_text = text.replace("dedup = \"none\"", "dedup = \"execution-id\"");
+    let fixed = Arc::new(faultline_sim::agent_from_file("your-agent-fixed", &fixed_text).unwrap());
+    let result = faultline_sim::run_agent(&generated, 18, &fixed);
+    assert!(result.violations.is_empty(), "{:?}", result.violations);
+}
