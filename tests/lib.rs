@@ -179,8 +179,19 @@ pub fn doc_sh_lines(doc: &str, heading: &str) -> Vec<String> {
 /// then hangs 30 s when `hang` (so a test can kill the agent right after the effect, before
 /// its result). Written to its own file per variant; returns the path.
 pub fn marker_agent_config(dir: &Path, base_url: &str, via_outbox: bool, hang: bool) -> PathBuf {
+    let name = format!("{}{}.toml", if hang { "hanging" } else { "agent" }, if via_outbox { "-outbox" } else { "" });
+    marker_config(dir, base_url, via_outbox, hang.then_some(30_000), &name)
+}
+
+/// [`marker_agent_config`] through the queue, its receiver taking `receiver_ms` after it
+/// recorded the id (a soak's kills and stops then fall inside deliveries), as `file_name`.
+pub fn slow_marker_agent_config(dir: &Path, base_url: &str, receiver_ms: u64, file_name: &str) -> PathBuf {
+    marker_config(dir, base_url, true, Some(receiver_ms), file_name)
+}
+
+fn marker_config(dir: &Path, base_url: &str, via_outbox: bool, wait_ms: Option<u64>, file_name: &str) -> PathBuf {
     let marker = dir.join("marker.log");
-    let sleep = if hang { "; sleep 30" } else { "" };
+    let wait = wait_ms.map(|ms| format!("; sleep {}", ms as f64 / 1000.0)).unwrap_or_default();
     let text = format!(
         r#"[provider]
 preset = "openai-compatible"
@@ -191,14 +202,13 @@ idle_timeout_ms = 60000
 [[tools]]
 name = "send"
 description = "send a message"
-command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}{sleep}"]
+command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}{wait}"]
 side_effects = true
 via_outbox = {via_outbox}
 "#,
         marker = marker.display()
     );
-    let path =
-        dir.join(format!("{}{}.toml", if hang { "hanging" } else { "agent" }, if via_outbox { "-outbox" } else { "" }));
+    let path = dir.join(file_name);
     std::fs::write(&path, text).expect("write the agent config");
     path
 }

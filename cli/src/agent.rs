@@ -145,6 +145,42 @@ fn tools_of(config: &ResolvedAgentFile, outbox: &Option<Arc<dyn Outbox>>, mcp: &
     })
 }
 
+/// Why the agent did not start, and the exit code that says so: a database that cannot be
+/// reached ran and failed (2, `DATABASE_UNREACHABLE`: try again later), anything else is
+/// a usage error (1: nothing was run).
+struct StartFailure {
+    message: String,
+    exit: u8,
+}
+
+impl From<String> for StartFailure {
+    fn from(message: String) -> Self {
+        Self { message, exit: exit::USAGE }
+    }
+}
+
+impl StartFailure {
+    /// `e`, said as `message`: a lost connection to the database is the environment's
+    /// failure, not the caller's.
+    fn of(e: &faultline_runtime::Error, message: String) -> Self {
+        Self::said(message, super::transcript::database_unreachable(e))
+    }
+
+    /// `message`, the database's failure when `unreachable`.
+    fn said(message: String, unreachable: bool) -> Self {
+        match unreachable {
+            true => Self { message: format!("DATABASE_UNREACHABLE: {message}"), exit: exit::FAILED },
+            false => Self::from(message),
+        }
+    }
+
+    /// Prints the message and exits with its code.
+    fn exit(self) -> ExitCode {
+        eprintln!("faultline agent: {}", self.message);
+        exit::code(self.exit)
+    }
+}
+
 /// A started agent and what a config reload needs.
 struct Started {
     agent: Agent,
@@ -177,11 +213,43 @@ fn store_of(at: &SessionArgs, config: &ResolvedAgentFile) -> (StoreKind, Databas
 
 /// `outbox` once its abandoned claims are `unknown` (said on stderr), so crash repair reads
 /// settled evidence.
-fn recovered(outbox: Arc<dyn Outbox>, named: &str) -> Result<Arc<dyn Outbox>, String> {
-    for abandoned in outbox.recover_abandoned().map_err(|e| format!("outbox {named}: {e}"))? {
+fn recovered(outbox: Arc<dyn Outbox>, named: &str) -> Result<Arc<dyn Outbox>, StartFailure> {
+    let abandoned = outbox.recover_abandoned().map_err(|e| StartFailure::of(&e, format!("outbox {named}: {e}")))?;
+    for abandoned in abandoned {
         eprintln!("faultline: delivery {abandoned} was abandoned mid-delivery: outcome unknown, not resent");
     }
     Ok(outbox)
+}
+
+/// The agent file's `[outbox]`, if any: in the session's PostgreSQL database for a fleet,
+/// else a SQLite file in the session directory; abandoned claims recovered first.
+fn open_outbox(
+    seams: &faultline_runtime::seams::Seams,
+    config: &ResolvedAgentFile,
+    session_dir: &Path,
+    (store_kind, database): (StoreKind, &DatabaseArgs),
+) -> Result<Option<Arc<dyn Outbox>>, StartFailure> {
+    Ok(match &config.outbox {
+        None => None,
+        // A fleet's sessions and queue live in one database: whichever worker resumes a
+        // session reads the same evidence.
+        Some(_) if store_kind == StoreKind::Postgres => {
+            let url = database.url(seams)?;
+            let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
+            let outbox = production::PgOutbox::connect(&url, process, clock, entropy)
+                .map_err(|e| StartFailure::of(&e, format!("outbox: {e}")))?
+                .with_scrubber(seams.secrets.clone());
+            Some(recovered(Arc::new(outbox), "the PostgreSQL queue")?)
+        }
+        Some(section) => {
+            // A relative `db` lives in the session directory, wherever the command runs from.
+            let db = session_dir.join(section.db.as_deref().unwrap_or(Path::new("outbox.sqlite")));
+            let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
+                .map_err(|e| format!("outbox {}: {e}", db.display()))?
+                .with_scrubber(seams.secrets.clone());
+            Some(recovered(Arc::new(outbox), &db.display().to_string())?)
+        }
+    })
 }
 
 /// Opens the store (and the outbox, recovering abandoned claims first so crash repair reads
@@ -191,7 +259,7 @@ async fn start_agent(
     config: &ResolvedAgentFile,
     at: &SessionArgs,
     resume: bool,
-) -> Result<Started, String> {
+) -> Result<Started, StartFailure> {
     let (session_dir, session) = (at.session_dir.as_path(), at.session.as_deref());
     let mcp = super::agent_mcp::mcp_tools(seams, config).await?;
     let (store_kind, database) = store_of(at, config);
@@ -208,29 +276,10 @@ async fn start_agent(
             seams.secrets.register(&value);
         }
     }
-    let outbox: Option<Arc<dyn Outbox>> = match &config.outbox {
-        None => None,
-        // A fleet's sessions and queue live in one database: whichever worker resumes a
-        // session reads the same evidence.
-        Some(_) if store_kind == StoreKind::Postgres => {
-            let url = database.url(seams)?;
-            let (process, clock, entropy) = (seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref());
-            let outbox = production::PgOutbox::connect(&url, process, clock, entropy)
-                .map_err(|e| format!("outbox: {e}"))?
-                .with_scrubber(seams.secrets.clone());
-            Some(recovered(Arc::new(outbox), "the PostgreSQL queue")?)
-        }
-        Some(section) => {
-            // A relative `db` lives in the session directory, wherever the command runs from.
-            let db = session_dir.join(section.db.as_deref().unwrap_or(Path::new("outbox.sqlite")));
-            let outbox = SqliteOutbox::open(&db, seams.process.clone(), seams.clock.clone(), seams.entropy.as_ref())
-                .map_err(|e| format!("outbox {}: {e}", db.display()))?
-                .with_scrubber(seams.secrets.clone());
-            Some(recovered(Arc::new(outbox), &db.display().to_string())?)
-        }
-    };
+    let outbox = open_outbox(seams, config, session_dir, (store_kind, &database))?;
     let evidence = outbox.clone().map(|q| Arc::new(QueueEvidence::new(q)) as Arc<dyn OutcomeEvidence>);
-    let store = open_store(store_kind, session_dir, &database, seams, evidence)?;
+    let store = super::transcript::open_store_or_why(store_kind, session_dir, &database, seams, evidence)
+        .map_err(|(message, unreachable)| StartFailure::said(message, unreachable))?;
     let mut agent_config = AgentConfig::default();
     agent_config.max_steps = config.agent.max_steps.unwrap_or(faultline_runtime::agent::MAX_STEPS_DEFAULT);
     agent_config.tool_concurrency =
@@ -248,9 +297,9 @@ async fn start_agent(
         .start(store.as_ref(), &id)
         .map_err(|e| match e {
             faultline_runtime::Error::SessionExists(_) => {
-                format!("session {id} already exists: continue it with `--session {id} --resume`")
+                format!("session {id} already exists: continue it with `--session {id} --resume`").into()
             }
-            e => format!("session {id}: {e}"),
+            e => StartFailure::of(&e, format!("session {id}: {e}")),
         })?;
     eprintln!("faultline: session {id}");
     if let Some(repair) = agent.startup_repair() {
@@ -291,7 +340,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         let at = &args.session;
         let Started { agent, id, .. } = match start_agent(&seams, &config, at, args.resume).await {
             Ok(started) => started,
-            Err(e) => return bad(e),
+            Err(failure) => return failure.exit(),
         };
         let printer = (!args.json).then(|| tokio::spawn(print_stream(agent.clone())));
         let paused = !agent.awaiting_approval().is_empty();
@@ -410,7 +459,7 @@ fn chat(args: &ChatArgs) -> ExitCode {
         let exists = session_exists(args, &config, &seams);
         let started = match start_agent(&seams, &config, args, exists).await {
             Ok(started) => Arc::new(started),
-            Err(e) => return bad(e),
+            Err(failure) => return failure.exit(),
         };
         let printer = tokio::spawn(print_stream(started.agent.clone()));
         let watcher = watch_config(started.clone(), args.config.clone());

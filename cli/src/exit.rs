@@ -14,7 +14,7 @@ pub const OK: u8 = 0;
 /// (clap's own default for a usage error is 2, which this table gives to "ran and failed".)
 pub const USAGE: u8 = 1;
 /// Ran and failed: the turn ended in error or out of budget, the sweep found failures, the
-/// endpoint disagreed with the conformance suite.
+/// endpoint disagreed with the conformance suite, the agent's database could not be reached.
 pub const FAILED: u8 = 2;
 /// The turn was aborted (SIGTERM) or interrupted, or the transcript needs repair (an open
 /// turn that `transcript repair` closes).

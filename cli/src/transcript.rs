@@ -114,10 +114,23 @@ pub(crate) fn open_store(
     seams: &Seams,
     evidence: Option<Arc<dyn OutcomeEvidence>>,
 ) -> Result<Box<dyn Store>, String> {
+    open_store_or_why(kind, dir, database, seams, evidence).map_err(|(message, _)| message)
+}
+
+/// [`open_store`], and with its error whether the database could not be reached (the
+/// environment's failure, not the caller's).
+pub(crate) fn open_store_or_why(
+    kind: StoreKind,
+    dir: &Path,
+    database: &DatabaseArgs,
+    seams: &Seams,
+    evidence: Option<Arc<dyn OutcomeEvidence>>,
+) -> Result<Box<dyn Store>, (String, bool)> {
     let evidence = evidence.unwrap_or_else(|| Arc::new(NoEvidence));
     if kind == StoreKind::Postgres {
-        let url = database.url(seams)?;
-        let store = PgStore::connect(&url, seams.process.clone(), database.lease_ms()).map_err(|e| e.to_string())?;
+        let url = database.url(seams).map_err(|message| (message, false))?;
+        let store = PgStore::connect(&url, seams.process.clone(), database.lease_ms())
+            .map_err(|e| (e.to_string(), database_unreachable(&e)))?;
         return Ok(Box::new(store.with_evidence(evidence)));
     }
     Ok(match kind {
@@ -125,11 +138,16 @@ pub(crate) fn open_store(
         StoreKind::Zstd => Box::new(FileStore::new(seams.clone(), dir, Format::Zstd).with_evidence(evidence)),
         StoreKind::Sqlite => Box::new(
             SqliteStore::open(dir.join("sessions.sqlite"), seams.process.clone())
-                .map_err(|e| e.to_string())?
+                .map_err(|e| (e.to_string(), false))?
                 .with_evidence(evidence),
         ),
         StoreKind::Postgres => unreachable!("opened above"),
     })
+}
+
+/// Whether `e` says the database could not be reached.
+pub(crate) fn database_unreachable(e: &faultline_runtime::Error) -> bool {
+    e.storage_cause().as_deref() == Some("DATABASE_UNREACHABLE")
 }
 
 /// A delivery queue and the same queue as crash-repair evidence.

@@ -11,7 +11,9 @@ fn sweep_runs_every_scenario_and_reports_coverage() {
     let text = stdout(&output);
     assert!(text.contains(" 0 failures (0 no-liveness, 0 safety)"), "stdout: {text}");
     assert!(!text.contains("COVERAGE:"), "every declared site fired: {text}");
-    assert!(text.contains("sometimes reached (runs): interrupted-turn-repaired="), "{text}");
+    let sometimes = text.lines().find(|l| l.starts_with("sometimes reached (runs): ")).expect("a coverage line");
+    assert!(sometimes.contains(" interrupted-turn-repaired="), "{sometimes}");
+    assert!(sometimes.contains(" takeover-answer-lost="), "{sometimes}");
     assert!(text.contains("crash points reached: after-side-effect="), "{text}");
     for info in faultline_sim::BUILT_IN_SCENARIOS {
         assert!(text.contains(info.name), "{} missing from the summary", info.name);

@@ -452,3 +452,24 @@ fn report_and_repair_reconcile_with_the_queue_in_postgres() {
     let missing = transcript("report", &url, "q1", &["--outbox", "/nonexistent/outbox.sqlite"]);
     assert_ne!(missing.status.code(), Some(0), "a SQLite path is still a file");
 }
+
+/// A worker whose database cannot be reached at start ran and failed (exit 2, said as
+/// `DATABASE_UNREACHABLE`), not a usage error: a supervisor retries it later. Nothing is
+/// asked of the model, and the URL's password is in no message.
+#[test]
+fn a_worker_whose_database_cannot_be_reached_exits_2_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let model =
+        ModelServerProcess::start(dir.path(), &json!({"responses": [{"frames": [{"text": "no"}], "finish": "stop"}]}));
+    let config = config(dir.path(), &model.base_url(), false);
+    let url = format!("postgresql://faultline:hunter2-secret@127.0.0.1:{port}/postgres");
+    let output = worker(&config, &dir.path().join("w"), &url, "unreachable", false, &[]).output().unwrap();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(said.contains("DATABASE_UNREACHABLE"), "{said}");
+    assert!(!said.contains("hunter2-secret"), "the password stays out: {said}");
+    assert!(faultline_e2e::logged_requests(dir.path()).is_empty(), "the model was never asked");
+}

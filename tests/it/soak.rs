@@ -209,33 +209,6 @@ fn chaos(fleet: &Arc<Fleet>, proxy: &CuttingProxy, server: &PgServer, seed: u64,
     }
 }
 
-/// The agent file: one tool, delivered through the fleet's queue to a receiver that records
-/// the execution id first, then takes [`RECEIVER_MS`] to answer (a stop or a kill often falls
-/// while an effect is out).
-fn agent_config(dir: &Path, base_url: &str) -> std::path::PathBuf {
-    let marker = dir.join("marker.log");
-    let text = format!(
-        r#"[provider]
-preset = "openai-compatible"
-base_url = "{base_url}"
-model = "m"
-idle_timeout_ms = 60000
-
-[[tools]]
-name = "send"
-description = "send a message"
-command = ["sh", "-c", "echo $FAULTLINE_EXECUTION_ID >> {marker}; sleep {secs}"]
-side_effects = true
-via_outbox = true
-"#,
-        marker = marker.display(),
-        secs = RECEIVER_MS as f64 / 1000.0,
-    );
-    let path = dir.join("soak-agent.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// `session`'s records, read back directly (not through the proxy).
 fn records(url: &str, session: &str) -> Vec<Value> {
     let output = faultline(&["transcript", "cat", "--database-url", url, "--session", session]);
@@ -313,7 +286,7 @@ fn a_fleet_under_kills_stops_cuts_and_restarts_loses_no_turn_and_repeats_no_effe
             "after_tool_result": {"frames": [{"text": "done"}], "finish": "stop"},
         }),
     );
-    let config = agent_config(dir.path(), &model.base_url());
+    let config = faultline_e2e::slow_marker_agent_config(dir.path(), &model.base_url(), RECEIVER_MS, "soak-agent.toml");
     let sessions: Vec<String> = (0..settings.sessions).map(|i| format!("soak-{i}")).collect();
     let fleet = Arc::new(Fleet::default());
     for session in &sessions {
