@@ -87,23 +87,33 @@ impl LosingProxy {
     }
 }
 
+/// Creates a session as worker `a`, then opens it as worker `b` through a proxy that loses
+/// the answer of `b`'s takeover `COMMIT`; the open's result, and the server to keep alive.
+fn take_over_losing_the_commit_answer(
+    id: &SessionId,
+) -> Option<(faultline_runtime::Result<faultline_runtime::store::Opened>, usize)> {
+    let server = PgServer::shared()?;
+    let url = server.fresh_database();
+    let world = TestProcess::world();
+    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
+    PgStore::connect(&url, a, LEASE_MS_DEFAULT).unwrap().create(id, 1).unwrap().close().unwrap();
+    let proxy = LosingProxy::start(server.port());
+    let store = PgStore::connect(&proxy.url(&url, server.port()), b, LEASE_MS_DEFAULT).unwrap();
+    proxy.armed.store(true, Ordering::SeqCst);
+    let opened = store.open(id, Takeover::IfDead);
+    Some((opened, proxy.cuts.load(Ordering::SeqCst)))
+}
+
 /// A takeover whose `COMMIT` reached the server but whose answer never came back: the
 /// session is looked up, found taken by this process at an epoch none of its writers holds,
 /// and handed over — not taken again, which would meet this very process as the live holder
 /// and be refused.
 #[test]
 fn a_takeover_whose_commit_reply_was_lost_is_found_committed_not_run_again() {
-    let Some(server) = PgServer::shared() else { return };
-    let url = server.fresh_database();
-    let world = TestProcess::world();
-    let (a, b) = (TestProcess::new("worker-a", &world), TestProcess::new("worker-b", &world));
     let id = SessionId::new("lost-reply").unwrap();
-    PgStore::connect(&url, a, LEASE_MS_DEFAULT).unwrap().create(&id, 1).unwrap().close().unwrap();
-    let proxy = LosingProxy::start(server.port());
-    let store = PgStore::connect(&proxy.url(&url, server.port()), b, LEASE_MS_DEFAULT).unwrap();
-    proxy.armed.store(true, Ordering::SeqCst);
-    let opened = store.open(&id, Takeover::IfDead).expect("the committed takeover is found");
-    assert_eq!(proxy.cuts.load(Ordering::SeqCst), 1, "the takeover's COMMIT was answered by nobody");
+    let Some((opened, cuts)) = take_over_losing_the_commit_answer(&id) else { return };
+    let opened = opened.expect("the committed takeover is found");
+    assert_eq!(cuts, 1, "the takeover's COMMIT was answered by nobody");
     assert_eq!(opened.log.token(), 3, "created at 1, released at 2, taken over (once) at 3");
     let mut log = opened.log;
     log.append(&[faultline_runtime::event::Record::new(
@@ -112,4 +122,22 @@ fn a_takeover_whose_commit_reply_was_lost_is_found_committed_not_run_again() {
         faultline_runtime::event::Event::TurnStart(faultline_runtime::event::TurnStart { turn: 1 }),
     )])
     .expect("the writer handed over holds the session");
+}
+
+/// The rule PostgreSQL follows is the shared one (`store/lost_answer.rs`): planted there, the
+/// takeover is run again blind and meets its own lease.
+#[cfg(feature = "planted-bugs")]
+#[test]
+fn planted_lost_answer_rerun_makes_the_postgres_takeover_meet_its_own_lease() {
+    let id = SessionId::new("lost-reply-planted").unwrap();
+    faultline_runtime::testing::bugs::plant(&["lost-answer-rerun"]);
+    let taken = take_over_losing_the_commit_answer(&id);
+    faultline_runtime::testing::bugs::plant(&[]);
+    let Some((opened, cuts)) = taken else { return };
+    assert_eq!(cuts, 1, "the takeover's COMMIT was answered by nobody");
+    let refused = opened.map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&refused, faultline_runtime::Error::SessionLocked { holder, .. } if holder.contains("worker-b")),
+        "{refused}"
+    );
 }
