@@ -63,7 +63,7 @@ pub(crate) const UNIQUE_VIOLATION: &str = "23505";
 /// The error of a statement whose connection was lost: its outcome is unknown.
 pub(crate) fn connection_lost(statement: Statement) -> Error {
     Error::Database(DatabaseError {
-        message: format!("the connection to the store was lost during a {} statement", statement.name()),
+        message: format!("the connection to the store was lost during a statement ({})", statement.name()),
         code: None,
         connection_lost: true,
     })
@@ -87,16 +87,40 @@ pub(crate) fn sqlstate(e: &Error) -> Option<&str> {
 pub(crate) enum Stored {
     /// None of its seqs.
     Nothing,
+    /// Its first `n` records exactly, and nothing after (a batch sent again with more records
+    /// behind the ones an earlier attempt landed).
+    Prefix(usize),
     /// Exactly the batch.
     TheBatch,
     /// Other records at its seqs.
     Other,
 }
 
+impl Stored {
+    /// What `found` says of a batch of `len` records from seq `first`: `found` is each stored
+    /// row in the batch's range, in seq order, as its seq and whether it is the batch's own
+    /// record at that seq.
+    pub(crate) fn judge(first: u64, len: usize, found: impl IntoIterator<Item = (u64, bool)>) -> Stored {
+        let mut landed = 0;
+        for (seq, same) in found {
+            if seq != first + landed as u64 || !same {
+                return Stored::Other;
+            }
+            landed += 1;
+        }
+        match landed {
+            0 => Stored::Nothing,
+            n if n == len => Stored::TheBatch,
+            n => Stored::Prefix(n),
+        }
+    }
+}
+
 /// The statements that settle an append whose answer was lost.
 pub(crate) trait UnsureAppend {
-    /// The fenced append: the whole batch, or nothing and an error.
-    fn append(&mut self) -> Result<()>;
+    /// The fenced append of the batch's records from the `from`th on: all of them, or
+    /// nothing and an error.
+    fn append(&mut self, from: usize) -> Result<()>;
     /// What the store holds at the batch's seqs.
     fn stored(&mut self) -> Result<Stored>;
     /// Why the append matched nothing: [`Error::Fenced`] with the session's epoch now.
@@ -106,9 +130,10 @@ pub(crate) trait UnsureAppend {
 }
 
 /// Appends a batch of session `id` at `epoch`, seqs `first..=last`: an append whose answer
-/// was lost, or that found its seqs taken, is settled by what the store holds there.
+/// was lost, or that found its seqs taken, is settled by what the store holds there (what an
+/// earlier attempt landed is not sent again; the rest is).
 pub(crate) fn append(link: &mut impl UnsureAppend, id: &str, epoch: u64, (first, last): (u64, u64)) -> Result<()> {
-    let sent = link.append();
+    let sent = link.append(0);
     let lost = match &sent {
         Err(e) if is_connection_lost(e) => true,
         // An earlier attempt, reported lost, committed after all.
@@ -118,13 +143,14 @@ pub(crate) fn append(link: &mut impl UnsureAppend, id: &str, epoch: u64, (first,
     if lost {
         link.forget();
         if crate::testing::bugs::planted("lost-answer-rerun") {
-            return link.append();
+            return link.append(0);
         }
     }
     tracing::warn!(session = %id, first_seq = first, lost, "append outcome unknown: comparing the stored rows with the batch");
     match link.stored()? {
         Stored::TheBatch => Ok(()),
-        Stored::Nothing if lost => link.append(),
+        Stored::Prefix(landed) => link.append(landed),
+        Stored::Nothing if lost => link.append(0),
         Stored::Nothing => sent,
         // Another writer's records: a writer taken over meanwhile is told so (its epoch moved
         // on); only under its own epoch is the batch itself wrong.
@@ -178,5 +204,20 @@ pub(crate) fn again_if_lost<C, T>(cx: &mut C, job: impl Fn(&mut C) -> Result<T>,
             job(cx)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_stored_is_judged_against_the_batch_seq_by_seq() {
+        assert_eq!(Stored::judge(5, 3, []), Stored::Nothing);
+        assert_eq!(Stored::judge(5, 3, [(5, true), (6, true), (7, true)]), Stored::TheBatch);
+        assert_eq!(Stored::judge(5, 3, [(5, true)]), Stored::Prefix(1), "an earlier, shorter attempt");
+        assert_eq!(Stored::judge(5, 3, [(5, true), (6, false)]), Stored::Other, "another record");
+        assert_eq!(Stored::judge(5, 3, [(6, true)]), Stored::Other, "not from the first seq");
+        assert_eq!(Stored::judge(5, 3, [(5, true), (7, true)]), Stored::Other, "a gap");
     }
 }

@@ -309,8 +309,8 @@ struct MemAppend<'a> {
 }
 
 impl UnsureAppend for MemAppend<'_> {
-    fn append(&mut self) -> Result<()> {
-        let (store, id, token, batch) = (self.store, self.id, self.token, self.batch);
+    fn append(&mut self, from: usize) -> Result<()> {
+        let (store, id, token, batch) = (self.store, self.id, self.token, &self.batch[from..]);
         store.statement(Statement::Append, |sessions| {
             let session = MemoryMedium::fenced(sessions, id, token)?;
             // A seq is taken once, as PostgreSQL's key says: a batch sent again after its
@@ -339,14 +339,11 @@ impl UnsureAppend for MemAppend<'_> {
         let (first, last) = (batch[0].seq, batch[batch.len() - 1].seq);
         self.store.statement(Statement::Read, |sessions| {
             let session = sessions.get(id).ok_or_else(|| Error::SessionNotFound(id.to_string()))?;
-            let there: Vec<&Record> = session.records.iter().filter(|r| (first..=last).contains(&r.seq)).collect();
-            Ok(if there.is_empty() {
-                Stored::Nothing
-            } else if there.len() == batch.len() && there.iter().zip(batch).all(|(a, b)| *a == b) {
-                Stored::TheBatch
-            } else {
-                Stored::Other
-            })
+            let found = session.records.iter().filter(|r| (first..=last).contains(&r.seq)).map(|r| {
+                let own = usize::try_from(r.seq - first).ok().and_then(|i| batch.get(i));
+                (r.seq, own == Some(r))
+            });
+            Ok(Stored::judge(first, batch.len(), found))
         })
     }
 

@@ -129,13 +129,19 @@ enum Fault {
     AnswerLost,
 }
 
-/// A link that faults the statements its script names, in order, each once.
+/// A link that faults the statements its script names, in order, each once, and records
+/// every statement it carried.
 #[derive(Default)]
-struct ScriptedLink(Mutex<Vec<(Statement, Fault)>>);
+struct ScriptedLink(Mutex<Vec<(Statement, Fault)>>, Mutex<Vec<Statement>>);
 
 impl ScriptedLink {
     fn new(script: &[(Statement, Fault)]) -> Arc<Self> {
-        Arc::new(Self(Mutex::new(script.to_vec())))
+        Arc::new(Self(Mutex::new(script.to_vec()), Mutex::default()))
+    }
+
+    /// Every statement sent so far, in order.
+    fn sent(&self) -> Vec<Statement> {
+        self.1.lock().unwrap().clone()
     }
 
     fn take(&self, statement: Statement, fault: Fault) -> bool {
@@ -154,6 +160,7 @@ impl ScriptedLink {
 
 impl StoreLink for ScriptedLink {
     fn cut_before(&self, _: &str, statement: Statement) -> bool {
+        self.1.lock().unwrap().push(statement);
         self.take(statement, Fault::Cut)
     }
 
@@ -186,11 +193,40 @@ fn a_takeover_whose_answer_was_lost_is_found_committed_not_run_again() {
 
 /// A leased store whose statements cross `link`, and its first writer of session `s`.
 fn writer_on(link: Arc<ScriptedLink>) -> (MemoryStore, Box<dyn SessionLog>) {
+    let (store, writer, _) = writer_and_clock_on(link);
+    (store, writer)
+}
+
+fn writer_and_clock_on(link: Arc<ScriptedLink>) -> (MemoryStore, Box<dyn SessionLog>, Arc<StepClock>) {
     let clock = Arc::new(StepClock::default());
     let process = TestProcess::new("worker-a", &TestProcess::world());
-    let store = MemoryStore::leased(process, clock, LEASE_MS).unwrap().with_link(link);
+    let store = MemoryStore::leased(process, clock.clone(), LEASE_MS).unwrap().with_link(link);
     let writer = store.create(&sid("s"), T0).unwrap();
-    (store, writer)
+    (store, writer, clock)
+}
+
+/// Only a lost answer is looked up: a takeover refused by a live lease, and an append
+/// refused as fenced, are answers, sent once and never followed by a lookup or a resend.
+#[test]
+fn a_refused_takeover_and_a_fenced_append_are_answers_not_looked_up() {
+    let link = ScriptedLink::new(&[]);
+    let (a, mut zombie, clock) = writer_and_clock_on(link.clone());
+    let mut log = Log::default();
+    log.tool_turn(1);
+    zombie.append(&log.records).unwrap();
+    let b = a.as_process(TestProcess::new("worker-b", &TestProcess::world()));
+    let before = link.sent().len();
+    assert!(matches!(b.open(&sid("s"), Takeover::IfDead), Err(Error::SessionLocked { .. })));
+    assert_eq!(link.sent()[before..], [Statement::TakeOver], "one takeover, no lookup");
+    clock.advance_ms(LEASE_MS);
+    let _taken = b.open(&sid("s"), Takeover::IfDead).unwrap();
+    let before = link.sent().len();
+    let refused = zombie.append(&[next_turn(zombie.as_ref())]).unwrap_err();
+    assert!(matches!(refused, Error::Fenced { .. }), "{refused}");
+    assert_eq!(link.sent()[before..], [Statement::Append], "one append, no lookup, no resend");
+    let before = link.sent().len();
+    assert!(matches!(b.create(&sid("s"), T0), Err(Error::SessionExists(_))));
+    assert_eq!(link.sent()[before..], [Statement::Create], "one create, not sent again");
 }
 
 #[test]
@@ -215,12 +251,29 @@ fn a_batch_sent_again_after_a_lost_answer_and_a_failed_lookup_is_found_stored() 
     log.tool_turn(1);
     let batch = log.records;
     let lost = writer.append(&batch).unwrap_err();
-    assert!(lost.to_string().contains("connection to the store was lost"), "{lost}");
+    assert!(lost.to_string().contains("connection to the store was lost during a statement (read)"), "{lost}");
     assert!(link.spent());
     // The caller sends the same batch again: its seqs are taken by its own first copy.
     writer.append(&batch).unwrap();
     let want: Vec<u64> = batch.iter().map(|r| r.seq).collect();
     assert_eq!(seqs(&a), want, "the batch once, no seq twice");
+}
+
+/// The write-behind sends a failed batch again with the records queued behind it since: what
+/// the first attempt landed is found, and only the rest is written.
+#[test]
+fn a_batch_sent_again_with_more_records_lands_only_the_rest() {
+    let link = ScriptedLink::new(&[(Statement::Append, Fault::AnswerLost), (Statement::Read, Fault::Cut)]);
+    let (a, mut writer) = writer_on(link.clone());
+    let mut log = Log::default();
+    log.tool_turn(1);
+    let first = log.records.clone();
+    writer.append(&first).unwrap_err();
+    log.tool_turn(2);
+    writer.append(&log.records).unwrap();
+    let want: Vec<u64> = log.records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs(&a), want, "every record once");
+    assert_eq!(a.inspect(&sid("s")).unwrap().records, log.records);
 }
 
 /// The rule lives in one place (`store/lost_answer.rs`): planted there, a takeover sent

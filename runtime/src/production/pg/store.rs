@@ -412,15 +412,12 @@ fn stored(linked: &mut Linked, id: &str, seqs: &[i64], lines: &[String]) -> Resu
             &[(&id, Type::TEXT), (&first, Type::INT8), (&last, Type::INT8)],
         )
         .map_err(classify)?;
-    if rows.is_empty() {
-        return Ok(Stored::Nothing);
-    }
-    let same = rows.len() == seqs.len()
-        && rows
-            .iter()
-            .zip(seqs.iter().zip(lines))
-            .all(|(row, (seq, line))| row.get::<_, i64>(0) == *seq && row.get::<_, &str>(1) == line.as_str());
-    Ok(if same { Stored::TheBatch } else { Stored::Other })
+    let found = rows.iter().map(|row| {
+        let seq: i64 = row.get(0);
+        let own = usize::try_from(seq - first).ok().and_then(|i| lines.get(i));
+        (seq as u64, own.is_some_and(|line| row.get::<_, &str>(1) == line.as_str()))
+    });
+    Ok(Stored::judge(first as u64, seqs.len(), found))
 }
 
 /// The error of an append or release that matched no session row at `epoch`.
@@ -467,8 +464,8 @@ struct PgAppend<'a> {
 }
 
 impl UnsureAppend for PgAppend<'_> {
-    fn append(&mut self) -> Result<()> {
-        append_once(self.linked, self.id, self.epoch, self.secs, self.seqs, self.lines)
+    fn append(&mut self, from: usize) -> Result<()> {
+        append_once(self.linked, self.id, self.epoch, self.secs, &self.seqs[from..], &self.lines[from..])
     }
 
     fn stored(&mut self) -> Result<Stored> {
