@@ -174,9 +174,10 @@ impl StartFailure {
         }
     }
 
-    /// Prints the message and exits with its code.
-    fn exit(self) -> ExitCode {
-        eprintln!("faultline agent: {}", self.message);
+    /// Prints the message, scrubbed of every secret the process holds (the database's
+    /// password among them), and exits with its code.
+    fn exit(self, secrets: &faultline_runtime::secrets::Scrubber) -> ExitCode {
+        eprintln!("faultline agent: {}", secrets.scrub(&self.message));
         exit::code(self.exit)
     }
 }
@@ -340,7 +341,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         let at = &args.session;
         let Started { agent, id, .. } = match start_agent(&seams, &config, at, args.resume).await {
             Ok(started) => started,
-            Err(failure) => return failure.exit(),
+            Err(failure) => return failure.exit(&seams.secrets),
         };
         let printer = (!args.json).then(|| tokio::spawn(print_stream(agent.clone())));
         let paused = !agent.awaiting_approval().is_empty();
@@ -459,7 +460,7 @@ fn chat(args: &ChatArgs) -> ExitCode {
         let exists = session_exists(args, &config, &seams);
         let started = match start_agent(&seams, &config, args, exists).await {
             Ok(started) => Arc::new(started),
-            Err(failure) => return failure.exit(),
+            Err(failure) => return failure.exit(&seams.secrets),
         };
         let printer = tokio::spawn(print_stream(started.agent.clone()));
         let watcher = watch_config(started.clone(), args.config.clone());
