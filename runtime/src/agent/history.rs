@@ -16,6 +16,8 @@ pub struct History {
     /// or the next request is built, so an answer that ends its turn is never held twice while
     /// its turn is still being written (the log's queue holds the record meanwhile).
     deferred: Option<std::sync::Arc<Record>>,
+    /// The last assistant entry whose tool calls no result has answered yet (its index).
+    unanswered: Option<usize>,
     /// The last request prefix written to the log.
     pub last_header: Option<RequestPrefix>,
     /// The last turn number started.
@@ -59,14 +61,49 @@ impl History {
     fn settle(&mut self) {
         if let Some(record) = self.deferred.take() {
             if let Event::AssistantMessage(message) = &record.event {
-                self.entries.push(Entry::assistant(&message.message));
+                self.push_settled(Entry::assistant(&message.message));
             }
         }
     }
 
     fn push(&mut self, entry: Entry) {
         self.settle();
+        self.push_settled(entry);
+    }
+
+    fn push_settled(&mut self, entry: Entry) {
+        // An answer with nothing to send back (only reasoning no provider signed) is not a
+        // message: every API refuses an assistant message without content or calls.
+        if matches!(&entry, Entry::Assistant(a) if a.is_empty()) && !crate::testing::bugs::planted("empty-answer-sent")
+        {
+            return;
+        }
+        match &entry {
+            Entry::Assistant(assistant) if !assistant.calls.is_empty() => self.unanswered = Some(self.entries.len()),
+            Entry::Tool { .. } => self.unanswered = None,
+            Entry::User { .. } => self.drop_unanswered_calls(),
+            Entry::Assistant(_) => {}
+        }
         self.entries.push(entry);
+    }
+
+    /// A user message follows an assistant message whose calls never ran (its step ended at
+    /// the token limit or in a refusal, FAILURE-WIRE-FORMATS): the calls are not sent back —
+    /// every provider refuses a call without its result, and a cut call's arguments are not
+    /// the model's whole word. The log keeps them as the model streamed them; a message left
+    /// with nothing to say is not sent at all. A call that started and was interrupted has its
+    /// repair closer as its result, so it is kept.
+    fn drop_unanswered_calls(&mut self) {
+        let Some(at) = self.unanswered.take() else { return };
+        if crate::testing::bugs::planted("cut-calls-sent") {
+            return;
+        }
+        if let Entry::Assistant(assistant) = &mut self.entries[at] {
+            assistant.calls.clear();
+            if assistant.is_empty() || (assistant.text.is_none() && assistant.refusal.is_none()) {
+                self.entries.remove(at);
+            }
+        }
     }
 
     fn push_assistant(&mut self, message: &Message) {

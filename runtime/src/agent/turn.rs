@@ -295,7 +295,14 @@ impl TurnCtx<'_> {
                 return Ok(Some(reason));
             }
         };
-        let calls = PlannedCall::all_of(&message);
+        // A refusal is the model's last word in its step: a call it streamed before refusing
+        // (Anthropic's `refusal` stop inside a `tool_use` block) is cut, never run.
+        let refused = message.content.iter().any(|b| matches!(b, crate::event::ContentBlock::Refusal { .. }));
+        let calls = if refused && !crate::testing::bugs::planted("refused-call-run") {
+            Vec::new()
+        } else {
+            PlannedCall::all_of(&message)
+        };
         let (sources, finish_reason) = finish;
         let message = Event::AssistantMessage(AssistantMessage { turn: self.turn, step, message, usage });
         self.answer = Some(self.emit_shared(message, Some(sources)).await?);

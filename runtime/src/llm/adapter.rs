@@ -272,9 +272,14 @@ impl ModelStream {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Start => match self.open().await {
                     Ok(body) => {
+                        let format = self.route.preset.format();
                         self.phase = Phase::Streaming(Box::new(Streaming {
                             body,
-                            decoder: SseDecoder::new(),
+                            decoder: if format == WireFormat::Gemini {
+                                SseDecoder::keeping_bare_json()
+                            } else {
+                                SseDecoder::new()
+                            },
                             reader: Reader::new(self.route.preset.format()),
                             progress: self.adapter.clock.now(),
                         }))
@@ -388,9 +393,15 @@ impl ModelStream {
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             // A `chat.completion` JSON object is what an endpoint sends for `stream: false`
-            // (or a proxy that buffers); the adapter reads streams only and says so.
+            // (or a proxy that buffers); the adapter reads streams only and says so. An error
+            // object sent with a 200 (a proxy's) is that error, classified as one in a stream.
             let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
             if content_type.is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json")) {
+                let text = self.adapter.secrets.scrub(&self.read_error_body(response.into_body()).await?);
+                let said = serde_json::from_str::<serde_json::Value>(&text).ok();
+                if let Some(error_object) = said.as_ref().and_then(|v| v.get("error")).filter(|e| e.is_object()) {
+                    return Err(FinishReason::Error { failure: super::normalise::mid_stream_failure(error_object) });
+                }
                 return Err(error(
                     ErrorCode::MalformedResponse,
                     format!(
@@ -444,18 +455,21 @@ impl ModelStream {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// Waits for the next body frame (the idle watchdog runs only during this wait) and
-    /// queues the chunks it completes. One rule for every format: a keep-alive (Anthropic's
-    /// `ping`, an SSE comment such as DeepSeek's `: keep-alive`) is activity, not progress. It
-    /// re-arms the wait for the next frame, not for the answer: once no data came for the idle
-    /// timeout, the stream is given up however often it pinged (a provider that queues a request
-    /// longer than that meets a retry; a longer `idle_timeout_ms` waits for it).
+    /// Waits for the next body frame and queues the chunks it completes, under two bounds
+    /// that run only during this wait (FAILURE-WIRE-FORMATS): the idle watchdog, which every
+    /// byte re-arms — a keep-alive (Anthropic's `ping`, an SSE comment such as DeepSeek's
+    /// `: keep-alive`) included — and the progress bound, which only data re-arms, so a stream
+    /// that only pings still ends.
     async fn read_more(&mut self, streaming: &mut Streaming) -> Result<(), FinishReason> {
-        let idle = self.route.idle_timeout;
+        let (idle, progress) = (self.route.idle_timeout, self.route.progress_timeout);
+        let now = self.adapter.clock.now();
+        let progress_left = progress.saturating_sub(now.saturating_duration_since(streaming.progress));
         let frame = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Err(aborted()),
-            () = self.adapter.clock.sleep(idle) => return Err(timeout(idle, "stream bytes")),
+            () = self.adapter.clock.sleep(idle.min(progress_left)) => {
+                return Err(if progress_left <= idle { no_progress(progress) } else { timeout(idle, "stream bytes") });
+            }
             frame = streaming.body.frame() => frame,
         };
         let data = match frame {
@@ -490,10 +504,23 @@ impl ModelStream {
             }
         }
         self.queue.extend(chunks);
-        if pinged && self.adapter.clock.now().saturating_duration_since(streaming.progress) >= idle {
+        // Planted: the seed's rule turned around — a ping re-arms nothing, so a provider that
+        // queues a request longer than the idle watchdog is given up while it pings.
+        let pings_ignored = crate::testing::bugs::planted("pings-not-activity");
+        if pinged && pings_ignored && self.adapter.clock.now().saturating_duration_since(streaming.progress) >= idle {
             return Err(timeout(idle, "progress (only pings)"));
         }
         Ok(())
+    }
+}
+
+/// The progress bound fired: the stream stayed alive (it pinged) but sent no data.
+fn no_progress(progress: Duration) -> FinishReason {
+    FinishReason::Error {
+        failure: Failure::new(
+            ErrorCode::Timeout,
+            format!("no data for {} ms, only pings (progress timeout)", progress.as_millis()),
+        ),
     }
 }
 

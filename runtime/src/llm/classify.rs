@@ -63,9 +63,18 @@ pub(crate) fn mentions_quota(text: &str) -> bool {
 
 pub(crate) fn mentions_context_overflow(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
-    ["context length", "context_length", "maximum context", "context window", "too many tokens", "prompt is too long"]
-        .iter()
-        .any(|w| lower.contains(w))
+    // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)".
+    [
+        "context length",
+        "context_length",
+        "maximum context",
+        "context window",
+        "too many tokens",
+        "prompt is too long",
+        "exceeds the maximum number of tokens",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
 }
 
 /// The code of an HTTP status and the provider's message (FAILURE-DEEPSEEK-HTTP): also what

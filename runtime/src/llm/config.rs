@@ -19,6 +19,10 @@ use crate::event::{ErrorCode, Failure};
 pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// Largest idle timeout accepted: one day.
 pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
+/// The progress bound when it is not set: this many idle timeouts. A provider that queues a
+/// request pings meanwhile (DeepSeek's `: keep-alive`, Anthropic's `ping`); the idle watchdog
+/// never fires on a pinging stream, so this second, longer bound ends one that only pings.
+pub const PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT: u64 = 3;
 /// Largest `max_retries` accepted by the `normal` policy.
 pub const MAX_RETRIES_MAX: u32 = 100;
 /// Upper bound of backoff delays (SPEC §4: `≤ 2^31 - 1`).
@@ -128,9 +132,15 @@ pub struct ProviderConfig {
     /// Environment variable holding the API key (none: the server needs no key).
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// Idle watchdog, armed only while a read is outstanding.
+    /// Idle watchdog, armed only while a read is outstanding: every byte, comment or ping
+    /// re-arms it.
     #[serde(default)]
     pub idle_timeout_ms: Option<u64>,
+    /// Longest a stream may go without data (text, reasoning, a tool call, usage): pings and
+    /// comments keep it alive but are not progress. Default
+    /// [`PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT`] × `idle_timeout_ms`; never below it.
+    #[serde(default)]
+    pub progress_timeout_ms: Option<u64>,
     /// The route's retry policy.
     #[serde(default)]
     pub retry_policy: Option<RetryPolicyConfig>,
@@ -382,8 +392,10 @@ pub struct ResolvedProvider {
     pub model: String,
     /// Environment variable of the key (resolved lazily per request).
     pub api_key_env: Option<String>,
-    /// Idle watchdog.
+    /// Idle watchdog: no byte at all for this long ends the attempt.
     pub idle_timeout: Duration,
+    /// Progress bound: no data (pings and comments aside) for this long ends the attempt.
+    pub progress_timeout: Duration,
     /// Retry policy of this route.
     pub retry: RetryPolicy,
     /// Extra trusted CAs (PEM file) for TLS.
@@ -417,6 +429,7 @@ impl fmt::Debug for ProviderConfig {
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("progress_timeout_ms", &self.progress_timeout_ms)
             .field("retry_policy", &self.retry_policy)
             .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
@@ -435,6 +448,7 @@ impl fmt::Debug for ResolvedProvider {
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
             .field("idle_timeout", &self.idle_timeout)
+            .field("progress_timeout", &self.progress_timeout)
             .field("retry", &self.retry)
             .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy.as_deref().map(hide_userinfo))
@@ -472,12 +486,31 @@ impl ResolvedProvider {
         Ok(self)
     }
 
-    /// The idle watchdog: a stream silent this long is `STREAM_IDLE_TIMEOUT`; refused outside
-    /// `1..=IDLE_TIMEOUT_MS_MAX` milliseconds.
+    /// The idle watchdog: a stream without a byte this long is `TIMEOUT`; refused outside
+    /// `1..=IDLE_TIMEOUT_MS_MAX` milliseconds. The progress bound becomes its default,
+    /// [`PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT`] times as long (set it after this to change it).
     pub fn with_idle_timeout(mut self, idle: Duration) -> Result<Self, ConfigError> {
         let ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         check_idle_timeout_ms(ms, "provider.idle_timeout_ms")?;
         self.idle_timeout = Duration::from_millis(ms);
+        self.progress_timeout = Duration::from_millis(ms * PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT);
+        Ok(self)
+    }
+
+    /// The progress bound: a stream without data (pings and comments aside) this long is
+    /// `TIMEOUT`; refused below the idle timeout or above [`PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT`]
+    /// × [`IDLE_TIMEOUT_MS_MAX`].
+    pub fn with_progress_timeout(mut self, progress: Duration) -> Result<Self, ConfigError> {
+        let ms = u64::try_from(progress.as_millis()).unwrap_or(u64::MAX);
+        let idle_ms = u64::try_from(self.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        let max = IDLE_TIMEOUT_MS_MAX * PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT;
+        if !(idle_ms..=max).contains(&ms) {
+            return Err(ConfigError::at(
+                "provider.progress_timeout_ms",
+                format!("must be within idle_timeout_ms ({idle_ms})..={max}"),
+            ));
+        }
+        self.progress_timeout = Duration::from_millis(ms);
         Ok(self)
     }
 
@@ -536,6 +569,7 @@ impl ProviderConfig {
             model: Some(model.to_owned()),
             api_key_env: None,
             idle_timeout_ms: None,
+            progress_timeout_ms: None,
             retry_policy: None,
             ca_file: None,
             proxy: None,
@@ -574,6 +608,7 @@ impl ProviderConfig {
         }
         let idle_timeout_ms = self.idle_timeout_ms.unwrap_or(IDLE_TIMEOUT_MS_DEFAULT);
         check_idle_timeout_ms(idle_timeout_ms, &format!("{path}.idle_timeout_ms"))?;
+        let progress_timeout_ms = self.progress_timeout_ms(idle_timeout_ms, path)?;
         let retry = match &self.retry_policy {
             Some(policy) => policy.resolve(&format!("{path}.retry_policy"))?,
             None => RetryPolicy::default(),
@@ -589,12 +624,29 @@ impl ProviderConfig {
             model,
             api_key_env,
             idle_timeout: Duration::from_millis(idle_timeout_ms),
+            progress_timeout: Duration::from_millis(progress_timeout_ms),
             retry,
             ca_file: self.ca_file.clone(),
             proxy: self.proxy.clone(),
             max_tokens: self.max_tokens,
             thinking_budget_tokens: self.thinking_budget_tokens,
         })
+    }
+
+    /// The progress bound: as set (within `idle..=`[`IDLE_TIMEOUT_MS_MAX`] × the default
+    /// factor), else [`PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT`] idle timeouts.
+    fn progress_timeout_ms(&self, idle_timeout_ms: u64, path: &str) -> Result<u64, ConfigError> {
+        let max = IDLE_TIMEOUT_MS_MAX * PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT;
+        let Some(ms) = self.progress_timeout_ms else {
+            return Ok(idle_timeout_ms * PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT);
+        };
+        if !(idle_timeout_ms..=max).contains(&ms) {
+            return Err(ConfigError::at(
+                &format!("{path}.progress_timeout_ms"),
+                format!("must be within idle_timeout_ms ({idle_timeout_ms})..={max}"),
+            ));
+        }
+        Ok(ms)
     }
 
     /// The answer and reasoning budgets, and a model name the format can put in a URL.

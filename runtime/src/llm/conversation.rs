@@ -81,6 +81,13 @@ pub(crate) struct Call {
     pub signature: Option<Box<str>>,
 }
 
+impl AssistantEntry {
+    /// Whether there is nothing to send back: no text, refusal, reasoning kept, or call.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_none() && self.refusal.is_none() && self.reasoning.is_empty() && self.calls.is_empty()
+    }
+}
+
 impl Call {
     /// The id to send back, when the provider gave one (not one the reader made up).
     pub fn provider_id(&self) -> Option<&str> {

@@ -24,7 +24,7 @@ pub use config::{
     from_toml, resolve_credential, Backoff, BackoffConfig, ConfigError, Credentials, LiveProvider, Preset,
     ProviderConfig, ResolvedProvider, RetryPolicy, RetryPolicyConfig, Secret, StaticCredentials, DELAY_MS_MAX,
     IDLE_TIMEOUT_MS_DEFAULT, IDLE_TIMEOUT_MS_MAX, MAX_RETRIES_MAX, MAX_TOKENS_DEFAULT, MAX_TOKENS_MAX,
-    RETRYABLE_CODES_DEFAULT, THINKING_BUDGET_TOKENS_MIN,
+    PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT, RETRYABLE_CODES_DEFAULT, THINKING_BUDGET_TOKENS_MIN,
 };
 pub use conversation::SYNTHESISED_CALL_ID_PREFIX;
 pub use endpoint::Endpoint;

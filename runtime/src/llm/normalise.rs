@@ -108,7 +108,7 @@ struct ApiCompletionDetails {
 /// or a numeric `code`, as OpenRouter sends, else OpenAI's error `type` or a string `code`)
 /// get the code that status or type means, like an HTTP status: an invalid request reported
 /// mid-stream is not retried as a server fault; anything else is `SERVER`.
-fn mid_stream_failure(error: &serde_json::Value) -> Failure {
+pub(crate) fn mid_stream_failure(error: &serde_json::Value) -> Failure {
     let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("error event in the stream");
     let status = ["status_code", "status", "code"]
         .iter()
@@ -283,7 +283,14 @@ impl Normaliser {
             out.push(Chunk::BlockEnd { index });
         }
         let reason = match self.finish_reason.as_deref() {
-            Some("length") => FinishReason::MaxTokens,
+            // Mistral's `model_length`: the context window, not the answer budget, ran out;
+            // what came is an answer cut short all the same.
+            Some("length" | "model_length") => FinishReason::MaxTokens,
+            // OpenRouter ends a stream whose upstream failed with `error` (its error object, when
+            // it sends one, was read as the failure already).
+            Some("error") => FinishReason::Error {
+                failure: Failure::new(ErrorCode::Server, "the provider ended the completion with finish_reason error"),
+            },
             Some("tool_calls") => FinishReason::ToolCalls,
             Some("content_filter") => FinishReason::Error {
                 failure: Failure::new(

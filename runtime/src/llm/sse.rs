@@ -47,7 +47,19 @@ pub struct SseDecoder {
     /// The previous byte was a `\r` that ended a line; a following `\n` belongs to it.
     after_cr: bool,
     total: u64,
+    /// The last `id` field (WHATWG's last event ID buffer; one holding NUL is ignored): where
+    /// a resumed stream starts again (MCP's `Last-Event-ID`).
+    last_event_id: Option<String>,
+    /// The last `retry` field (digits only), in ms: how long to wait before resuming.
+    retry_ms: Option<u64>,
+    /// Lines that are no SSE field are gathered as JSON (Gemini's errors mid-stream come as
+    /// bare JSON lines, which its SDK buffers until they parse): `None` ignores them, as SSE
+    /// says.
+    stray: Option<Vec<u8>>,
 }
+
+/// Longest event id kept, in bytes (a longer one is ignored, as one with NUL is).
+pub const SSE_EVENT_ID_BYTES_MAX: usize = 1024;
 
 impl SseDecoder {
     /// A fresh decoder.
@@ -55,9 +67,26 @@ impl SseDecoder {
         Self::default()
     }
 
+    /// A fresh decoder that also reads bare JSON between events: lines that are no SSE
+    /// field are gathered until they parse as one JSON value, which is then an event's data
+    /// (google-genai's reader does the same: a Gemini error mid-stream comes as such lines).
+    pub fn keeping_bare_json() -> Self {
+        Self { stray: Some(Vec::new()), ..Self::default() }
+    }
+
     /// Bytes received so far.
     pub fn total_bytes(&self) -> u64 {
         self.total
+    }
+
+    /// The last event id the stream gave, if any.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
+    }
+
+    /// The last reconnection time the stream asked for, in ms, if any.
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.retry_ms
     }
 
     /// Feeds the next bytes, appending complete items to `out`.
@@ -116,8 +145,19 @@ impl SseDecoder {
             }
             None => (&line[..], &[][..]),
         };
-        // `event`, `id` and `retry` carry nothing an OpenAI-compatible stream needs.
-        if field == b"data" {
+        // `event` carries nothing a reader here needs; `id` and `retry` say where and when a
+        // closed stream resumes (an MCP server's, not a model's).
+        if field == b"id" {
+            if !value.contains(&0) && value.len() <= SSE_EVENT_ID_BYTES_MAX {
+                self.last_event_id = std::str::from_utf8(value).ok().map(str::to_owned);
+            }
+        } else if field == b"retry" {
+            if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+                self.retry_ms = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            }
+        } else if field != b"data" && field != b"event" && self.stray.is_some() {
+            return self.gather_stray(out);
+        } else if field == b"data" {
             if self.has_data {
                 self.data.push(b'\n');
             }
@@ -126,6 +166,21 @@ impl SseDecoder {
             }
             self.data.extend_from_slice(value);
             self.has_data = true;
+        }
+        Ok(())
+    }
+
+    /// A line that is no field, kept with the lines before it until they parse as JSON.
+    fn gather_stray(&mut self, out: &mut Vec<SseItem>) -> Result<(), SseError> {
+        let stray = self.stray.as_mut().expect("only called when gathering");
+        if stray.len() + self.line.len() + 1 > SSE_EVENT_BYTES_MAX {
+            return Err(SseError::EventTooLarge);
+        }
+        stray.extend_from_slice(&self.line);
+        stray.push(b'\n');
+        if serde_json::from_slice::<serde::de::IgnoredAny>(stray).is_ok() {
+            let data = String::from_utf8(std::mem::take(stray)).map_err(|_| SseError::NotUtf8)?;
+            out.push(SseItem::Data(data));
         }
         Ok(())
     }

@@ -362,10 +362,9 @@ impl Reader {
         }
         let reason = match self.stop_reason.as_deref() {
             Some("tool_use") => FinishReason::ToolCalls,
-            Some("max_tokens") => FinishReason::MaxTokens,
-            Some("model_context_window_exceeded") => FinishReason::Error {
-                failure: Failure::new(ErrorCode::ContextWindowExceeded, "the model's context window filled up"),
-            },
+            // A valid answer cut short, by the answer budget or by the context window (the
+            // stop-reasons guide: "the response is valid but was capped").
+            Some("max_tokens" | "model_context_window_exceeded") => FinishReason::MaxTokens,
             None if self.saw_tool => FinishReason::ToolCalls,
             _ if !self.saw_content => FinishReason::Error {
                 failure: Failure::new(ErrorCode::EmptyResponse, "the stream completed without any content"),

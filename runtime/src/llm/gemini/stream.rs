@@ -223,10 +223,13 @@ impl Reader {
                 failure: Failure::new(ErrorCode::EmptyResponse, "the stream completed without any content"),
             },
             "STOP" => FinishReason::Stop,
-            "MAX_TOKENS" => FinishReason::MaxTokens,
+            // CONTINUATION: the per-request token limit, an answer that can be continued.
+            "MAX_TOKENS" | "CONTINUATION" => FinishReason::MaxTokens,
             "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" => {
                 failure(ErrorCode::MalformedResponse, "the model's function call was unusable")
             }
+            "MALFORMED_RESPONSE" => failure(ErrorCode::MalformedResponse, "the model's answer was malformed"),
+            "PUP_LIMITED_DISABLED" => failure(ErrorCode::Auth, "the account may not use this model"),
             "OTHER" | "FINISH_REASON_UNSPECIFIED" => failure(ErrorCode::Unknown, "the provider stopped the answer"),
             // SAFETY, RECITATION, LANGUAGE, BLOCKLIST, PROHIBITED_CONTENT, SPII, IMAGE_*, and
             // whatever else a filter may add: the answer will not come by asking again.
