@@ -47,7 +47,8 @@ pub enum ToolOutput {
     Ok(String),
     /// The tool ran and failed; the model sees the message.
     Failed(String),
-    /// The tool stopped because its signal fired.
+    /// The tool stopped because its signal fired, **before it acted**: nothing took effect.
+    /// A tool stopped after its effect may have begun returns [`ToolOutput::Unknown`].
     Aborted(String),
     /// The effect may or may not have happened (a lost receipt): the model must verify before
     /// retrying anything with side effects.
@@ -57,9 +58,10 @@ pub enum ToolOutput {
 /// A tool the model can call.
 ///
 /// Contract: `call` receives a cancellation token merged from the caller's abort and the
-/// tool's own deadline. A cooperative tool watches it and returns promptly (usually
-/// [`ToolOutput::Aborted`]); the runtime always awaits the returned future to completion,
-/// because an abandoned future may still be performing its side effect.
+/// tool's own deadline. A cooperative tool watches it and returns promptly: its answer if it
+/// has one, [`ToolOutput::Aborted`] only if nothing took effect, [`ToolOutput::Unknown`] if
+/// something may have. The runtime always awaits the returned future to completion, because
+/// an abandoned future may still be performing its side effect, and keeps what it returns.
 pub trait Tool: Send + Sync {
     /// The schema advertised to the model.
     fn schema(&self) -> ToolSchema;
@@ -175,9 +177,12 @@ pub(crate) fn cut_marked(mut text: String, bytes_max: usize, marker: &str) -> St
 }
 
 /// Runs `tool` under its cooperative deadline: the caller's `cancel` and the deadline are
-/// merged into the signal the tool sees; the tool is **always awaited**; the result is
-/// replaced by `TOOL_TIMEOUT` only if the deadline fired before the caller's abort. A panic in
-/// the tool becomes a `TOOL_FAILED` result, never a crash of the turn.
+/// merged into the signal the tool sees; the tool is **always awaited**, and what it returns
+/// is the call's result (FAILURE-TOOL-TIMEOUT, FAILURE-MCP-TOOLS): an answer that arrives after
+/// the deadline is kept, an outcome the tool cannot vouch for stays `TOOL_OUTCOME_UNKNOWN`, and
+/// only a tool that stopped before acting ([`ToolOutput::Aborted`]) after the deadline fired
+/// first reads `TOOL_TIMEOUT`. A result that may have acted never reads as not having acted.
+/// A panic in the tool becomes a `TOOL_FAILED` result, never a crash of the turn.
 pub async fn run_with_deadline(
     tool: Arc<dyn Tool>,
     invocation: ToolInvocation,
@@ -208,18 +213,24 @@ pub async fn run_with_deadline(
             }
         }
     };
-    let outcome = match joined {
+    match joined {
+        // The tool's own word on what its deadline stopped: only a tool that says it stopped
+        // before acting reads as timed out; an answer that came anyway is the call's result.
+        // Planted: the deadline's word over the tool's: whatever came back reads "did not finish".
+        Ok(_) if deadline_won && crate::testing::bugs::planted("timeout-hides-answer") => {
+            let limit = deadline.unwrap_or_default().as_millis();
+            CallOutcome::error(ErrorCode::ToolTimeout, "timeout", format!("the tool did not finish within {limit} ms"))
+        }
+        Ok(ToolOutput::Aborted(text)) if deadline_won => {
+            let limit = deadline.unwrap_or_default().as_millis();
+            CallOutcome::error(
+                ErrorCode::ToolTimeout,
+                "timeout",
+                format!("the tool was stopped at its {limit} ms deadline before it acted: {text}"),
+            )
+        }
         Ok(output) => CallOutcome::from_output(output),
         Err(e) if e.is_panic() => CallOutcome::error(ErrorCode::ToolFailed, "panicked", "the tool panicked"),
         Err(_) => CallOutcome::error(ErrorCode::ToolFailed, "failed", "the tool's task was cancelled"),
-    };
-    if deadline_won {
-        let limit = deadline.unwrap_or_default().as_millis();
-        return CallOutcome::error(
-            ErrorCode::ToolTimeout,
-            "timeout",
-            format!("the tool did not finish within {limit} ms"),
-        );
     }
-    outcome
 }

@@ -62,6 +62,10 @@ pub(crate) fn apply_env(command: &mut tokio::process::Command, policy: &ToolEnv)
 }
 
 async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: CancellationToken) -> ToolOutput {
+    // The only moment a command provably did nothing: it was never started.
+    if cancel.is_cancelled() {
+        return ToolOutput::Aborted("the command was not started: the call was stopped first".into());
+    }
     let mut child = match command_for(&config, &invocation).spawn() {
         Ok(child) => child,
         Err(e) => return ToolOutput::Failed(format!("could not start {:?}: {e}", config.command[0])),
@@ -92,17 +96,34 @@ async fn run(config: CommandToolConfig, invocation: ToolInvocation, cancel: Canc
             }
             let grace = tokio::time::sleep(Duration::from_millis(COMMAND_KILL_GRACE_MS));
             tokio::pin!(grace);
-            tokio::select! {
-                _ = &mut work => {}
+            let (signals, (status, out, err)) = tokio::select! {
+                ended = &mut work => ("SIGTERM", ended),
                 () = &mut grace => {
                     if let Some(pgid) = pgid {
                         let _ = killpg(pgid, Signal::SIGKILL);
                     }
-                    let _ = work.await;
+                    ("SIGTERM, then SIGKILL after the grace period", work.await)
                 }
-            }
-            ToolOutput::Aborted("the command was stopped (SIGTERM, then SIGKILL after the grace period)".into())
+            };
+            stopped_output(signals, status, &out, &err)
         }
+    }
+}
+
+/// What a command stopped after it started says: its answer when it still finished cleanly
+/// (an answer that arrives within the grace is the call's result), else an unknown outcome —
+/// a process stopped mid-run may already have acted, and never reads as not having run.
+fn stopped_output(
+    signals: &str,
+    status: std::io::Result<std::process::ExitStatus>,
+    out: &[u8],
+    err: &[u8],
+) -> ToolOutput {
+    match output_of(status, out, err) {
+        ToolOutput::Ok(stdout) => ToolOutput::Ok(stdout),
+        ToolOutput::Failed(why) | ToolOutput::Aborted(why) | ToolOutput::Unknown(why) => ToolOutput::Unknown(format!(
+            "the command was stopped after it started ({signals}); it may have acted: {why}"
+        )),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The cooperative tool deadline (FAILURE-TOOL-TIMEOUT, FAILURE-TIMEOUT-TEST) on tokio's paused
-//! clock: the wrapper always awaits the tool, and reports TOOL_TIMEOUT only if its own
-//! deadline fired first.
+//! clock: the wrapper always awaits the tool and keeps what it says; TOOL_TIMEOUT only for a
+//! tool that stopped on its signal before acting, and only if its own deadline fired first.
 #![allow(clippy::disallowed_methods)] // drives tokio's paused clock
 
 use std::sync::{Arc, Mutex};
@@ -93,16 +93,14 @@ async fn a_cooperative_tool_past_its_deadline_reports_tool_timeout() {
     assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
 }
 
+/// A tool that answers its deadline with a failure (or panics) said what happened; the
+/// result is its word, never "stopped before it acted".
 #[tokio::test(start_paused = true)]
-async fn a_tool_that_throws_on_abort_still_reads_as_a_timeout() {
+async fn a_tool_that_throws_on_abort_reads_as_it_failed_not_as_a_timeout() {
     let outcome = run(probe(OnAbort::Fail, Some(100)), CancellationToken::new()).await;
-    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolFailed));
     let outcome = run(probe(OnAbort::Panic, Some(100)), CancellationToken::new()).await;
-    assert_eq!(
-        code(&outcome),
-        Some(ErrorCode::ToolTimeout),
-        "a panic after the deadline is still the deadline's result"
-    );
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolFailed), "a panic after the deadline is the tool's panic");
 }
 
 #[tokio::test(start_paused = true)]
@@ -145,13 +143,16 @@ async fn the_timeout_result_waits_for_the_tools_slow_cleanup() {
     assert_eq!(code(&running.await.unwrap()), Some(ErrorCode::ToolTimeout));
 }
 
+/// A tool that ignores its signal is awaited to the end, and the answer it gives then is the
+/// call's result (FAILURE-MCP-TOOLS: "a call that may have acted never reads as not run").
 #[tokio::test(start_paused = true)]
-async fn a_tool_that_ignores_its_signal_is_awaited_to_the_end() {
+async fn a_tool_that_ignores_its_signal_is_awaited_and_its_answer_kept() {
     let clock = SystemClock::new();
     let started = clock.now();
     let outcome = run(probe(OnAbort::Ignore { work_ms: 1_000 }, Some(100)), CancellationToken::new()).await;
     assert!(clock.now().saturating_duration_since(started) >= Duration::from_millis(1_000));
-    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+    assert_eq!(code(&outcome), None);
+    assert!(matches!(&outcome.content[..], [ContentBlock::Text { text }] if text == "finished anyway"), "{outcome:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -175,7 +176,8 @@ async fn a_tool_without_a_deadline_runs_to_completion() {
 }
 
 /// A real command that ignores SIGTERM: after its deadline it gets SIGTERM, the grace period,
-/// then SIGKILL, and the wrapper still awaits it before reporting TOOL_TIMEOUT.
+/// then SIGKILL, and the wrapper still awaits it; a process killed mid-run may have acted, so
+/// the result is TOOL_OUTCOME_UNKNOWN, never "did not finish".
 #[tokio::test]
 async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() {
     use faultline_runtime::agent::CommandToolConfig;
@@ -210,7 +212,7 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
     let started = clock.now();
     let outcome = run_with_deadline(tool, invocation(), &CancellationToken::new(), &clock).await;
     let took = clock.now().saturating_duration_since(started);
-    assert_eq!(code(&outcome), Some(ErrorCode::ToolTimeout));
+    assert_eq!(code(&outcome), Some(ErrorCode::ToolOutcomeUnknown), "{outcome:?}");
     assert!(took >= Duration::from_millis(200 + COMMAND_KILL_GRACE_MS), "waited for the grace period: {took:?}");
     assert!(took < Duration::from_secs(20), "and then killed it: {took:?}");
     // Past the grandchild's sleep: had it survived, the marker would be there.
@@ -249,4 +251,35 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
         run_with_deadline(tool("echo oops >&2; exit 3"), invocation(), &CancellationToken::new(), &clock).await;
     assert_eq!(code(&failed), Some(ErrorCode::ToolFailed));
     assert!(format!("{:?}", failed.content).contains("oops"));
+}
+
+/// A real command that finishes cleanly on its SIGTERM, printing its answer: the answer that
+/// arrives within the grace is the call's result.
+#[tokio::test]
+async fn a_command_tool_that_answers_its_sigterm_within_the_grace_is_heard() {
+    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::production::CommandTool;
+    let tool = Arc::new(CommandTool::new(CommandToolConfig {
+        name: "polite".into(),
+        description: String::new(),
+        parameters: serde_json::json!({"type": "object"}),
+        command: vec!["sh".into(), "-c".into(), "trap 'echo wrote the file; exit 0' TERM; sleep 30 & wait".into()],
+        timeout_ms: Some(200),
+        side_effects: true,
+        via_outbox: false,
+        env_allow: None,
+        env_deny: Vec::new(),
+        env_hidden: Vec::new(),
+        sim: None,
+        approval: Default::default(),
+        approvers: Vec::new(),
+        approval_deadline_ms: None,
+    }));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let outcome = run_with_deadline(tool, invocation(), &CancellationToken::new(), &clock).await;
+    assert_eq!(code(&outcome), None, "{outcome:?}");
+    assert!(
+        matches!(&outcome.content[..], [ContentBlock::Text { text }] if text.contains("wrote the file")),
+        "{outcome:?}"
+    );
 }
