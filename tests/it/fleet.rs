@@ -473,3 +473,65 @@ fn a_worker_whose_database_cannot_be_reached_exits_2_unreachable() {
     assert!(!said.contains("hunter2-secret"), "the password stays out: {said}");
     assert!(faultline_e2e::logged_requests(dir.path()).is_empty(), "the model was never asked");
 }
+
+/// How long `agent run` may take to give up on a database that accepts and never answers
+/// (FAILURE-DB-SILENT, docs/fleet.md): the connect bound and the reply bound, with room for
+/// the one reconnect and the lookup a lost answer gets, and for a loaded machine.
+const SILENT_GIVE_UP_S_MAX: u64 = 60;
+
+/// A database that accepts the connection and never answers — in the startup exchange, and
+/// in the TLS handshake — ends `agent run` as unreachable (exit 2, `DATABASE_UNREACHABLE`)
+/// within its bound, not a hang; the model is never asked.
+#[test]
+fn a_database_that_never_answers_at_connect_ends_the_worker_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = CuttingProxy::silent();
+    let model =
+        ModelServerProcess::start(dir.path(), &json!({"responses": [{"frames": [{"text": "no"}], "finish": "stop"}]}));
+    let config = config(dir.path(), &model.base_url(), false);
+    for sslmode in ["disable", "require"] {
+        let url = format!("postgresql://faultline@127.0.0.1:{}/postgres?sslmode={sslmode}", silent.port());
+        let started = Instant::now();
+        let output = worker(&config, &dir.path().join(sslmode), &url, "silent", false, &[]).output().unwrap();
+        let said = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "sslmode={sslmode}: {said}");
+        assert!(said.contains("DATABASE_UNREACHABLE") && said.contains("did not answer"), "{said}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(SILENT_GIVE_UP_S_MAX), "sslmode={sslmode}: gave up after {took:?}");
+    }
+    assert!(logged_requests(dir.path()).is_empty(), "the model was never asked");
+}
+
+/// A database that goes silent mid-turn (it stops answering on the open connection and
+/// never answers a new one) ends the turn not kept (exit 6), the database named unreachable,
+/// within the bound: the reply bound (the URL's statement_timeout + 5 s) and the connect bound
+/// of the one reconnect — not a hang. Another worker resumes the session once the database
+/// answers again.
+#[test]
+fn a_database_that_goes_silent_mid_turn_ends_the_turn_within_its_bound() {
+    let Some(url) = database() else { return };
+    let (proxy, through) = CuttingProxy::in_front_of(&url);
+    let bounded = format!("{through}?options=-c%20statement_timeout%3D1000");
+    let dir = tempfile::tempdir().unwrap();
+    let frames: Vec<Value> = (0..60).map(|i| json!({"text": format!("part {i} ")})).collect();
+    let model = ModelServerProcess::start(
+        dir.path(),
+        &json!({"responses": [
+            {"frames": frames, "finish": "stop", "frame_delay_ms": 25},
+            {"frames": [{"text": "Resumed."}], "finish": "stop"}
+        ]}),
+    );
+    let config = config(dir.path(), &model.base_url(), false);
+    let running = spawn(worker(&config, &dir.path().join("w1"), &bounded, "silent-mid-turn", false, &[]));
+    wait_for("the request at the model server", || !logged_requests(dir.path()).is_empty());
+    proxy.silence();
+    let silenced = Instant::now();
+    let output = running.wait_with_output().unwrap();
+    let took = silenced.elapsed();
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(6), "not kept: {said}");
+    assert!(said.contains("DATABASE_UNREACHABLE") && said.contains("did not answer"), "{said}");
+    assert!(took < Duration::from_secs(SILENT_GIVE_UP_S_MAX), "the worker hung: {took:?} after the silence");
+    let resumed = worker(&config, &dir.path().join("w2"), &url, "silent-mid-turn", true, &[]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "resumable: {}", stderr(&resumed));
+}

@@ -18,12 +18,14 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
+use super::client::{PgClient, PgError, Queries};
 use crate::error::DatabaseError;
 use crate::store::HeldLeases;
 use crate::{Error, Result};
 
-/// How long a connection attempt may take, in milliseconds.
-pub(crate) const CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// How long one TCP connect may take, in milliseconds (the whole connect, TLS and startup
+/// included, is bounded by [`super::client::CONNECT_TIMEOUT_MS`]).
+pub(crate) const TCP_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Idle time before the first keep-alive probe, in ms: a peer gone without a word (a failed
 /// over host, a NAT that forgot the flow) is found by its silence, not hours later.
 const KEEPALIVE_IDLE_MS: u64 = 10_000;
@@ -41,29 +43,51 @@ type Job = Box<dyn FnOnce(&mut Linked) + Send>;
 
 /// Where to connect: the driver's settings and the TLS the URL asked for.
 pub(crate) struct Dial {
-    pub config: postgres::Config,
+    pub config: tokio_postgres::Config,
     pub tls: super::tls::PgTls,
 }
 
 /// The connection as a job sees it: connected on first use and again after a loss.
 pub(crate) struct Linked {
-    config: postgres::Config,
+    config: tokio_postgres::Config,
     /// The TLS connector (`None`: `sslmode=disable`).
     tls: Option<super::tls::RustlsConnect>,
-    client: Option<postgres::Client>,
+    /// The longest a reply may take (FAILURE-DB-SILENT).
+    reply: Duration,
+    client: Option<PgClient>,
+    /// A connect met a database that accepted and never answered: until then, a job fails
+    /// at once instead of waiting out the connect bound again (a worker facing a silent
+    /// database gives up in bounded time, however many writes it has queued).
+    quiet_until: Option<std::time::Instant>,
 }
 
 impl Linked {
     /// The connection, (re)connecting when there is none or it was closed.
-    pub(crate) fn client(&mut self) -> Result<&mut postgres::Client> {
-        if self.client.as_ref().is_some_and(postgres::Client::is_closed) {
+    pub(crate) fn client(&mut self) -> Result<&mut PgClient> {
+        if self.client.as_ref().is_some_and(PgClient::is_closed) {
             self.client = None;
         }
         if self.client.is_none() {
+            if let Some(until) = self.quiet_until.filter(|until| std::time::Instant::now() < *until) {
+                let left = until.saturating_duration_since(std::time::Instant::now()).as_millis();
+                return Err(Error::Database(DatabaseError {
+                    message: format!(
+                        "the database did not answer: no reply to the last connection within {} ms; not tried again \
+                         for another {left} ms",
+                        super::client::CONNECT_TIMEOUT_MS
+                    ),
+                    code: None,
+                    connection_lost: true,
+                }));
+            }
             let connected = match &self.tls {
-                Some(tls) => self.config.connect(tls.clone()),
-                None => self.config.connect(postgres::NoTls),
+                Some(tls) => PgClient::connect(&self.config, tls.clone(), self.reply),
+                None => PgClient::connect(&self.config, tokio_postgres::NoTls, self.reply),
             };
+            if matches!(connected, Err(PgError::Silent { .. })) {
+                let quiet = Duration::from_millis(super::client::CONNECT_TIMEOUT_MS);
+                self.quiet_until = Some(std::time::Instant::now() + quiet);
+            }
             self.client = Some(connected.map_err(|e| classify_connect(e, &self.config))?);
         }
         Ok(self.client.as_mut().expect("connected above"))
@@ -155,7 +179,7 @@ impl Link {
             super::tls::SslMode::Disable => None,
             _ => Some(super::tls::connector(&tls)?),
         };
-        config.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS));
+        config.connect_timeout(Duration::from_millis(TCP_CONNECT_TIMEOUT_MS));
         // A half-open connection ends as a lost one (DATABASE_UNREACHABLE), never a hang.
         config.keepalives(true);
         config.keepalives_idle(Duration::from_millis(KEEPALIVE_IDLE_MS));
@@ -163,13 +187,15 @@ impl Link {
         config.keepalives_retries(KEEPALIVE_RETRIES);
         config.tcp_user_timeout(Duration::from_millis(TCP_USER_TIMEOUT_MS));
         let options = config.get_options().unwrap_or_default().to_owned();
+        let statement_ms = super::client::statement_timeout_ms(&options).unwrap_or(STATEMENT_TIMEOUT_MS);
         if !options.contains("statement_timeout") {
             let bounded = format!("{options} -c statement_timeout={STATEMENT_TIMEOUT_MS}");
             config.options(bounded.trim_start());
         }
+        let reply = super::client::reply_bound(statement_ms);
         let (jobs, inbox) = mpsc::channel::<Job>();
         let leases = HeldLeases::default();
-        let renewing = Linked { config: config.clone(), tls: tls.clone(), client: None };
+        let renewing = Linked { config: config.clone(), tls: tls.clone(), reply, client: None, quiet_until: None };
         let (renewal, stop) = mpsc::channel::<()>();
         let (renewed, every) = (leases.clone(), crate::store::renewal_interval(lease));
         std::thread::Builder::new()
@@ -179,7 +205,7 @@ impl Link {
         std::thread::Builder::new()
             .name("faultline-postgres".into())
             .spawn(move || {
-                let mut linked = Linked { config, tls, client: None };
+                let mut linked = Linked { config, tls, reply, client: None, quiet_until: None };
                 while let Ok(job) = inbox.recv() {
                     job(&mut linked);
                 }
@@ -242,20 +268,37 @@ fn thread_gone() -> Error {
 
 /// A failed connect as the runtime's error: a refused certificate said plainly (never
 /// retried as a lost connection: it will be refused again), anything else as [`classify`].
-fn classify_connect(e: postgres::Error, config: &postgres::Config) -> Error {
+fn classify_connect(e: PgError, config: &tokio_postgres::Config) -> Error {
     let host = match config.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(name)) => name.clone(),
+        Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
         _ => "localhost".to_owned(),
     };
-    match super::tls::certificate_refusal(&e, &host) {
+    let refused = match &e {
+        PgError::Driver(driver) => super::tls::certificate_refusal(driver, &host),
+        PgError::Silent { .. } => None,
+    };
+    match refused {
         Some(message) => Error::Database(DatabaseError { message, code: None, connection_lost: false }),
         None => classify(e),
     }
 }
 
+/// A failed exchange as the runtime's error: a deadline that passed is a lost connection
+/// (FAILURE-DB-SILENT); a driver's error as [`classify_driver`] says.
+pub(crate) fn classify(e: impl Into<PgError>) -> Error {
+    match e.into() {
+        PgError::Driver(e) => classify_driver(e),
+        PgError::Silent { what, waited_ms } => Error::Database(DatabaseError {
+            message: format!("the database did not answer: no reply to {what} within {waited_ms} ms"),
+            code: None,
+            connection_lost: true,
+        }),
+    }
+}
+
 /// A driver error as the runtime's: the server's message and SQLSTATE, or the driver's own
 /// text, and whether the connection was lost. Neither carries the database's URL.
-pub(crate) fn classify(e: postgres::Error) -> Error {
+fn classify_driver(e: tokio_postgres::Error) -> Error {
     let code = e.code().map(|c| c.code().to_owned());
     let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
     // Class 08 is "connection exception"; 57P01-57P03 are the server shutting down or

@@ -9,6 +9,7 @@
 //! from a runtime thread: so one thread per store owns the connection (`link.rs`). Moving the
 //! connection onto the `Net` seam (and into the simulator) needs an async `LogMedium`.
 
+mod client;
 mod link;
 mod outbox;
 mod schema;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
+use super::client::Queries;
 use super::link::{classify, Link, Linked};
 use super::schema;
 use super::store::parse_url;
@@ -121,7 +122,7 @@ fn row_session_epoch(tx: &mut Tx<'_>, row: &Delivery) -> Result<std::result::Res
     })
 }
 
-type Tx<'a> = postgres::Transaction<'a>;
+type Tx<'a> = super::client::PgTx<'a>;
 
 /// The row of `id`, locked for this transaction.
 fn row(tx: &mut Tx<'_>, id: &str) -> Result<Option<Delivery>> {

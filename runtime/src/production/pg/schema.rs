@@ -7,6 +7,7 @@
 
 use postgres::types::Type;
 
+use super::client::Queries;
 use super::link::classify;
 use crate::{Error, Result};
 
@@ -63,7 +64,7 @@ const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS faultline_schema (
 )";
 
 /// Applies the missing migrations; returns the versions applied (empty when up to date).
-pub(crate) fn migrate(client: &mut postgres::Client, target: &str) -> Result<Vec<i32>> {
+pub(crate) fn migrate(client: &mut super::client::PgClient, target: &str) -> Result<Vec<i32>> {
     let mut tx = client.transaction().map_err(classify)?;
     tx.execute_typed("SELECT pg_advisory_xact_lock($1)", &[(&MIGRATION_LOCK_KEY, Type::INT8)]).map_err(classify)?;
     tx.batch_execute(VERSION_TABLE).map_err(classify)?;
@@ -82,7 +83,7 @@ pub(crate) fn migrate(client: &mut postgres::Client, target: &str) -> Result<Vec
 }
 
 /// The schema version of the database, without writing: 0 when it has no faultline schema.
-pub(crate) fn version(client: &mut postgres::Client) -> Result<i32> {
+pub(crate) fn version(client: &mut impl Queries) -> Result<i32> {
     let exists: bool =
         client.query_typed_one("SELECT to_regclass('faultline_schema') IS NOT NULL", &[]).map_err(classify)?.get(0);
     if !exists {
@@ -93,7 +94,7 @@ pub(crate) fn version(client: &mut postgres::Client) -> Result<i32> {
 
 /// Refuses a database this build cannot read: no schema, an older one (a writer migrates
 /// it), or a newer one.
-pub(crate) fn check_readable(client: &mut postgres::Client, target: &str) -> Result<()> {
+pub(crate) fn check_readable(client: &mut impl Queries, target: &str) -> Result<()> {
     let current = version(client)?;
     refuse_newer(current, target)?;
     if current == 0 {

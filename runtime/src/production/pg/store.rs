@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use postgres::types::Type;
 
+use super::client::Queries;
 use super::link::Dial;
 use super::link::{classify, Link, Linked};
 use super::schema;
@@ -71,7 +72,7 @@ impl std::fmt::Debug for PgStore {
 /// and names it without its password.
 pub(crate) fn parse_url(url: &str) -> Result<(Dial, String)> {
     let (rest, tls) = super::tls::split(url)?;
-    let mut config = postgres::Config::from_str(&rest).map_err(|_| Error::NotFaultlineDatabase {
+    let mut config = tokio_postgres::Config::from_str(&rest).map_err(|_| Error::NotFaultlineDatabase {
         path: "the database URL".into(),
         reason: "it is not a PostgreSQL connection string (postgresql://user@host:port/dbname, or key=value pairs)"
             .into(),
@@ -85,19 +86,19 @@ pub(crate) fn parse_url(url: &str) -> Result<(Dial, String)> {
 /// scrubber, so it never leaves the process in a transcript or a log line.
 pub fn database_password(url: &str) -> Option<String> {
     let (rest, _) = super::tls::split(url).ok()?;
-    let config = postgres::Config::from_str(&rest).ok()?;
+    let config = tokio_postgres::Config::from_str(&rest).ok()?;
     let password = config.get_password()?;
     Some(String::from_utf8_lossy(password).into_owned()).filter(|p| !p.is_empty())
 }
 
 /// `postgresql://user@host:port/dbname`, without the password.
-fn describe(config: &postgres::Config) -> String {
+fn describe(config: &tokio_postgres::Config) -> String {
     let host = config
         .get_hosts()
         .first()
         .map(|h| match h {
-            postgres::config::Host::Tcp(name) => name.clone(),
-            postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .unwrap_or_else(|| "localhost".into());
     let port = config.get_ports().first().copied().unwrap_or(5432);
@@ -192,7 +193,7 @@ struct SessionRow {
     lease_live: bool,
 }
 
-fn read_session(tx: &mut impl postgres::GenericClient, id: &str, lock: bool) -> Result<SessionRow> {
+fn read_session(tx: &mut impl Queries, id: &str, lock: bool) -> Result<SessionRow> {
     let sql = if lock { format!("{SELECT_SESSION} FOR UPDATE") } else { SELECT_SESSION.to_owned() };
     let row = tx
         .query_typed_opt(&sql, &[(&id, Type::TEXT)])
@@ -204,7 +205,7 @@ fn read_session(tx: &mut impl postgres::GenericClient, id: &str, lock: bool) -> 
     Ok(SessionRow { header: row.get(0), epoch: row.get(2), owner, lease_live: row.get(4) })
 }
 
-fn read_events(tx: &mut impl postgres::GenericClient, id: &str) -> Result<Vec<(i64, String)>> {
+fn read_events(tx: &mut impl Queries, id: &str) -> Result<Vec<(i64, String)>> {
     let rows = tx.query_typed(SELECT_EVENTS, &[(&id, Type::TEXT)]).map_err(classify)?;
     Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
 }
@@ -360,13 +361,7 @@ impl Store for PgStore {
         let evidence = self.evidence.clone();
         self.shared.link.run_idempotent(move |linked| {
             // One snapshot of the row and its events, and a promise to write nothing.
-            let mut tx = linked
-                .client()?
-                .build_transaction()
-                .read_only(true)
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .start()
-                .map_err(classify)?;
+            let mut tx = linked.client()?.snapshot().map_err(classify)?;
             let row = read_session(&mut tx, &sid, false)?;
             let events = read_events(&mut tx, &sid)?;
             tx.commit().map_err(classify)?;
