@@ -64,7 +64,9 @@ struct StreamArgs {
     /// Model name.
     #[arg(long)]
     model: String,
-    /// Environment variable holding the API key (none: send no key).
+    /// Environment variable holding the API key, read per request. Default: the format's
+    /// preset's — ANTHROPIC_API_KEY for anthropic, GEMINI_API_KEY for gemini (a request fails
+    /// MISSING_CREDENTIAL while it is unset or empty); none for openai, which then sends no key.
     #[arg(long)]
     api_key_env: Option<String>,
     /// Idle timeout while waiting for bytes, in ms.

@@ -150,6 +150,28 @@ fn llm_stream_reports_a_missing_credential_without_sending() {
     );
 }
 
+/// The help says what the code does: without `--api-key-env`, the anthropic and gemini formats
+/// read their preset's variable (and fail MISSING_CREDENTIAL without it), openai sends no key.
+#[test]
+fn llm_stream_help_names_each_formats_default_key_and_anthropic_needs_it() {
+    let help = faultline(&["llm", "stream", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout).to_string();
+    assert!(text.contains("ANTHROPIC_API_KEY") && text.contains("GEMINI_API_KEY"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        ModelServerProcess::start(dir.path(), &json!({"responses": [{"frames": [{"text": "x"}], "finish": "stop"}]}));
+    let output = std::process::Command::new(faultline_e2e::faultline_bin())
+        .args(["llm", "stream", "--format", "anthropic", "--base-url", &server.base_url(), "--model", "m"])
+        .args(["--prompt", "hi"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let chunks: Vec<Value> =
+        String::from_utf8_lossy(&output.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(chunks.last().unwrap()["reason"]["failure"]["code"], "MISSING_CREDENTIAL", "{chunks:?}");
+}
+
 /// One raw HTTP/1.1 request to the model server; returns the status line and the body.
 fn raw_request(server: &ModelServerProcess, method: &str, path: &str) -> (String, String) {
     raw_request_with(server, method, path, "{}")
