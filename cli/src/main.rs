@@ -15,6 +15,7 @@ mod demo;
 mod exit;
 mod incident;
 mod llm;
+mod mcp;
 mod outbox;
 mod progress;
 mod real;
@@ -70,6 +71,9 @@ enum Command {
     Db(database::DbArgs),
     /// Look at and resolve a delivery queue (side effects whose receipt can be lost).
     Outbox(outbox::OutboxArgs),
+    /// Call one tool of an MCP server by hand (`call`), or be the official conformance kit's
+    /// client (`conformance-client`).
+    Mcp(mcp::McpArgs),
     /// List the calls paused sessions wait on; approve or deny one (a person in the loop).
     Approval(approval::ApprovalArgs),
     /// Watch an agent get SIGKILLed at its side effect, recover and resume (no set-up).
@@ -143,6 +147,7 @@ fn run(command: Command) -> ExitCode {
             agent::run(&args)
         }
         Command::Outbox(args) => outbox::run(&args),
+        Command::Mcp(args) => mcp::run(&args),
         Command::Approval(args) => approval::run(&args),
         Command::Db(args) => database::run(&args),
         Command::Demo(args) => demo::run(args),

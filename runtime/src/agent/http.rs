@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 
@@ -71,24 +71,17 @@ pub struct HttpReply {
     pub body: String,
 }
 
-/// Most reply headers kept by [`ToolHttp::post_keeping_headers`] (hyper already bounds
-/// their bytes).
+/// Most reply headers kept by [`ToolHttp::open`] (hyper already bounds their bytes).
 const EXCHANGE_HEADERS_KEPT_MAX: usize = 64;
 
-/// A whole reply: status, headers (names in lower case) and bytes.
+/// A whole reply: status and bytes.
 #[derive(Debug, Clone)]
-pub(crate) struct Exchange {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
+struct Exchange {
+    status: u16,
+    body: Bytes,
 }
 
 impl Exchange {
-    /// The value of header `name` (lower case), if the reply carried it.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
     fn into_reply(self) -> HttpReply {
         HttpReply { status: self.status, body: String::from_utf8_lossy(&self.body).into_owned() }
     }
@@ -158,6 +151,11 @@ impl ToolHttp {
         Self { net: seams.net.clone(), clock: seams.clock.clone(), tls: Arc::default() }
     }
 
+    /// The clock its timeouts run on.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// POSTs `body` to `url` with `headers`, waiting at most `timeout` for the whole reply.
     pub async fn post(
         &self,
@@ -167,18 +165,6 @@ impl ToolHttp {
         timeout: Duration,
     ) -> Result<HttpReply, HttpFailure> {
         self.request(hyper::Method::POST, url, headers, body.into(), timeout).await.map(Exchange::into_reply)
-    }
-
-    /// POSTs like [`ToolHttp::post`], keeping the reply's headers and bytes (the MCP client
-    /// reads its session id and content type).
-    pub(crate) async fn post_keeping_headers(
-        &self,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: Bytes,
-        timeout: Duration,
-    ) -> Result<Exchange, HttpFailure> {
-        self.request(hyper::Method::POST, url, headers, body, timeout).await
     }
 
     /// GETs `url` with `headers`, waiting at most `timeout` for the whole reply.
@@ -194,28 +180,39 @@ impl ToolHttp {
         body: Bytes,
         timeout: Duration,
     ) -> Result<Exchange, HttpFailure> {
-        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        if timeout_ms == 0 || timeout_ms > TOOL_HTTP_TIMEOUT_MS_MAX {
-            return Err(HttpFailure::Invalid(format!(
-                "timeout {timeout_ms} ms is outside 1..={TOOL_HTTP_TIMEOUT_MS_MAX} ms"
-            )));
-        }
-        if body.len() > TOOL_HTTP_REQUEST_BYTES_MAX {
-            return Err(HttpFailure::Invalid(format!(
-                "body of {} bytes is above the {TOOL_HTTP_REQUEST_BYTES_MAX}-byte limit",
-                body.len()
-            )));
-        }
-        let (endpoint, path) = split_url(url)?;
-        let request = build_request(method, &endpoint, &path, headers, body)?;
+        let timeout_ms = checked_timeout_ms(timeout)?;
+        let (endpoint, request) = prepare(method, url, headers, body)?;
         let authority = endpoint.authority();
+        let whole = async {
+            let opened = self.send(&endpoint, request).await?;
+            opened.collect().await
+        };
         tokio::select! {
-            reply = self.exchange(&endpoint, request) => reply,
+            reply = whole => reply,
             () = self.clock.sleep(timeout) => Err(HttpFailure::TimedOut { authority, timeout_ms }),
         }
     }
 
-    async fn exchange(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<Exchange, HttpFailure> {
+    /// Sends a request and returns as soon as the reply's head arrived (within `timeout`):
+    /// its body is read as it comes (an MCP reply stream may stay open after the answer).
+    pub(crate) async fn open(
+        &self,
+        method: hyper::Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Opened, HttpFailure> {
+        let timeout_ms = checked_timeout_ms(timeout)?;
+        let (endpoint, request) = prepare(method, url, headers, body)?;
+        let authority = endpoint.authority();
+        tokio::select! {
+            opened = self.send(&endpoint, request) => opened,
+            () = self.clock.sleep(timeout) => Err(HttpFailure::TimedOut { authority, timeout_ms }),
+        }
+    }
+
+    async fn send(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<Opened, HttpFailure> {
         let authority = endpoint.authority();
         let refused = |reason: String| HttpFailure::Connect { authority: authority.clone(), reason };
         let mut stream = self.net.connect(&authority).await.map_err(|e| refused(e.to_string()))?;
@@ -230,25 +227,104 @@ impl ToolHttp {
             let _ = connection.await;
         });
         let lost = |reason: String| HttpFailure::Lost { authority: authority.clone(), reason };
-        let reply = async {
-            let response = sender.send_request(request).await.map_err(|e| lost(e.to_string()))?;
-            let status = response.status().as_u16();
-            let headers = response
-                .headers()
-                .iter()
-                .take(EXCHANGE_HEADERS_KEPT_MAX)
-                .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
-                .collect();
-            let body = Limited::new(response.into_body(), TOOL_HTTP_REPLY_BYTES_MAX)
-                .collect()
-                .await
-                .map_err(|e| lost(format!("reading the reply (at most {TOOL_HTTP_REPLY_BYTES_MAX} bytes): {e}")))?
-                .to_bytes();
-            Ok(Exchange { status, headers, body })
+        let response = match sender.send_request(request).await {
+            Ok(response) => response,
+            Err(e) => {
+                driver.abort();
+                return Err(lost(e.to_string()));
+            }
+        };
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .take(EXCHANGE_HEADERS_KEPT_MAX)
+            .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            .collect();
+        Ok(Opened { status, headers, body: response.into_body(), authority, driver })
+    }
+}
+
+/// `timeout` in ms, refused outside `1..=`[`TOOL_HTTP_TIMEOUT_MS_MAX`].
+fn checked_timeout_ms(timeout: Duration) -> Result<u64, HttpFailure> {
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    if timeout_ms == 0 || timeout_ms > TOOL_HTTP_TIMEOUT_MS_MAX {
+        return Err(HttpFailure::Invalid(format!(
+            "timeout {timeout_ms} ms is outside 1..={TOOL_HTTP_TIMEOUT_MS_MAX} ms"
+        )));
+    }
+    Ok(timeout_ms)
+}
+
+/// The endpoint and the request for `url`, its body within [`TOOL_HTTP_REQUEST_BYTES_MAX`].
+fn prepare(
+    method: hyper::Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<(Endpoint, Request<Full<Bytes>>), HttpFailure> {
+    if body.len() > TOOL_HTTP_REQUEST_BYTES_MAX {
+        return Err(HttpFailure::Invalid(format!(
+            "body of {} bytes is above the {TOOL_HTTP_REQUEST_BYTES_MAX}-byte limit",
+            body.len()
+        )));
+    }
+    let (endpoint, path) = split_url(url)?;
+    let request = build_request(method, &endpoint, &path, headers, body)?;
+    Ok((endpoint, request))
+}
+
+/// A reply whose head has arrived: its body is read as it comes; dropping it closes the
+/// connection.
+pub(crate) struct Opened {
+    pub status: u16,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+    body: hyper::body::Incoming,
+    authority: String,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Opened {
+    /// The value of header `name` (lower case), if the reply carried it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The next bytes of the body; `None` at its end.
+    pub async fn next_bytes(&mut self) -> Option<Result<Bytes, HttpFailure>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => return Some(Ok(data)),
+                    Err(_) => continue, // trailers
+                },
+                Err(e) => {
+                    let reason = format!("reading the reply: {e}");
+                    return Some(Err(HttpFailure::Lost { authority: self.authority.clone(), reason }));
+                }
+            }
         }
-        .await;
-        driver.abort();
-        reply
+    }
+
+    /// The whole body, within [`TOOL_HTTP_REPLY_BYTES_MAX`].
+    async fn collect(mut self) -> Result<Exchange, HttpFailure> {
+        let mut body = Vec::new();
+        while let Some(bytes) = self.next_bytes().await {
+            let bytes = bytes?;
+            if body.len() + bytes.len() > TOOL_HTTP_REPLY_BYTES_MAX {
+                let reason = format!("reading the reply: more than {TOOL_HTTP_REPLY_BYTES_MAX} bytes");
+                return Err(HttpFailure::Lost { authority: self.authority.clone(), reason });
+            }
+            body.extend_from_slice(&bytes);
+        }
+        Ok(Exchange { status: self.status, body: Bytes::from(body) })
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.driver.abort();
     }
 }
 

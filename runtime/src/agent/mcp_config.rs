@@ -35,7 +35,9 @@ pub struct McpServerConfig {
     /// provider key variables).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Headers sent with every HTTP request (not secrets: those go in `headers_env`).
+    /// Headers sent with every HTTP request. Each value is scrubbed by value from everything
+    /// the runtime stores or sends on, like a secret; a credential belongs in `headers_env`
+    /// all the same, so it is not written in the file.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// Headers whose values are read from the named environment variables when the agent

@@ -40,7 +40,7 @@ pub use config::{
     StoreKindConfig, StoreSection, TelemetrySection, ToolEnv, OTLP_ENDPOINT_BYTES_MAX, PROVIDER_KEY_VARS,
 };
 pub(crate) use history::History;
-pub(crate) use http::Exchange;
+pub(crate) use http::Opened;
 pub use http::{
     current_execution_id, current_trace_fields, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER,
     TOOL_HTTP_REPLY_BYTES_MAX, TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,

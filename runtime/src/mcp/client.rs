@@ -72,9 +72,23 @@ impl std::fmt::Debug for McpServer {
 
 impl McpServer {
     /// A server from its entry, not yet connected. `headers` are the HTTP headers to send
-    /// (the entry's `headers` and the values of its `headers_env`, each registered as a
-    /// secret by the caller); `env_hidden` the variables a stdio server never gets.
+    /// (the entry's `headers` and the values of its `headers_env`); `env_hidden` the variables
+    /// a stdio server never gets.
+    ///
+    /// Every header value is registered as a secret here, before anything is sent
+    /// (FAILURE-MCP-TOOLS): a literal `authorization = "Bearer …"` is as much a credential as
+    /// one from the environment, and a server that echoes its request headers must not put
+    /// it in the transcript. A value with an auth scheme (`Bearer T`, `Basic T`) registers its
+    /// credential `T` too, since an echo may quote it bare.
     pub fn new(config: McpServerConfig, seams: Seams, headers: Vec<(String, String)>, env_hidden: Vec<String>) -> Self {
+        if !crate::testing::bugs::planted("mcp-headers-unscrubbed") {
+            for (_, value) in &headers {
+                seams.secrets.register(value);
+                if let Some((_scheme, credential)) = value.trim().split_once(' ') {
+                    seams.secrets.register(credential.trim());
+                }
+            }
+        }
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -159,58 +173,19 @@ impl McpServer {
             return Called::Lost(Lost::NotSent("cancelled before it was sent".into()));
         }
         let connection = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Called::Lost(Lost::NotSent("cancelled before it was sent".into())),
             connected = self.connected() => match connected {
                 Ok(connection) => connection,
                 Err(lost) => return Called::Lost(not_sent(lost)),
             },
-            () = cancel.cancelled() => return Called::Lost(Lost::NotSent("cancelled before it was sent".into())),
         };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let params = json!({"name": tool, "arguments": arguments, "_meta": {MCP_EXECUTION_ID_META: execution_id}});
-        let started = Arc::new(AtomicBool::new(false));
-        let exchange = connection.transport.exchange(id, jsonrpc::request(id, "tools/call", params), started.clone());
-        tokio::pin!(exchange);
-        let outcome = tokio::select! {
-            outcome = &mut exchange => outcome,
-            () = cancel.cancelled() => self.cancelled(&connection, id, exchange, &started, grace).await,
-        };
-        match outcome {
+        let request = jsonrpc::request(id, "tools/call", params);
+        match call_on(connection.transport.as_ref(), &self.inner.seams.clock, (id, request), cancel, grace).await {
             Ok(answer) => Called::Answered(answer),
             Err(lost) => Called::Lost(lost),
-        }
-    }
-
-    /// After a cancel: `notifications/cancelled` sent, and the answer awaited, both within
-    /// one `grace` (a server that reads nothing cannot hold the cancel longer). A request
-    /// that never started to leave was not sent.
-    async fn cancelled(
-        &self,
-        connection: &Connection,
-        id: u64,
-        exchange: std::pin::Pin<&mut impl std::future::Future<Output = Result<Answer, Lost>>>,
-        started: &AtomicBool,
-        grace: Duration,
-    ) -> Result<Answer, Lost> {
-        let reason = "the caller stopped waiting (a deadline or an abort)";
-        let notify = async {
-            if started.load(Ordering::SeqCst) {
-                let message =
-                    jsonrpc::notification("notifications/cancelled", json!({"requestId": id, "reason": reason}));
-                let _ = connection.transport.notify(message).await;
-            }
-            std::future::pending::<()>().await;
-        };
-        tokio::select! {
-            outcome = exchange => outcome,
-            () = notify => unreachable!("pending never ends"),
-            () = self.inner.seams.clock.sleep(grace) => Err(if started.load(Ordering::SeqCst) {
-                Lost::MaybeArrived(format!(
-                    "cancelled; the server did not answer within {} ms of the cancel",
-                    grace.as_millis()
-                ))
-            } else {
-                Lost::NotSent("cancelled before it was sent".into())
-            }),
         }
     }
 
@@ -292,6 +267,54 @@ impl McpServer {
     }
 }
 
+/// Request `id` on `transport` until its answer, or until `cancel` (FAILURE-MCP-TOOLS). The
+/// decision is taken the moment the cancel is seen: a request not yet started to leave is
+/// dropped there and never sent (no `notifications/cancelled` for what the server never got);
+/// one that may have left gets `notifications/cancelled`, and its answer is still awaited
+/// within `grace` — a server that finishes anyway is heard.
+async fn call_on(
+    transport: &dyn Transport,
+    clock: &Arc<dyn crate::seams::Clock>,
+    (id, request): (u64, Value),
+    cancel: &tokio_util::sync::CancellationToken,
+    grace: Duration,
+) -> Result<Answer, Lost> {
+    let started = Arc::new(AtomicBool::new(false));
+    let exchange = transport.exchange(id, request, started.clone());
+    tokio::pin!(exchange);
+    // The cancel is looked at first: once it fired, a request that has not started to leave
+    // never does, however soon the way clears.
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => {}
+        outcome = &mut exchange => return outcome,
+    }
+    if !started.load(Ordering::SeqCst) {
+        return Err(Lost::NotSent("cancelled before it was sent".into()));
+    }
+    let reason = "the caller stopped waiting (a deadline or an abort)";
+    let notify = async {
+        if started.load(Ordering::SeqCst) {
+            let message = jsonrpc::notification("notifications/cancelled", json!({"requestId": id, "reason": reason}));
+            let _ = transport.notify(message).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        outcome = exchange => outcome,
+        () = notify => unreachable!("pending never ends"),
+        () = clock.sleep(grace) => Err(if started.load(Ordering::SeqCst) {
+            Lost::MaybeArrived(format!(
+                "the call's deadline or an abort stopped the wait, and the server did not answer within {} ms of \
+                 the cancel: it may have acted",
+                grace.as_millis()
+            ))
+        } else {
+            Lost::NotSent("cancelled before it was sent".into())
+        }),
+    }
+}
+
 /// A connection that could not be made: nothing of the call was sent.
 fn not_sent(lost: Lost) -> Lost {
     match lost {
@@ -308,5 +331,100 @@ fn answered(outcome: Result<Answer, Lost>) -> Result<Value, String> {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(RpcError { code, message })) => Err(format!("the server answered error {code}: {message}")),
         Err(lost) => Err(lost.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::seams::BoxFuture;
+
+    /// A transport that records what it sent. With `left_at_once`, a request leaves the
+    /// moment it is sent and its answer waits at `gate`; without, the request itself waits at
+    /// `gate` before it may leave (a writer lock held by another message).
+    #[derive(Default)]
+    struct Gated {
+        left_at_once: bool,
+        gate: tokio::sync::Notify,
+        sent: Mutex<Vec<Value>>,
+    }
+
+    impl Transport for Gated {
+        fn exchange(&self, _id: u64, message: Value, started: Arc<AtomicBool>) -> BoxFuture<'_, Result<Answer, Lost>> {
+            Box::pin(async move {
+                if self.left_at_once {
+                    started.store(true, Ordering::SeqCst);
+                    self.sent.lock().unwrap().push(message);
+                    self.gate.notified().await;
+                } else {
+                    self.gate.notified().await;
+                    started.store(true, Ordering::SeqCst);
+                    self.sent.lock().unwrap().push(message);
+                }
+                Ok(Ok(json!({"content": []})))
+            })
+        }
+
+        fn notify(&self, message: Value) -> BoxFuture<'_, Result<(), Lost>> {
+            self.sent.lock().unwrap().push(message);
+            Box::pin(async { Ok(()) })
+        }
+
+        fn usable(&self) -> bool {
+            true
+        }
+    }
+
+    fn clock() -> Arc<dyn crate::seams::Clock> {
+        Arc::new(crate::production::SystemClock::new())
+    }
+
+    /// A cancel that comes while the request still waits to be written decides there: the
+    /// request is never sent, even though the way clears right after, and nothing is said of
+    /// it to the server.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_before_the_request_left_sends_nothing_even_when_the_way_clears() {
+        let transport = Gated::default();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (request, clock) = (jsonrpc::request(1, "tools/call", json!({})), clock());
+        let call = call_on(&transport, &clock, (1, request), &cancel, Duration::from_millis(2_000));
+        let later = async {
+            clock.sleep(Duration::from_millis(10)).await;
+            cancel.cancel();
+            transport.gate.notify_one(); // the way clears right after the cancel
+        };
+        let (outcome, ()) = tokio::join!(call, later);
+        assert!(matches!(outcome, Err(Lost::NotSent(_))), "{outcome:?}");
+        assert!(
+            transport.sent.lock().unwrap().is_empty(),
+            "sent after the cancel: {:?}",
+            transport.sent.lock().unwrap()
+        );
+    }
+
+    /// A cancel after the request left sends `notifications/cancelled` for it, and an answer
+    /// that comes within the grace is the call's result.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancel_after_the_request_left_notifies_and_hears_a_late_answer() {
+        let transport = Gated { left_at_once: true, ..Gated::default() };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (request, clock) = (jsonrpc::request(7, "tools/call", json!({})), clock());
+        let call = call_on(&transport, &clock, (7, request), &cancel, Duration::from_millis(2_000));
+        let later = async {
+            clock.sleep(Duration::from_millis(10)).await;
+            cancel.cancel();
+            clock.sleep(Duration::from_millis(500)).await;
+            transport.gate.notify_one();
+        };
+        let (outcome, ()) = tokio::join!(call, later);
+        assert_eq!(outcome, Ok(Ok(json!({"content": []}))));
+        let sent = transport.sent.lock().unwrap();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(
+            (sent[1]["method"].as_str(), sent[1]["params"]["requestId"].as_u64()),
+            (Some("notifications/cancelled"), Some(7))
+        );
     }
 }

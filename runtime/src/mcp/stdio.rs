@@ -81,6 +81,18 @@ impl Drop for TornGuard {
     }
 }
 
+/// Removes its request's waiter when the exchange ends, answered or not.
+struct Waiter<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
+}
+
 /// A running stdio server.
 pub(crate) struct Stdio {
     shared: Arc<Shared>,
@@ -160,15 +172,14 @@ impl Transport for Stdio {
             }
             let (sender, receiver) = oneshot::channel();
             self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, sender);
+            // An exchange dropped before its answer (a cancel before it was sent) leaves no
+            // waiter behind.
+            let _waiter = Waiter { shared: &self.shared, id };
             if !self.usable() {
                 // It ended between the check and the insert, after its waiters were told.
-                self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                 return Err(Lost::NotSent(self.shared.why_ended()));
             }
-            if let Err(lost) = self.shared.write_line(&message, &started).await {
-                self.shared.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
-                return Err(lost);
-            }
+            self.shared.write_line(&message, &started).await?;
             // A connection that ends from now on drops the sender, so this never waits on a
             // dead server.
             receiver.await.map_err(|_| Lost::MaybeArrived(self.shared.why_ended()))
