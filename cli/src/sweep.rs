@@ -481,12 +481,7 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
     let formats: Vec<String> =
         summary.formats.iter().map(|(name, s)| format!("{name} {} runs {} failures", s.runs, s.failures)).collect();
     let _ = writeln!(out, "wire formats: {}", formats.join(", "));
-    let _ = writeln!(out, "crash points reached: {}", join(&summary.crash_point_hits));
-    let _ = writeln!(out, "fault families fired (runs): {}", join(&summary.fault_families_fired));
-    let _ = writeln!(out, "sometimes reached (runs): {}", join(&summary.sometimes_reached));
-    for site in &summary.never_fired {
-        let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
-    }
+    print_coverage(&mut out, summary);
     if let Some(first) = summary.slow_recoveries.first() {
         let _ = writeln!(
             out,
@@ -525,6 +520,23 @@ fn print_table(summary: &SweepSummary, jobs: usize) {
                 let _ = writeln!(out, "    advice: {}", v.advice);
             }
         }
+    }
+}
+
+/// What the sweep reached: crash points, fault families, sometimes conditions, the world
+/// catalog, and every declared site it never reached.
+fn print_coverage(out: &mut impl Write, summary: &SweepSummary) {
+    let _ = writeln!(out, "crash points reached: {}", join(&summary.crash_point_hits));
+    let _ = writeln!(out, "fault families fired (runs): {}", join(&summary.fault_families_fired));
+    let _ = writeln!(out, "sometimes reached (runs): {}", join(&summary.sometimes_reached));
+    let catalog_total = faultline_sim::catalog::ids().count();
+    let catalog_reached = faultline_sim::catalog::ids().filter(|id| summary.catalog_reached.contains_key(*id)).count();
+    let _ = writeln!(
+        out,
+        "world catalog entries reached: {catalog_reached} of {catalog_total} (docs/internals/world-catalog.md)"
+    );
+    for site in &summary.never_fired {
+        let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");
     }
 }
 

@@ -108,6 +108,7 @@ pub fn scenario_from_records(name: &str, records: &[Record]) -> Result<Scenario,
         faults: FaultPlan { from_seed: true, ..FaultPlan::default() },
         expect: Default::default(),
         heal_at_ms: None,
+        agent: None,
         generated: false,
         real: crate::scenario::RealPlan {
             sim_only: Some(

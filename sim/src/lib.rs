@@ -11,6 +11,7 @@
 //! command line runs.
 
 mod arguments;
+pub mod catalog;
 pub mod cli;
 mod fault_fs;
 mod findings;

@@ -72,6 +72,11 @@ pub struct Scenario {
     /// failures, a cancel) from the seed with the proptest strategies of `generate.rs`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub generated: bool,
+    /// An agent file (`agent run`'s format) the scenario runs on instead of its own tools and
+    /// provider settings, as `faultline sweep --agent FILE` would: its MCP servers stand in as
+    /// simulated servers, its command tools as their `[tools.sim]` stand-ins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// How the scenario runs for real (`faultline run --real`): its time scale, or why it
     /// cannot.
     #[serde(default, skip_serializing_if = "RealPlan::is_default")]
@@ -798,6 +803,10 @@ scenarios![
     "rate-limit-retry-after-ms",
     "rate-limit-over-cap",
     "retry-after-hostile",
+    "mcp-tools",
+    "tool-call-cut-by-token-limit",
+    "refusal-inside-a-tool-call",
+    "keep-alives-while-queued",
     "auth-401",
     "tool-timeout-slow-cleanup",
     "parallel-tools-cancelled",
@@ -895,7 +904,18 @@ impl Scenario {
             .and_then(|()| self.check_sizes())
             .and_then(|()| self.check_zombie())
             .and_then(|()| self.check_formats())
+            .and_then(|()| self.check_agent())
             .map_err(|e| format!("scenario {}: {e}", self.name))
+    }
+
+    /// An agent file it names is one the harness can run.
+    fn check_agent(&self) -> Result<(), String> {
+        match &self.agent {
+            Some(text) => {
+                crate::stand_in::agent_from_file(&self.name, text).map(|_| ()).map_err(|e| format!("agent: {e}"))
+            }
+            None => Ok(()),
+        }
     }
 
     /// At least one wire format, each once.

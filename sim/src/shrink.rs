@@ -36,8 +36,11 @@ pub fn materialise(scenario: &Scenario, seed: u64) -> Scenario {
 
 /// [`materialise`] on `agent` (its generated conversation calls the agent's tools).
 pub fn materialise_for(scenario: &Scenario, seed: u64, agent: Option<&world::AgentUnderTest>) -> Scenario {
-    let plan = world::seeded::resolve_for(scenario, seed, agent);
+    // A scenario that names its own agent file materialises on it (and keeps naming it).
+    let own = world::scenario_agent(scenario);
+    let plan = world::seeded::resolve_for(scenario, seed, agent.or(own.as_deref()));
     Scenario {
+        agent: scenario.agent.clone(),
         name: scenario.name.clone(),
         description: scenario.description.clone(),
         requirement: scenario.requirement.clone(),

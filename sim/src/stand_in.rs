@@ -115,6 +115,18 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
         }
     }
     for server in mcp {
+        // Every header value is held as a secret (FAILURE-MCP-TOOLS), and so is the
+        // credential after its scheme: a server that quotes its request back must not put
+        // either in the transcript.
+        for (name, value) in &server.headers {
+            let what = format!("the {name} header of MCP server {}", server.service.server);
+            if let Some((_, credential)) = value.split_once(' ').filter(|(_, c)| c.len() >= 8) {
+                agent = agent.holds_secret(format!("{what} (its credential)"), credential.to_owned());
+            }
+            if value.len() >= 8 {
+                agent = agent.holds_secret(what, value.clone());
+            }
+        }
         agent = agent.stand_in(server.describe()).mcp_service(server.service);
     }
     agent.validate()?;

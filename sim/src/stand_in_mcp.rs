@@ -23,12 +23,15 @@ pub(crate) struct McpStandIn {
     pub config: McpServerConfig,
     pub service: McpService,
     pub tools: Vec<ListedTool>,
+    /// The headers the entry sends: its literal `headers` as written, and each `headers_env`
+    /// with a value the simulator makes up for it (no environment is read).
+    pub headers: Vec<(String, String)>,
 }
 
 impl McpStandIn {
     /// The entry's tools on one host incarnation's seams.
     pub fn tools(&self, seams: &Seams) -> Vec<Arc<dyn Tool>> {
-        let server = McpServer::new(self.config.clone(), seams.clone(), Vec::new(), Vec::new());
+        let server = McpServer::new(self.config.clone(), seams.clone(), self.headers.clone(), Vec::new());
         McpTool::all(&server, self.tools.clone())
     }
 
@@ -88,6 +91,8 @@ pub(crate) fn stand_in(entry: &McpServerConfig) -> Result<McpStandIn, String> {
         })
         .collect();
     let offered = tools.iter().map(|t| ListedTool::declared(&entry.name, &t.name, t.effect)).collect();
+    let mut headers: Vec<(String, String)> = entry.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    headers.extend(entry.headers_env.keys().map(|name| (name.clone(), header_env_value(&entry.name, name))));
     let mut config = entry.clone();
     config.env.clear();
     config.headers.clear();
@@ -97,6 +102,12 @@ pub(crate) fn stand_in(entry: &McpServerConfig) -> Result<McpStandIn, String> {
     } else {
         config.command = Some(vec![crate::seams::SIM_STDIO_PROGRAM.to_owned(), host.clone()]);
     }
-    let service = McpService { host, server: entry.name.clone(), tools, faults: None };
-    Ok(McpStandIn { config, service, tools: offered })
+    let service = McpService { host, server: entry.name.clone(), tools, faults: None, timeout_ms: entry.timeout_ms };
+    Ok(McpStandIn { config, service, tools: offered, headers })
+}
+
+/// The value the simulator sends for `headers_env.NAME` of server `server`: a credential of
+/// its own making, held as a secret like the real one would be.
+pub(crate) fn header_env_value(server: &str, name: &str) -> String {
+    format!("Bearer sim-{server}-{name}-credential")
 }

@@ -93,6 +93,8 @@ pub struct SweepReport {
     pub families: BTreeMap<String, u32>,
     /// Runs that reached each sometimes condition.
     pub sometimes: BTreeMap<String, u32>,
+    /// Runs that reached each world catalog entry (FAILURE-WORLD-CATALOG).
+    pub catalog: BTreeMap<String, u32>,
     /// Failures that broke only liveness ("no liveness"), apart from safety violations.
     pub liveness_only: usize,
     /// Every failing run, whole, sorted by scenario and seed.
@@ -124,6 +126,9 @@ impl SweepReport {
         }
         for condition in &result.sometimes {
             *self.sometimes.entry(condition.clone()).or_default() += 1;
+        }
+        for entry in &result.catalog_reached {
+            *self.catalog.entry(entry.clone()).or_default() += 1;
         }
         if let Some(slow) = &result.slow_recovery {
             self.slow_recovery_runs += 1;
@@ -205,7 +210,7 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
     // Fault-site coverage: a declared crash point or "sometimes" condition that never fires
     // in a full sweep means the harness is not testing what it claims to.
     if plan.full && plan.shards == 1 {
-        report.never_fired = never_fired(&report.crash_points, &report.sometimes);
+        report.never_fired = never_fired(&report.crash_points, &report.sometimes, &report.catalog);
     }
     report
 }
@@ -296,6 +301,9 @@ pub struct SweepSummary {
     pub fault_families_fired: BTreeMap<String, u32>,
     /// Runs that reached each sometimes condition.
     pub sometimes_reached: BTreeMap<String, u32>,
+    /// Runs that reached each world catalog entry.
+    #[serde(default)]
+    pub catalog_reached: BTreeMap<String, u32>,
     /// Failures that broke only liveness.
     pub liveness_only_failures: usize,
     /// Runs that converged within their liveness bound but past their scenario's own window.
@@ -352,6 +360,7 @@ impl SweepSummary {
             crash_point_hits: report.crash_points.clone(),
             fault_families_fired: report.families.clone(),
             sometimes_reached: report.sometimes.clone(),
+            catalog_reached: report.catalog.clone(),
             liveness_only_failures: report.liveness_only,
             slow_recovery_runs: report.slow_recovery_runs,
             slow_recoveries: report.slow_recoveries.clone(),
@@ -430,6 +439,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
         add(&mut merged.crash_point_hits, &shard.crash_point_hits);
         add(&mut merged.fault_families_fired, &shard.fault_families_fired);
         add(&mut merged.sometimes_reached, &shard.sometimes_reached);
+        add(&mut merged.catalog_reached, &shard.catalog_reached);
         merged.liveness_only_failures += shard.liveness_only_failures;
         merged.slow_recovery_runs += shard.slow_recovery_runs;
         merged.slow_recoveries.extend(shard.slow_recoveries.iter().cloned());
@@ -449,7 +459,7 @@ pub fn merge(shards: &[SweepSummary]) -> Result<SweepSummary, String> {
     let list: Vec<String> = merged.shards_covered.iter().map(u64::to_string).collect();
     merged.shard = format!("merged {}/{}", list.join(","), merged.shards_total);
     if merged.full && merged.complete() {
-        merged.never_fired = never_fired(&merged.crash_point_hits, &merged.sometimes_reached);
+        merged.never_fired = never_fired(&merged.crash_point_hits, &merged.sometimes_reached, &merged.catalog_reached);
     }
     Ok(merged)
 }
@@ -481,8 +491,13 @@ fn same_sweep(which: &str, shard: &SweepSummary, first: &SweepSummary) -> Result
     Ok(())
 }
 
-/// The declared sites (crash points, sometimes conditions) missing from `hits`.
-fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String, u32>) -> Vec<String> {
+/// The declared sites (crash points, sometimes conditions, world catalog entries) missing
+/// from `hits`.
+fn never_fired(
+    crash_points: &BTreeMap<String, u32>,
+    sometimes: &BTreeMap<String, u32>,
+    catalog: &BTreeMap<String, u32>,
+) -> Vec<String> {
     let mut never = Vec::new();
     for point in faultline_runtime::seams::CRASH_POINTS {
         if !crash_points.contains_key(&point.to_string()) {
@@ -492,6 +507,11 @@ fn never_fired(crash_points: &BTreeMap<String, u32>, sometimes: &BTreeMap<String
     for condition in crate::SOMETIMES {
         if !sometimes.contains_key(condition) {
             never.push(format!("sometimes condition {condition}"));
+        }
+    }
+    for entry in crate::catalog::ids() {
+        if !catalog.contains_key(entry) {
+            never.push(format!("catalog entry {entry}"));
         }
     }
     never

@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 27] = [
+pub const CATALOG: [(&str, &str); 35] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -53,6 +53,14 @@ pub const CATALOG: [(&str, &str); 27] = [
         "approval-redispatch",
         "crash repair takes a dispatched approved call for one still waiting: it runs again on resume",
     ),
+    ("cut-calls-sent", "the calls of a step cut by the token limit or a refusal are sent back with no result"),
+    ("refused-call-run", "a call streamed before a refusal is run"),
+    ("empty-answer-sent", "an answer with nothing to send back is sent as an empty assistant message"),
+    ("pings-not-activity", "a ping re-arms nothing: a queued request that pings past the idle timeout is given up"),
+    ("timeout-hides-answer", "a tool past its deadline reads TOOL_TIMEOUT whatever it answered"),
+    ("mcp-reads-whole-stream", "an MCP reply stream is read to its end before the response in it is looked at"),
+    ("mcp-no-resume", "an MCP stream closed after a priming event is not resumed with Last-Event-ID"),
+    ("mcp-headers-unscrubbed", "an MCP server's header values are not held as secrets"),
 ];
 
 /// The bugs planted below the seams the simulator replaces (in `production`, the real

@@ -17,4 +17,5 @@ pub(crate) use render::echoes_credential;
 pub(crate) use render_format::sse_body;
 pub(crate) use request::header_text;
 pub use script::{Dialect, Frame, Response, Script, FILLER_BYTES_MAX};
+pub(crate) use server::ChannelBody;
 pub use server::{Exchange, ModelServer, RecordedRequest, RequestObserver, REQUEST_BODY_BYTES_MAX};

@@ -54,6 +54,7 @@ pub fn echo_credential(mut response: Response, authorization: &str) -> Response 
             Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => fill(text),
             Frame::ErrorEvent { message, .. } => fill(message),
             Frame::ToolCall { arguments, .. } => fill(arguments),
+            Frame::Event { data, .. } => fill(data),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => {}
         }
     }
@@ -73,6 +74,7 @@ pub fn echoes_credential(response: &Response) -> bool {
             Frame::Text(text) | Frame::Reasoning(text) | Frame::Refusal(text) | Frame::Raw(text) => echoes(text),
             Frame::ErrorEvent { message, .. } => echoes(message),
             Frame::ToolCall { arguments, .. } => echoes(arguments),
+            Frame::Event { data, .. } => echoes(data),
             Frame::Filler(_) | Frame::KeepAlive | Frame::DelayMs(_) => false,
         })
 }
@@ -129,7 +131,7 @@ pub(super) fn completion_json(meta: &Meta, response: &Response) -> serde_json::V
                 call.1 = call.1.take().or_else(|| name.clone());
                 call.2.push_str(arguments);
             }
-            Frame::KeepAlive | Frame::Raw(_) | Frame::ErrorEvent { .. } | Frame::DelayMs(_) => {}
+            Frame::KeepAlive | Frame::Raw(_) | Frame::ErrorEvent { .. } | Frame::DelayMs(_) | Frame::Event { .. } => {}
         }
     }
     let mut message = json!({"role": "assistant", "content": content});
@@ -256,6 +258,15 @@ pub(super) fn frame_event(meta: &Meta, first: bool, frame: &Frame, dialect: Dial
             (Some(format!("{comment}{}", event(&error.to_string()))), 0)
         }
         Frame::DelayMs(ms) => (None, *ms),
+        Frame::Event { name, data } => (Some(format!("{comment}{}", named_event(name.as_deref(), data))), 0),
+    }
+}
+
+/// One SSE event with its `event:` line when named.
+pub(super) fn named_event(name: Option<&str>, data: &str) -> String {
+    match name {
+        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+        None => event(data),
     }
 }
 

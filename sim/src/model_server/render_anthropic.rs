@@ -65,6 +65,7 @@ fn message_start(meta: &Meta, response: &Response) -> String {
 /// usage, then `message_stop`.
 fn message_end(response: &Response, refusal: &str) -> [String; 2] {
     let stop_reason = match response.finish.as_deref() {
+        _ if response.stop_reason.is_some() => response.stop_reason.as_deref().unwrap_or_default(),
         _ if !refusal.is_empty() => "refusal",
         Some("tool_calls") => "tool_use",
         Some("length") => "max_tokens",
@@ -146,6 +147,20 @@ impl Blocks {
                 ));
             }
             Frame::DelayMs(_) => {}
+            Frame::Event { name, data } => {
+                // A block of its own (`{{index}}`): whatever is open closes first.
+                if data.contains("{{index}}") {
+                    if let Some(closing) = self.open.take() {
+                        text.push_str(&close(self.index, &closing));
+                        self.index += 1;
+                    }
+                    let data = data.replace("{{index}}", &self.index.to_string());
+                    text.push_str(&super::render::named_event(name.as_deref(), &data));
+                    self.index += 1;
+                } else {
+                    text.push_str(&super::render::named_event(name.as_deref(), data));
+                }
+            }
         }
         text
     }

@@ -101,12 +101,14 @@ pub(super) fn render(meta: &Meta, response: &Response) -> (Vec<(Option<String>, 
             Frame::Raw(raw) => Some(format!("data: {raw}\n\n")),
             Frame::ErrorEvent { status, message } => Some(event(&json!({"error": {
                 "code": status, "message": message, "status": status_name(*status)}}))),
+            Frame::Event { name, data } => Some(super::render::named_event(name.as_deref(), data)),
         };
         groups.push((text, delay));
     }
     let mut tail = Vec::new();
     if response.done {
         let reason = match response.finish.as_deref() {
+            _ if response.stop_reason.is_some() => response.stop_reason.as_deref().unwrap_or_default(),
             _ if !refusal.is_empty() => "SAFETY",
             Some("length") => "MAX_TOKENS",
             Some("content_filter") => "SAFETY",

@@ -38,6 +38,8 @@ struct MessageHead {
     role: Option<String>,
     tool_call_id: Option<String>,
     tool_calls: Option<Vec<CallHead>>,
+    content: Option<serde_json::Value>,
+    refusal: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -92,6 +94,17 @@ impl RequestHead {
                 continue;
             }
             unanswered(&waiting)?;
+            // openai-python `ChatCompletionAssistantMessageParam`: content is "Required unless
+            // `tool_calls` or `function_call` is specified" (a refusal stands in for it).
+            let says_something = |v: &Option<serde_json::Value>| v.as_ref().is_some_and(|v| !v.is_null());
+            let calls = message.tool_calls.as_ref().is_some_and(|c| !c.is_empty());
+            if message.role.as_deref() == Some("assistant")
+                && !calls
+                && !says_something(&message.content)
+                && !says_something(&message.refusal)
+            {
+                return Err("Invalid value for 'content': expected a string, got null.".into());
+            }
             if message.role.as_deref() == Some("assistant") {
                 waiting = message.tool_calls.iter().flatten().map(|c| c.id.as_deref().unwrap_or_default()).collect();
             }

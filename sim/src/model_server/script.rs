@@ -82,6 +82,16 @@ pub struct Response {
     /// Whose wire shape the frames are written in (default: OpenAI's).
     #[serde(default, skip_serializing_if = "Dialect::is_default")]
     pub dialect: Dialect,
+    /// The format's own stop value, verbatim, instead of the one `finish` maps to: Anthropic's
+    /// `stop_reason` (`pause_turn`, `model_context_window_exceeded`, ...), Gemini's
+    /// `finishReason` (`RECITATION`, `MALFORMED_FUNCTION_CALL`, ...). OpenAI's `finish` is
+    /// already verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+    /// The world catalog entry this response was drawn as (FAILURE-WORLD-CATALOG): the sweep
+    /// counts it reached when the server serves it, and the oracle reads the entry's reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
 }
 
 /// A provider's wire shape for the same frames (FAILURE-PROVIDER-SHAPES), so a sweep meets
@@ -203,6 +213,17 @@ pub enum Frame {
     },
     /// Wait this many ms.
     DelayMs(u64),
+    /// One well-formed SSE event sent verbatim (an event kind the other frames do not make:
+    /// Anthropic's `redacted_thinking` block, Gemini's `executableCode` part, a usage-only
+    /// chunk), with its `event:` line when named. In Anthropic's format `{{index}}` in `data`
+    /// becomes the next content block's index (the event opens and closes its own block).
+    Event {
+        /// The `event:` line, if any.
+        #[serde(default)]
+        name: Option<String>,
+        /// The `data:` payload.
+        data: String,
+    },
 }
 
 impl Response {
@@ -210,6 +231,9 @@ impl Response {
     /// raw or empty body, a disconnect, a stall, no clean end, malformed data, or an empty
     /// completion). A healed model server skips these.
     pub fn fails(&self) -> bool {
+        if let Some(entry) = &self.entry {
+            return crate::catalog::wire_reading(entry).is_none_or(|reading| reading.fails());
+        }
         if let Some(recorded) = self.recorded {
             return recorded.fails() || self.status.is_some();
         }

@@ -247,8 +247,10 @@ fn addr_with_port(requested: &str, port: u16) -> String {
 }
 
 /// The SSE body: frames produced by a generator task.
-struct ChannelBody {
-    frames: mpsc::Receiver<Result<Bytes, io::Error>>,
+/// A response body fed from a channel: the bytes a server task sends, as it sends them (an
+/// error ends the connection without a clean end; the sender dropped ends the body).
+pub(crate) struct ChannelBody {
+    pub(crate) frames: mpsc::Receiver<Result<Bytes, io::Error>>,
 }
 
 impl Body for ChannelBody {

@@ -142,10 +142,14 @@ fn results_against_receipts(evidence: &RunEvidence<'_>, seen: &BTreeMap<&str, us
                 let code = result.error.as_ref().map(|e| e.code);
                 let contradiction = match code {
                     None => (!received).then_some("succeeded, but the gateway never received it"),
+                    // A call stopped at its deadline or by an abort before it acted: so the
+                    // result says, and the gateway's receipt says otherwise.
                     Some(
                         ErrorCode::ToolNotStarted
                         | ErrorCode::AbortedBeforeDispatch
                         | ErrorCode::ToolFailed
+                        | ErrorCode::ToolTimeout
+                        | ErrorCode::Aborted
                         | ErrorCode::ApprovalDenied
                         | ErrorCode::ApprovalExpired,
                     ) if received => Some("did not happen, but the gateway received it"),

@@ -156,6 +156,10 @@ catalog! {
         "What the transcript says of an effect agrees with what the gateway or a service received.",
         "the gateway's receipts and the services' records against the recovered tool results",
         "The transcript contradicts what was received: a call whose request may have arrived must end TOOL_OUTCOME_UNKNOWN (ToolOutput::Unknown), never not-started or failed.";
+    AnswerHeard = "answer-heard", Safety,
+        "A tool that answered (within its deadline, or after it within the cancel's grace) is heard: its result never reads as stopped before it acted.",
+        "the local tools' and MCP servers' own records of each answer they gave, against the recovered results",
+        "A runtime defect: a result reads TOOL_TIMEOUT or ABORTED although the tool answered; keep the answer that arrived (or TOOL_OUTCOME_UNKNOWN when none did), never a result that says the call did nothing.";
     ApprovalMatchesEffect = "approval-matches-effect", Safety,
         "No effect of a call that waits for approval happens without a synced approval of that call, bound to the digest of its own arguments, and no decision is accepted where it must be refused.",
         "the gateway's receipts and the tools' own records of each run, against the disk witness's synced approval records and tool/calls; the person's own record of what was accepted",
@@ -196,6 +200,14 @@ catalog! {
         "Every recorded failure carries the code of what the server served.",
         "the scripted responses, read by the oracle's own classifier",
         "A runtime defect in the adapter's classifier: the recorded code differs from what the server served (SPEC §3).";
+    AnswerKept = "answer-kept", Safety,
+        "A complete answer the provider sent (by its specification, as the world catalog reads it) is kept as its step's answer, never recorded as a failure.",
+        "the world catalog's reading of each served response, against the recovered transcript",
+        "A runtime defect in the adapter: an answer its specification calls complete was taken for a failure (a stop read as an error, a stream that pinged while the provider queued the request given up); read the entry's source (docs/internals/world-catalog.md) and read it as an answer.";
+    FinalCallsNotRun = "final-calls-not-run", Safety,
+        "A tool call in an answer cut by the token limit or refused is never run.",
+        "the world catalog's reading of each served response, against the tool/call records after it",
+        "A runtime defect: a call the provider cut short (max_tokens, length, a refusal) was dispatched; a step that ends at the token limit or in a refusal runs none of its calls.";
     RequestAccepted = "request-accepted", Safety,
         "Every request the runtime sends (after a retry, a crash and its repair) is one the provider's API accepts.",
         "the model server's validator: each provider's own 400 rules, applied to the bytes it received",

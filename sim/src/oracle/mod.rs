@@ -6,6 +6,7 @@
 //! server's request log, what was acknowledged durable outside the host, the harness's own
 //! record of the faults it applied — and never a bound or a count from the runtime's records.
 
+mod answers;
 mod approvals;
 mod durability;
 mod effects;
@@ -17,6 +18,7 @@ mod limits;
 mod liveness;
 #[cfg(test)]
 mod planted_evidence;
+mod readings;
 mod refusal;
 mod requests;
 mod retries;
@@ -61,7 +63,10 @@ pub(super) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     effects::check(evidence, &mut found);
     approvals::check(evidence, &mut found);
     services::check(evidence, &mut found);
+    answers::check(evidence, &mut found);
+    answers::check_mcp(evidence, &mut found);
     retries::check(evidence, &mut found);
+    readings::check(evidence, &mut found);
     requests::check(evidence, &mut found);
     expectations::check_table(evidence, &mut found);
     expectations::check_faults_fired(evidence, &mut found);

@@ -248,7 +248,7 @@ fn answers_not_retried(plan: &Plan, entries: &[LedgerEntry], exchanges: &[Exchan
 /// Whether a partition between the agent and the model overlapped `[from_ms, to_ms]` (server
 /// clock, which starts with the run): a response served then may never have reached the
 /// agent, which rightly saw a timeout or a broken stream instead of what was served.
-fn model_cut_off(plan: &Plan, from_ms: u64, to_ms: u64) -> bool {
+pub(super) fn model_cut_off(plan: &Plan, from_ms: u64, to_ms: u64) -> bool {
     plan.faults.partitions.iter().any(|p| {
         let pair = [p.a.as_str(), p.b.as_str()];
         pair.contains(&"agent") && pair.contains(&"model") && p.from_ms <= to_ms && p.to_ms >= from_ms

@@ -10,10 +10,11 @@ use super::evidence::{Found, RunEvidence};
 use super::invariant::Invariant;
 
 pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
-    let secrets = [
-        ("the provider key", crate::world::setup::sim_secret(evidence.seed)),
-        ("the gateway token", crate::world::setup::gateway_token(evidence.seed)),
+    let mut secrets = vec![
+        ("the provider key".to_owned(), crate::world::setup::sim_secret(evidence.seed)),
+        ("the gateway token".to_owned(), crate::world::setup::gateway_token(evidence.seed)),
     ];
+    secrets.extend(evidence.world.held_secrets.iter().cloned());
     for (what, secret) in secrets {
         // By halves: a whole secret holds both, and a secret split across two streamed deltas
         // leaks in two records, neither of which holds it whole.

@@ -5,6 +5,7 @@
 
 use faultline_runtime::event::ErrorCode;
 
+use crate::catalog::Reading;
 use crate::model_server::{Frame, Response};
 
 /// Longest streamed text, in bytes, for which a clean end without `[DONE]` is certainly
@@ -23,6 +24,10 @@ const CONTEXT_WORDS: [&str; 2] = ["maximum context length", "context length"];
 /// an empty completion, an undecodable event. `None` when timing decides (a stall, a cut
 /// connection, a slow frame) or the script replays a recorded stream.
 pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
+    // A world catalog entry's reading is its specification's, written in the catalog.
+    if let Some(reading) = catalog_reading(response) {
+        return if let Reading::Failure(code) = reading { Some(code) } else { None };
+    }
     if response.recorded.is_some() {
         return None;
     }
@@ -100,6 +105,9 @@ pub(super) fn served_code(response: &Response) -> Option<ErrorCode> {
 /// a refusal or tool calls, ended with `[DONE]`, that the oracle's own reading finds no
 /// failure in.
 pub(super) fn is_complete_answer(response: &Response) -> bool {
+    if let Some(reading) = catalog_reading(response) {
+        return !reading.fails();
+    }
     let plain = response.status.is_none()
         && response.body.is_none()
         && response.recorded.is_none()
@@ -119,6 +127,11 @@ pub(super) fn is_complete_answer(response: &Response) -> bool {
         )
     });
     plain && answered && only_content && served_code(response).is_none()
+}
+
+/// The reading the world catalog gives `response`, when it was drawn from one.
+pub(super) fn catalog_reading(response: &Response) -> Option<Reading> {
+    response.entry.as_deref().and_then(crate::catalog::wire_reading)
 }
 
 /// The wait a served failure's Retry-After advises, in ms after the request arrived (server

@@ -242,7 +242,10 @@ fn results_against_effects(
         let tool = names.get(&execution).copied().unwrap_or("an unknown tool");
         let at_ms = receipts.first().map_or(evidence.end_ms, |r| r.at_ms);
         match code {
-            ErrorCode::ToolNotStarted | ErrorCode::AbortedBeforeDispatch => found.fail_advised(
+            ErrorCode::ToolNotStarted
+            | ErrorCode::AbortedBeforeDispatch
+            | ErrorCode::ToolTimeout
+            | ErrorCode::Aborted => found.fail_advised(
                 Invariant::ResultMatchesReceipt,
                 format!(
                     "seq {}: the transcript says execution {execution} ({code}) did not start, but {service} \

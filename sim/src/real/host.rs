@@ -153,6 +153,14 @@ impl LifeReport for PipeReport {
         self.send(&HostReport::Ran { execution_id, arguments, stamp, at_ms: self.now_ms() });
     }
 
+    fn reached(&self, entry: &'static str) {
+        self.send(&HostReport::Reached { entry: entry.to_owned() });
+    }
+
+    fn answered(&self, execution_id: &str) {
+        self.send(&HostReport::Answered { execution_id: execution_id.to_owned(), at_ms: self.now_ms() });
+    }
+
     fn outcome(&self, outcome: &TurnOutcome) {
         let stamp = super::clock::monotonic_ns();
         self.send(&HostReport::Outcome {

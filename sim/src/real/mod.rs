@@ -51,7 +51,7 @@ use crate::model_server::ModelServer;
 use crate::scenario::Scenario;
 use crate::world::agent_host::rot_while_down;
 use crate::world::conclude::{conclude, Concluded, RunResult};
-use crate::world::evidence::{Outcome, ToolRun, World};
+use crate::world::evidence::{Outcome, ToolAnswer, ToolRun, World};
 use crate::world::gateway::{self, Receipts};
 use crate::world::setup::SESSION;
 use crate::world::stamp::Stamp;
@@ -170,6 +170,7 @@ pub fn judged(scenario: &Scenario, seed: u64, options: &RealOptions) -> RunResul
             crash_point_hits: BTreeMap::new(),
             faults_fired: std::collections::BTreeSet::new(),
             sometimes: std::collections::BTreeSet::new(),
+            catalog_reached: std::collections::BTreeSet::new(),
             sim_ms: 0,
             fs_ops: 0,
             gateway_requests: 0,
@@ -651,6 +652,12 @@ impl<'a> RealWorld<'a> {
             }
             HostReport::Ran { execution_id, arguments, stamp, at_ms } => {
                 self.world.tool_runs.push(ToolRun { life, execution_id, arguments, stamp, at_ms });
+            }
+            HostReport::Reached { entry } => {
+                self.world.catalog_reached.insert(entry);
+            }
+            HostReport::Answered { execution_id, at_ms } => {
+                self.world.tool_answers.push(ToolAnswer { life, execution_id, at_ms });
             }
             HostReport::Outcome { turn, reason, kept, stamp, at_ms } => {
                 self.world.outcomes.push(Outcome { life, turn, reason, kept, stamp, at_ms });

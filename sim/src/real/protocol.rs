@@ -42,6 +42,18 @@ pub enum HostReport {
         /// ms of the run's clock.
         at_ms: u64,
     },
+    /// The host produced a world catalog entry.
+    Reached {
+        /// The entry's id.
+        entry: String,
+    },
+    /// A local tool returned its answer (its own record, outside the runtime).
+    Answered {
+        /// The call's execution id.
+        execution_id: String,
+        /// ms of the run's clock.
+        at_ms: u64,
+    },
     /// A local tool's body ran (its own record of an effect, outside the runtime).
     Ran {
         /// The call's execution id.

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use faultline_runtime::event::Record;
 use faultline_runtime::seams::Fs;
 
-use super::evidence::{lock, sim_ms, trace, Outcome, Shared, ToolRun, World};
+use super::evidence::{lock, sim_ms, trace, Outcome, Shared, ToolAnswer, ToolRun, World};
 use super::probe::{CrashControl, SimProbe};
 use super::setup::{OUTBOX_PATH, SESSIONS_DIR, SIM_MODEL_ROOT};
 use super::user::AgentUnderTest;
@@ -174,6 +174,15 @@ impl life::LifeReport for SimReport {
         let stamp = w.stamp();
         let (execution_id, arguments) = (execution_id.to_owned(), arguments.to_owned());
         w.tool_runs.push(ToolRun { life: self.life, execution_id, arguments, stamp, at_ms: sim_ms() });
+    }
+
+    fn reached(&self, entry: &'static str) {
+        lock(&self.world).catalog_reached.insert(entry.to_owned());
+    }
+
+    fn answered(&self, execution_id: &str) {
+        let execution_id = execution_id.to_owned();
+        lock(&self.world).tool_answers.push(ToolAnswer { life: self.life, execution_id, at_ms: sim_ms() });
     }
 
     fn outcome(&self, outcome: &faultline_runtime::agent::TurnOutcome) {

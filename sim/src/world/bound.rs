@@ -104,8 +104,9 @@ pub(crate) fn slow_recovery(
         let Some(&at_ms) = durable_at.get(&record.seq).filter(|at| **at >= bound.heal_at_ms) else { continue };
         let wait = match &record.event {
             Event::LlmRetry(retry) if retry.failure.code == ErrorCode::Timeout => format!(
-                "a stalled stream waited for {} and was given up at {} ms",
-                setting("provider.idle_timeout_ms"),
+                "a stalled stream waited for the idle watchdog, or while it pinged for at most {}, and was given up \
+                 at {} ms",
+                setting("provider.progress_timeout_ms"),
                 grouped(at_ms)
             ),
             Event::LlmRetry(retry) if retry.delay_ms > 0 => format!(
@@ -149,12 +150,15 @@ impl LivenessBound {
         tools: &ToolDeadlines,
     ) -> Self {
         let mut waits = Vec::new();
-        if let Some(p) = promises.iter().max_by_key(|p| p.route.idle_timeout) {
+        // A silent stall ends at the idle watchdog; one that pings (a provider queueing the
+        // request) only at the progress bound, which is never shorter.
+        if let Some(p) = promises.iter().max_by_key(|p| p.route.progress_timeout) {
             waits.push(BoundWait {
-                setting: "provider.idle_timeout_ms".into(),
-                value_ms: millis(p.route.idle_timeout),
+                setting: "provider.progress_timeout_ms".into(),
+                value_ms: millis(p.route.progress_timeout),
                 default: !p.idle_written,
-                bounds: "a stream stalled before the heal is given up only when the idle watchdog fires",
+                bounds: "a stream stalled before the heal is given up at the idle watchdog, or at the progress bound \
+                         when it keeps pinging",
             });
         }
         if let Some(p) = promises.iter().max_by_key(|p| p.route.retry.backoff().max_delay_ms) {
@@ -256,7 +260,7 @@ pub(crate) fn of_run(
             };
             ProviderPromises {
                 route,
-                idle_written: has(&["provider", "idle_timeout_ms"]),
+                idle_written: has(&["provider", "progress_timeout_ms"]) || has(&["provider", "idle_timeout_ms"]),
                 max_delay_written: has(&["provider", "retry_policy", "backoff", "max_delay_ms"]),
             }
         })
@@ -335,12 +339,12 @@ mod tests {
             ("hang".to_owned(), None),
         ];
         let bound = LivenessBound::derive(60_000, 60_000, &promises, &tools);
-        assert_eq!(bound.total_ms(), 60_000 + 300_000 + 10_000 + 10_000);
+        assert_eq!(bound.total_ms(), 60_000 + 900_000 + 10_000 + 10_000);
         assert_eq!(bound.deadline_ms(), 60_000 + bound.total_ms());
         assert_eq!(bound.untimed_tools, ["hang"]);
         assert_eq!(
             bound.to_string(),
-            "380 000 ms after the heal at 60 000 ms: the scenario's 60 000 ms + provider.idle_timeout_ms = 300 000 \
+            "980 000 ms after the heal at 60 000 ms: the scenario's 60 000 ms + provider.progress_timeout_ms = 900 000 \
              ms, the default + provider.retry_policy.backoff.max_delay_ms = 10 000 ms, the default + tool send \
              timeout = 10 000 ms (no deadline: tool hang)"
         );
@@ -354,7 +358,7 @@ mod tests {
             ProviderPromises { route: &long, idle_written: true, max_delay_written: false },
         ];
         let bound = LivenessBound::derive(0, 1_000, &promises, &Vec::new());
-        assert_eq!(bound.wait("provider.idle_timeout_ms").map(|w| w.value_ms), Some(90_000));
+        assert_eq!(bound.wait("provider.progress_timeout_ms").map(|w| w.value_ms), Some(270_000));
     }
 
     #[test]

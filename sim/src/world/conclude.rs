@@ -55,6 +55,9 @@ pub struct RunResult {
     /// "Sometimes" conditions this run reached (a retry that succeeded, an unknown outcome
     /// reconciled from the delivery queue, an interrupted turn repaired, ...).
     pub sometimes: BTreeSet<String>,
+    /// World catalog entries this run produced (FAILURE-WORLD-CATALOG): what the model server
+    /// served, what the MCP servers, the store link, the tools and the disk did.
+    pub catalog_reached: BTreeSet<String>,
     /// Simulated time the run took, in ms.
     pub sim_ms: u64,
     /// Mutating filesystem operations the agent host made, across incarnations.
@@ -172,6 +175,8 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         end_ms,
     });
     let sometimes = oracle::sometimes(&transcript);
+    let mut catalog_reached = catalog_reached(&world.catalog_reached, plan, &model_exchanges);
+    catalog_reached.extend(disk_entries(&faults_fired, plan));
     let slow_recovery = slow_recovery(scenario, plan, seed, &world, end_ms);
     RunResult {
         scenario: scenario.name.clone(),
@@ -190,6 +195,7 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         crash_point_hits,
         faults_fired,
         sometimes,
+        catalog_reached,
         sim_ms: end_ms,
         fs_ops,
         model_exchanges,
@@ -228,6 +234,49 @@ fn durable_batches(durable_at: &BTreeMap<u64, u64>) -> Vec<(u64, u64, u64)> {
         }
     }
     batches
+}
+
+/// The catalog entries a run reached: those its hosts reported, and the wire entries the model
+/// server served (a response scripted and never requested reached nothing).
+pub(crate) fn catalog_reached(
+    hosts: &BTreeSet<String>,
+    plan: &seeded::Plan,
+    exchanges: &[crate::model_server::Exchange],
+) -> BTreeSet<String> {
+    let served = exchanges.iter().filter_map(|e| plan.script.responses.get(e.slot?)?.entry.clone());
+    hosts.iter().cloned().chain(served).collect()
+}
+
+/// The filesystem catalog entries a run's disk faults reached (`faults_fired` holds what the
+/// fault filesystem itself did).
+fn disk_entries(faults_fired: &BTreeSet<String>, plan: &seeded::Plan) -> BTreeSet<String> {
+    let fired = |family: &str| faults_fired.contains(family);
+    let mut out = BTreeSet::new();
+    let mut add = |entry: String| {
+        out.insert(entry);
+    };
+    if fired("crash-point") {
+        add("filesystem.crash.unsynced-writes-lost".into());
+    }
+    for (family, entry) in [
+        ("torn-write", "filesystem.write.torn-at-block-boundary"),
+        ("power-loss-hole", "filesystem.power-loss.zero-filled-hole"),
+        ("eio", "filesystem.eio"),
+        ("enospc", "filesystem.enospc"),
+    ] {
+        if fired(family) {
+            add(entry.into());
+        }
+    }
+    if let (true, Some(full)) = (fired("disk-full"), &plan.faults.disk_full) {
+        add(format!("filesystem.disk-full.{}", full.refuses.name()));
+    }
+    if fired("bit-rot") {
+        for kind in &plan.faults.rot_kinds {
+            add(format!("filesystem.bit-rot.{}", kind.name()));
+        }
+    }
+    out
 }
 
 /// Coverage is what happened: what the model server served, what the services and the

@@ -43,6 +43,16 @@ pub(crate) struct ToolRun {
     pub(crate) at_ms: u64,
 }
 
+/// A local tool returned an answer: its own record, kept outside the host (the evidence that
+/// a result reading "stopped at its deadline" hides an answer that arrived).
+#[derive(Debug, Clone)]
+pub(crate) struct ToolAnswer {
+    pub(crate) life: u64,
+    pub(crate) execution_id: String,
+    /// When, in ms of the run's clock.
+    pub(crate) at_ms: u64,
+}
+
 /// What one incarnation left for the oracle beyond its records.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LifeEvidence {
@@ -65,6 +75,8 @@ pub(crate) struct World {
     pub(crate) disk: Vec<(String, Vec<u8>)>,
     pub(crate) restart_requested: bool,
     pub(crate) faults_fired: BTreeSet<String>,
+    /// World catalog entries the hosts produced (the model server's are read from its log).
+    pub(crate) catalog_reached: BTreeSet<String>,
     /// Records accepted by the current incarnation (by seq), with when (ms).
     pub(crate) accepted: BTreeMap<u64, (Record, u64)>,
     /// Records acknowledged durable by any incarnation: they must survive byte-identical.
@@ -105,6 +117,12 @@ pub(crate) struct World {
     pub(crate) outcomes: Vec<Outcome>,
     /// Every run of a local tool's body, in the order they happened.
     pub(crate) tool_runs: Vec<ToolRun>,
+    /// Every answer a local tool returned.
+    pub(crate) tool_answers: Vec<ToolAnswer>,
+    /// Every answer a simulated MCP server gave to a call (written, or held for a resumption).
+    pub(crate) mcp_answers: Vec<super::mcp_service::McpAnswer>,
+    /// Secrets the agent under test holds besides the world's own (what, value).
+    pub(crate) held_secrets: Vec<(String, String)>,
     /// Per incarnation, what the oracle needs of it beyond its records.
     pub(crate) lives: BTreeMap<u64, LifeEvidence>,
 }

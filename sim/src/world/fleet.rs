@@ -43,7 +43,7 @@ use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
 use super::setup::SESSION;
 use super::setup::{gateway_token, resolve_route, sim_secret, SIM_KEY_VAR, SIM_MODEL_ROOT};
-use super::store_link::FleetLink;
+use super::store_link::{link_entries, FleetLink};
 use super::user::AgentUnderTest;
 use super::{gateway, io_trace};
 use super::{Service, ServiceReceipt};
@@ -159,6 +159,7 @@ pub(super) fn run(
     let receipts = super::hosts::host_gateway(&mut sim, plan, &world, &recorder);
     let service_receipts = super::hosts::host_services(&mut sim, plan, &world, seed, user.as_deref());
     let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
+    let held_secrets = user.as_ref().map(|u| u.secrets.clone()).unwrap_or_default();
     let order = lock(&world).order.clone();
     let stamp: super::stamp::Stamp = Arc::new(move || order.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1);
     let log: SharedLog = Arc::default();
@@ -209,7 +210,8 @@ pub(super) fn run(
     log.trace.sort_by_key(|line| line.split_whitespace().next().and_then(|ms| ms.parse::<u64>().ok()));
     let mut trace = lock(&world).trace.clone();
     trace.extend(log.trace);
-    let effects = Effects { receipts, service_receipts, services };
+    let catalog_reached = lock(&world).catalog_reached.clone();
+    let effects = Effects { receipts, service_receipts, services, held_secrets, catalog_reached };
     let judged = judged_by_the_retry_rules(&lock(&world).ledger, &exchanges, pause);
     let model = ModelEvidence { bodies: request_bodies, exchanges, judged };
     conclude(scenario, plan, seed, log.evidence, trace, effects, model, end_ms)
@@ -247,6 +249,10 @@ struct Effects {
     receipts: Vec<gateway::Receipt>,
     service_receipts: Vec<ServiceReceipt>,
     services: Vec<Service>,
+    /// Secrets the agent under test holds besides the world's own.
+    held_secrets: Vec<(String, String)>,
+    /// Catalog entries the services' hosts produced.
+    catalog_reached: std::collections::BTreeSet<String>,
 }
 
 /// Steps the fleet until the standby is done or the run's end: its budget, or the liveness
@@ -335,7 +341,7 @@ fn conclude(
     seed: u64,
     evidence: FleetEvidence,
     trace: Vec<String>,
-    Effects { receipts, service_receipts, services }: Effects,
+    Effects { receipts, service_receipts, services, held_secrets, catalog_reached: hosts_reached }: Effects,
     ModelEvidence { bodies: request_bodies, exchanges, judged: (ledger, judged_exchanges) }: ModelEvidence,
     end_ms: u64,
 ) -> RunResult {
@@ -365,6 +371,7 @@ fn conclude(
         disk: vec![("the shared store".to_owned(), shared_store)],
         transcript: evidence.transcript.clone(),
         ledger,
+        held_secrets,
         ..World::default()
     };
     violations.extend(oracle::fleet(&oracle::RunEvidence {
@@ -397,6 +404,11 @@ fn conclude(
         crash_point_hits: Default::default(),
         faults_fired,
         sometimes,
+        catalog_reached: super::conclude::catalog_reached(
+            &link_entries(&evidence.link).into_iter().chain(hosts_reached).collect(),
+            plan,
+            &exchanges,
+        ),
         sim_ms: end_ms,
         fs_ops: 0,
         model_exchanges: exchanges,

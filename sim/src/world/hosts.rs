@@ -133,7 +133,7 @@ pub(crate) fn host_services(
             }
         });
     }
-    host_mcp_services(sim, plan, seed, user, &receipts, &stamp);
+    host_mcp_services(sim, plan, seed, user, (&receipts, world), &stamp);
     receipts
 }
 
@@ -144,18 +144,18 @@ fn host_mcp_services(
     plan: &seeded::Plan,
     seed: u64,
     user: Option<&AgentUnderTest>,
-    receipts: &ServiceReceipts,
+    (receipts, world): (&ServiceReceipts, &Shared),
     stamp: &Stamp,
 ) {
     for declared in user.map_or(&[][..], |u| &u.mcp_services[..]) {
-        let (declared, receipts, stamp, heal_at_ms) =
-            (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
+        let (declared, receipts, world, stamp, heal_at_ms) =
+            (declared.clone(), receipts.clone(), world.clone(), stamp.clone(), plan.heal_at_ms);
         sim.host(declared.host.clone(), move || {
             let running = Arc::new(super::mcp_service::Running::new(
                 declared.clone(),
                 seed,
                 stamp.clone(),
-                receipts.clone(),
+                (receipts.clone(), world.clone()),
                 heal_at_ms,
             ));
             async move {

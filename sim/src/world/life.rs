@@ -432,6 +432,7 @@ impl Tool for LocalTool {
 
     fn call(&self, invocation: ToolInvocation, cancel: CancellationToken) -> BoxFuture<'static, ToolOutput> {
         let (clock, work, ignore) = (self.clock.clone(), Duration::from_millis(self.work_ms), self.ignore_abort);
+        let deadline = self.timeout_ms.map(Duration::from_millis);
         let (printed, leaks, report) = (self.printed.clone(), self.leaks.clone(), self.report.clone());
         Box::pin(async move {
             // The tool's own record of its effect, outside the runtime's reach.
@@ -447,17 +448,39 @@ impl Tool for LocalTool {
                 }
                 return ToolOutput::Ok(text);
             }
-            if work.is_zero() {
-                return ToolOutput::Ok(format!("echo {}", invocation.arguments));
-            }
-            if ignore {
+            let past_deadline = deadline.is_some_and(|d| work > d);
+            let output = if work.is_zero() {
+                ToolOutput::Ok(format!("echo {}", invocation.arguments))
+            } else if ignore {
                 clock.sleep(work).await;
-                return ToolOutput::Ok("finished after its slow cleanup".into());
+                if past_deadline {
+                    report.reached("tools.deadline.answer-after-deadline");
+                }
+                ToolOutput::Ok("finished after its slow cleanup".into())
+            } else {
+                let started = clock.now();
+                tokio::select! {
+                    () = clock.sleep(work) => {
+                        if deadline.is_some() {
+                            report.reached("tools.deadline.answer-before-deadline");
+                        }
+                        ToolOutput::Ok("done".into())
+                    }
+                    () = cancel.cancelled() => {
+                        let at_deadline = deadline.is_some_and(|d| clock.now().saturating_duration_since(started) >= d);
+                        report.reached(if at_deadline {
+                            "tools.deadline.stopped-before-acting"
+                        } else {
+                            "tools.abort.stopped-on-the-callers-cancel"
+                        });
+                        ToolOutput::Aborted("stopped on request".into())
+                    }
+                }
+            };
+            if matches!(output, ToolOutput::Ok(_)) {
+                report.answered(&invocation.execution_id);
             }
-            tokio::select! {
-                () = clock.sleep(work) => ToolOutput::Ok("done".into()),
-                () = cancel.cancelled() => ToolOutput::Aborted("stopped on request".into()),
-            }
+            output
         })
     }
 }

@@ -20,6 +20,12 @@ pub(crate) trait LifeReport: Send + Sync {
     /// A local tool's body ran for `execution_id` with `arguments` (stamped in the run's
     /// order of events): the tool's own record, which the runtime cannot touch.
     fn ran(&self, execution_id: &str, arguments: &str);
+    /// A local tool returned its answer for `execution_id` (not a stop on its signal): the
+    /// tool's own record that the call came to an end with an answer, whatever its deadline
+    /// had fired by then (FAILURE-USER-VIEW).
+    fn answered(&self, execution_id: &str);
+    /// The host produced world catalog entry `entry` (a tool answered past its deadline, say).
+    fn reached(&self, entry: &'static str);
     /// The simulated user was given `outcome` (stamped in the run's order of events).
     fn outcome(&self, outcome: &TurnOutcome);
     /// The agent reported a persistence failure (its failure channel).

@@ -5,6 +5,15 @@
 //! is a [`ServiceReceipt`] (the oracle's evidence, as for services), with the execution id
 //! taken from the request's `_meta`, as a real server would read it.
 //!
+//! How it answers is drawn per call from the seed, as the MCP specification and its official
+//! SDKs' servers answer (sim/catalog/mcp.toml): one JSON body, or an SSE stream — closed after
+//! the response, with notifications or a `ping` request of its own first, left open after the
+//! response, or closed after a priming event so that the client resumes it with a GET and
+//! `Last-Event-ID` (protocol 2025-11-25); an answer late past the call's deadline but within
+//! its cancel's grace; an answer that quotes the request's headers back; long session ids; a
+//! forgotten session said with 404 or, as the SDKs' example servers do, 400. Every answer it
+//! gives is written down (`McpAnswer`): the oracle holds the call's result to it.
+//!
 //! Its faults, drawn per call from the seed's stream while the fault window is open: the
 //! session forgotten (HTTP 404, nothing done), the tool failing before acting (`isError`),
 //! the reply lost after the effect (the connection dropped), a malformed reply after the
@@ -20,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use faultline_runtime::mcp::{MCP_EXECUTION_ID_META, MCP_MESSAGE_BYTES_MAX, MCP_SESSION_HEADER};
-use faultline_runtime::seams::{Clock, EntropyExt, Listener};
+use faultline_runtime::seams::{Clock, Entropy, EntropyExt, Listener};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -28,7 +37,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
+use super::evidence::{lock, Shared};
 use super::service::{Fate, ServiceReceipt, ServiceReceipts};
+use crate::model_server::ChannelBody;
 
 /// The pseudo-header a receipt keeps the server's name in.
 pub const MCP_SERVER_MARK: &str = "mcp-server";
@@ -49,6 +60,78 @@ pub struct McpService {
     pub tools: Vec<McpServiceTool>,
     /// Transport faults; `None`: drawn from the seed.
     pub faults: Option<McpFaults>,
+    /// The client's deadline for a call (the entry's `timeout_ms`): a late answer is drawn
+    /// past it, within the cancel's grace.
+    pub timeout_ms: Option<u64>,
+}
+
+/// How the server answered one call: the evidence the call's result is held to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct McpAnswer {
+    /// The call's execution id (from its `_meta`).
+    pub execution_id: String,
+    /// When the answer was written to an open connection (or, held for a resumption, when it
+    /// was ready), in simulated ms.
+    pub at_ms: u64,
+    /// Held for a GET with `Last-Event-ID` after this many ms (`None`: written at once).
+    pub held_for_resume_ms: Option<u64>,
+    /// It was an answer the call must read as its result (not an error the server made up
+    /// for a fault).
+    pub is_answer: bool,
+    /// The host it came from.
+    pub host: String,
+    /// The call's deadline (the entry's `timeout_ms`).
+    pub timeout_ms: Option<u64>,
+}
+
+/// The `retry` a priming event asks for, in ms.
+const PRIMING_RETRY_MS: u64 = 300;
+/// Between keep-alive comments on a stream left open, in ms.
+const KEPT_OPEN_KEEPALIVE_MS: u64 = 300;
+/// Length of a long session id (a JWT's, past the 256 bytes clients used to allow), in bytes.
+const LONG_SESSION_ID_BYTES: usize = 600;
+/// How long past the call's deadline a late answer comes, in ms (within the 2 s cancel grace).
+const LATE_ANSWER_PAST_DEADLINE_MS: u64 = 600;
+
+/// How a streamable-HTTP server shapes its answer to one `tools/call`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// One JSON body.
+    Json,
+    /// An SSE stream: the response event, then the stream closes.
+    Sse,
+    /// Progress and log notifications first, then the response.
+    NotificationsFirst,
+    /// A `ping` request of the server's own first (the client answers it with a POST).
+    PingFirst,
+    /// The response, then the stream stays open, with keep-alive comments.
+    KeptOpen,
+    /// A priming event (`id`, `retry`), then the stream closes before the response, which
+    /// waits for a GET with `Last-Event-ID`.
+    PrimedThenClosed,
+}
+
+impl Shape {
+    const ALL: [Shape; 6] = [
+        Shape::Json,
+        Shape::Sse,
+        Shape::NotificationsFirst,
+        Shape::PingFirst,
+        Shape::KeptOpen,
+        Shape::PrimedThenClosed,
+    ];
+
+    /// Its entry in the MCP catalog.
+    fn entry(self) -> &'static str {
+        match self {
+            Shape::Json => "mcp.http.json-response",
+            Shape::Sse => "mcp.http.sse-response",
+            Shape::NotificationsFirst => "mcp.http.sse-notifications-before-response",
+            Shape::PingFirst => "mcp.http.sse-ping-before-response",
+            Shape::KeptOpen => "mcp.http.sse-left-open-after-response",
+            Shape::PrimedThenClosed => "mcp.http.sse-closed-after-priming-then-resumed",
+        }
+    }
 }
 
 /// One tool of a simulated MCP server.
@@ -128,6 +211,19 @@ impl McpFaults {
     }
 }
 
+/// What the server draws per call besides its faults, from a stream of its own (the fault
+/// draws stay what they were): how it shapes the answer, and whether it answers late or
+/// quotes the request's headers back.
+struct Manner {
+    shape: Shape,
+    late: bool,
+    echo_headers: bool,
+    expired_as_400: bool,
+}
+
+/// A response held for a resumption: its stream's id and the event carrying it.
+type Held = (String, String);
+
 /// What a running server shares between its connections.
 pub(crate) struct Running {
     pub service: McpService,
@@ -138,8 +234,16 @@ pub(crate) struct Running {
     pub receipts: ServiceReceipts,
     pub heal_at_ms: u64,
     draw: crate::seams::SimEntropy,
+    /// The draws of how it answers (shapes, lateness, echoes).
+    manners: crate::seams::SimEntropy,
     sessions: Mutex<BTreeSet<String>>,
     connections: AtomicU64,
+    /// Responses held for a GET with `Last-Event-ID`, by the event id that primed them.
+    held: Mutex<std::collections::BTreeMap<String, Held>>,
+    /// Its session ids are long (a JWT's length).
+    long_session_ids: bool,
+    /// The world, where it writes down its answers and the catalog entries it produced.
+    world: Shared,
 }
 
 impl Running {
@@ -147,11 +251,13 @@ impl Running {
         service: McpService,
         seed: u64,
         stamp: super::stamp::Stamp,
-        receipts: ServiceReceipts,
+        (receipts, world): (ServiceReceipts, Shared),
         heal_at_ms: u64,
     ) -> Self {
         let faults = McpFaults::of(&service, seed);
         let draw = crate::seed::Seed::new(seed).fault(&format!("mcp/{}/calls", service.host));
+        let manners = crate::seed::Seed::new(seed).fault(&format!("mcp/{}/manners", service.host));
+        let long_session_ids = manners.unit_f64() < 0.5;
         Self {
             service,
             faults,
@@ -161,9 +267,43 @@ impl Running {
             receipts,
             heal_at_ms,
             draw,
+            manners,
             sessions: Mutex::default(),
             connections: AtomicU64::new(0),
+            held: Mutex::default(),
+            long_session_ids,
+            world,
         }
+    }
+
+    /// The manner of the next call: every draw made, so one choice never shifts another.
+    fn manner(&self) -> Manner {
+        let shape = Shape::ALL[(self.manners.next_u64() % Shape::ALL.len() as u64) as usize];
+        let late = self.manners.unit_f64() < 0.2 && self.service.timeout_ms.is_some();
+        let echo_headers = self.manners.unit_f64() < 0.2;
+        let expired_as_400 = self.manners.unit_f64() < 0.5;
+        Manner { shape, late, echo_headers, expired_as_400 }
+    }
+
+    fn reached(&self, entry: &str) {
+        lock(&self.world).catalog_reached.insert(entry.to_owned());
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now().as_millis() as u64
+    }
+
+    /// Writes down an answer the call must read as its result.
+    fn answered(&self, execution_id: &str, held_for_resume_ms: Option<u64>, is_answer: bool) {
+        let answer = McpAnswer {
+            execution_id: execution_id.to_owned(),
+            at_ms: self.now_ms(),
+            held_for_resume_ms,
+            is_answer,
+            host: self.service.host.clone(),
+            timeout_ms: self.service.timeout_ms,
+        };
+        lock(&self.world).mcp_answers.push(answer);
     }
 
     fn faulty(&self) -> bool {
@@ -214,12 +354,26 @@ async fn serve_http(listener: Box<dyn Listener>, running: Arc<Running>) -> std::
     }
 }
 
+type Reply = Response<http_body_util::combinators::BoxBody<Bytes, std::io::Error>>;
+
+fn boxed(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes, std::io::Error> {
+    Full::new(bytes.into()).map_err(|never: std::convert::Infallible| match never {}).boxed()
+}
+
 async fn http_reply(
-    running: &Running,
+    running: &Arc<Running>,
     connection: u64,
     request: Request<hyper::body::Incoming>,
-) -> Result<Response<Full<Bytes>>, std::io::Error> {
+) -> Result<Reply, std::io::Error> {
     let session = request.headers().get(MCP_SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let headers: Vec<(String, String)> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    if request.method() == hyper::Method::GET {
+        return Ok(resume(running, &headers));
+    }
     let Ok(body) = http_body_util::Limited::new(request.into_body(), MCP_MESSAGE_BYTES_MAX).collect().await else {
         return Ok(status(StatusCode::PAYLOAD_TOO_LARGE, ""));
     };
@@ -228,30 +382,26 @@ async fn http_reply(
     };
     let known = |s: &String| running.sessions.lock().unwrap_or_else(|p| p.into_inner()).contains(s);
     let is_init = message.get("method").and_then(Value::as_str) == Some("initialize");
+    let is_call = message.get("method").and_then(Value::as_str) == Some("tools/call");
+    let manner = is_call.then(|| running.manner());
     let session = match (session, is_init) {
-        (Some(s), _) if !known(&s) => return Ok(status(StatusCode::NOT_FOUND, "session not found")),
+        (Some(s), _) if !known(&s) => return Ok(forgotten(running, manner.as_ref())),
         (None, false) => return Ok(status(StatusCode::BAD_REQUEST, "no session")),
         (session, _) => session,
     };
-    match handle(running, &format!("http/{connection}"), &message, session.is_some()).await {
-        Handled::Reply(reply) => {
-            let mut response = status(StatusCode::OK, &reply.to_string());
-            response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
-            if is_init {
-                let id = format!("s{}", running.draw.hex_id(8));
-                running.sessions.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
-                if let Ok(value) = hyper::header::HeaderValue::from_str(&id) {
-                    response.headers_mut().insert(MCP_SESSION_HEADER, value);
-                }
-            }
-            Ok(response)
-        }
+    let context = Context { connection: format!("http/{connection}"), has_session: session.is_some(), headers };
+    match handle(running, &context, &message, manner.as_ref()).await {
+        Handled::Reply(reply) => Ok(match (&manner, is_init) {
+            (Some(manner), _) => shaped(running, manner.shape, &message, reply),
+            (None, true) => initialized(running, &reply),
+            (None, false) => json(&reply),
+        }),
         Handled::Nothing => Ok(status(StatusCode::ACCEPTED, "")),
         Handled::Expired => {
             if let Some(session) = &session {
                 running.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
             }
-            Ok(status(StatusCode::NOT_FOUND, "session not found"))
+            Ok(forgotten(running, manner.as_ref()))
         }
         Handled::Drop => Err(std::io::Error::other("the connection dropped after the effect")),
         Handled::Garble => Ok(status(StatusCode::OK, "{\"jsonrpc\": \"2.0\", \"id\":")),
@@ -259,8 +409,134 @@ async fn http_reply(
     }
 }
 
-fn status(code: StatusCode, text: &str) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(text.to_owned())));
+/// What the server says of a session it does not know: 404, as the specification says, or
+/// 400, as the official SDKs' example servers (and Python servers before 1.26) do.
+fn forgotten(running: &Running, manner: Option<&Manner>) -> Reply {
+    if manner.is_some_and(|m| m.expired_as_400) {
+        running.reached("mcp.http.session-unknown-400");
+        return status(StatusCode::BAD_REQUEST, "Bad Request: No valid session ID provided");
+    }
+    running.reached("mcp.http.session-unknown-404");
+    status(StatusCode::NOT_FOUND, "session not found")
+}
+
+fn json(reply: &Value) -> Reply {
+    let mut response = status(StatusCode::OK, &reply.to_string());
+    response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The answer to `initialize`, with a new session's id (a long one, for some seeds).
+fn initialized(running: &Running, reply: &Value) -> Reply {
+    let mut response = json(reply);
+    let id = if running.long_session_ids {
+        running.reached("mcp.http.long-session-id");
+        format!("s{}", running.draw.hex_id(LONG_SESSION_ID_BYTES / 2))
+    } else {
+        format!("s{}", running.draw.hex_id(8))
+    };
+    running.sessions.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
+    if let Ok(value) = hyper::header::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(MCP_SESSION_HEADER, value);
+    }
+    response
+}
+
+fn event_stream(body: http_body_util::combinators::BoxBody<Bytes, std::io::Error>) -> Reply {
+    let mut response = Response::new(body);
+    response.headers_mut().insert("content-type", hyper::header::HeaderValue::from_static("text/event-stream"));
+    response
+}
+
+fn data(message: &Value) -> String {
+    format!("event: message\ndata: {message}\n\n")
+}
+
+/// The answer to a `tools/call`, shaped as `shape` says, written down as the call's answer.
+fn shaped(running: &Arc<Running>, shape: Shape, message: &Value, reply: Value) -> Reply {
+    running.reached(shape.entry());
+    let execution_id = execution_id_of(message);
+    let is_answer = reply.get("result").is_some();
+    let request_id = message.get("id").cloned().unwrap_or(Value::Null);
+    match shape {
+        Shape::Json => {
+            running.answered(&execution_id, None, is_answer);
+            json(&reply)
+        }
+        Shape::Sse => {
+            running.answered(&execution_id, None, is_answer);
+            event_stream(boxed(data(&reply)))
+        }
+        Shape::NotificationsFirst => {
+            running.answered(&execution_id, None, is_answer);
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                  "params": {"level": "info", "data": "working on it"}});
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                             "params": {"progressToken": request_id, "progress": 1, "total": 2}});
+            event_stream(boxed(format!("{}{}{}", data(&progress), data(&log), data(&reply))))
+        }
+        Shape::PingFirst => {
+            running.answered(&execution_id, None, is_answer);
+            let ping =
+                json!({"jsonrpc": "2.0", "id": format!("srv-ping-{}", running.draw.hex_id(4)), "method": "ping"});
+            event_stream(boxed(format!("{}{}", data(&ping), data(&reply))))
+        }
+        Shape::KeptOpen => {
+            let (sender, frames) = tokio::sync::mpsc::channel(4);
+            let (running, reply) = (running.clone(), reply);
+            tokio::spawn(async move {
+                if sender.send(Ok(Bytes::from(data(&reply)))).await.is_err() {
+                    return;
+                }
+                running.answered(&execution_id, None, is_answer);
+                // The stream stays open (the specification says SHOULD close, not MUST).
+                loop {
+                    tokio::select! {
+                        () = sender.closed() => return,
+                        () = running.clock.sleep(Duration::from_millis(KEPT_OPEN_KEEPALIVE_MS)) => {}
+                    }
+                    if sender.send(Ok(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            event_stream(ChannelBody { frames }.boxed())
+        }
+        Shape::PrimedThenClosed => {
+            let stream = format!("st{}", running.draw.hex_id(6));
+            let primed = format!("{stream}-0");
+            running.held.lock().unwrap_or_else(|p| p.into_inner()).insert(primed.clone(), (stream, data(&reply)));
+            running.answered(&execution_id, Some(PRIMING_RETRY_MS), is_answer);
+            // The priming event names the stream's position; the stream then closes.
+            event_stream(boxed(format!("id: {primed}\nretry: {PRIMING_RETRY_MS}\ndata: \n\n")))
+        }
+    }
+}
+
+/// A GET: the rest of a closed stream after `Last-Event-ID` (the held response), or 405
+/// (this server opens no stream of its own).
+fn resume(running: &Running, headers: &[(String, String)]) -> Reply {
+    let last = headers.iter().find(|(k, _)| k == "last-event-id").map(|(_, v)| v.as_str());
+    let held = last.and_then(|id| running.held.lock().unwrap_or_else(|p| p.into_inner()).remove(id));
+    let Some((stream, event)) = held else {
+        return status(StatusCode::METHOD_NOT_ALLOWED, "");
+    };
+    running.reached("mcp.http.resumed-with-last-event-id");
+    event_stream(boxed(format!("id: {stream}-1\n{event}")))
+}
+
+fn execution_id_of(message: &Value) -> String {
+    message
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(MCP_EXECUTION_ID_META))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn status(code: StatusCode, text: &str) -> Reply {
+    let mut response = Response::new(boxed(text.to_owned()));
     *response.status_mut() = code;
     response
 }
@@ -282,6 +558,10 @@ async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, runn
     let mut reader = tokio::io::BufReader::new(read);
     let mut calls = tokio::task::JoinSet::new();
     let mut line = Vec::new();
+    // The client closed our input (it ended the connection, or killed us), or we wrote a line
+    // that is no message (which ends the connection for a client that cannot attribute it):
+    // whatever we write after that, nobody reads.
+    let input_closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
         // A read interrupted by a finished call keeps what it read (`read_until` appends), so
         // the line is cleared only once it was handled.
@@ -304,19 +584,33 @@ async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, runn
         let parsed = serde_json::from_slice::<Value>(&line);
         line.clear();
         let Ok(message) = parsed else { break };
-        let (running, write) = (running.clone(), write.clone());
+        let (running, write, input_closed) = (running.clone(), write.clone(), input_closed.clone());
+        let manner = (message.get("method").and_then(Value::as_str) == Some("tools/call")).then(|| running.manner());
         calls.spawn(async move {
-            let bytes = match handle(&running, &format!("stdio/{connection}"), &message, false).await {
-                Handled::Reply(reply) => format!("{reply}\n"),
-                Handled::Garble => "{\"jsonrpc\": \"2.0\", \"id\":\n".to_owned(),
+            let context =
+                Context { connection: format!("stdio/{connection}"), has_session: false, headers: Vec::new() };
+            let (bytes, answer) = match handle(&running, &context, &message, manner.as_ref()).await {
+                Handled::Reply(reply) => match &manner {
+                    Some(manner) => (lines_before(&running, manner.shape, &message) + &format!("{reply}\n"), true),
+                    None => (format!("{reply}\n"), false),
+                },
+                Handled::Garble => ("{\"jsonrpc\": \"2.0\", \"id\":\n".to_owned(), false),
                 Handled::Nothing | Handled::Expired => return true,
                 Handled::Drop => return false,
                 Handled::Hang => std::future::pending().await,
             };
-            write.lock().await.write_all(bytes.as_bytes()).await.is_ok()
+            let written = write.lock().await.write_all(bytes.as_bytes()).await.is_ok();
+            if !answer && manner.is_some() {
+                input_closed.store(true, Ordering::SeqCst);
+            }
+            if written && answer && !input_closed.load(Ordering::SeqCst) {
+                running.answered(&execution_id_of(&message), None, true);
+            }
+            written
         });
     }
     // Input closed: the process finishes what it started, then exits.
+    input_closed.store(true, Ordering::SeqCst);
     while let Some(done) = calls.join_next().await {
         if !done.unwrap_or(false) {
             return;
@@ -324,9 +618,42 @@ async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, runn
     }
 }
 
-/// One message, whichever transport carried it; `connection` names the transport's
-/// connection (a call's mark).
-async fn handle(running: &Running, connection: &str, message: &Value, has_session: bool) -> Handled {
+/// What a stdio server writes before its answer to a call: notifications, or a `ping` of its
+/// own, as the manner drawn for the call says (nothing for the HTTP-only shapes).
+fn lines_before(running: &Running, shape: Shape, message: &Value) -> String {
+    let request_id = message.get("id").cloned().unwrap_or(Value::Null);
+    match shape {
+        Shape::NotificationsFirst => {
+            running.reached("mcp.stdio.notifications-before-response");
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                             "params": {"level": "info", "data": "working on it"}});
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                  "params": {"progressToken": request_id, "progress": 1, "total": 2}});
+            format!("{log}\n{progress}\n")
+        }
+        Shape::PingFirst => {
+            running.reached("mcp.stdio.ping-before-response");
+            let ping =
+                json!({"jsonrpc": "2.0", "id": format!("srv-ping-{}", running.draw.hex_id(4)), "method": "ping"});
+            format!("{ping}\n")
+        }
+        _ => {
+            running.reached("mcp.stdio.line-response");
+            String::new()
+        }
+    }
+}
+
+/// Where a message came from: its connection (a call's mark), whether it carried a session,
+/// and the request's headers (HTTP).
+struct Context {
+    connection: String,
+    has_session: bool,
+    headers: Vec<(String, String)>,
+}
+
+/// One message, whichever transport carried it.
+async fn handle(running: &Running, context: &Context, message: &Value, manner: Option<&Manner>) -> Handled {
     let id = message.get("id").cloned();
     let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
     let reply = |result: Value| Handled::Reply(json!({"jsonrpc": "2.0", "id": id, "result": result}));
@@ -342,8 +669,12 @@ async fn handle(running: &Running, connection: &str, message: &Value, has_sessio
             "inputSchema": {"type": "object"},
             "annotations": {"readOnlyHint": !t.effect},
         })).collect::<Vec<_>>()})),
-        ("tools/call", Some(id)) => call(running, &format!("{connection}/{id}"), message, has_session, id).await,
-        // Notifications, cancels included: never answered.
+        ("tools/call", Some(id)) => call(running, context, message, manner, id).await,
+        ("notifications/cancelled", None) => {
+            running.reached("mcp.proto.cancelled-notification-received");
+            Handled::Nothing
+        }
+        // Other notifications, and answers to the server's own requests: never answered.
         (_, None) => Handled::Nothing,
         (_, Some(_)) => {
             Handled::Reply(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no such method"}}))
@@ -351,7 +682,8 @@ async fn handle(running: &Running, connection: &str, message: &Value, has_sessio
     }
 }
 
-async fn call(running: &Running, mark: &str, message: &Value, has_session: bool, id: &Value) -> Handled {
+async fn call(running: &Running, context: &Context, message: &Value, manner: Option<&Manner>, id: &Value) -> Handled {
+    let (mark, has_session) = (&format!("{}/{id}", context.connection), context.has_session);
     let params = message.get("params").cloned().unwrap_or_default();
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
     let execution_id = params
@@ -370,7 +702,13 @@ async fn call(running: &Running, mark: &str, message: &Value, has_session: bool,
             json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": format!("unknown tool {name}")}}),
         );
     };
-    running.clock.sleep(Duration::from_millis(tool.latency_ms)).await;
+    let late = manner.is_some_and(|m| m.late);
+    let latency = match running.service.timeout_ms {
+        // Past the call's deadline, within the cancel's grace: the answer must still be heard.
+        Some(deadline) if late => deadline + LATE_ANSWER_PAST_DEADLINE_MS,
+        _ => tool.latency_ms,
+    };
+    running.clock.sleep(Duration::from_millis(latency)).await;
     let faulty = running.faulty();
     // The fault draws are made for every call, so one rate does not shift another's stream.
     let draws: Vec<f64> = (0..5).map(|_| running.draw.unit_f64()).collect();
@@ -385,6 +723,7 @@ async fn call(running: &Running, mark: &str, message: &Value, has_session: bool,
     }
     if faulty && draws[1] < failure_rate {
         record(running, tool, &execution_id, mark, Fate::Refused, message);
+        running.reached("mcp.proto.tool-result-is-error");
         return text_result("the tool failed before doing anything", true);
     }
     record(running, tool, &execution_id, mark, Fate::Effect, message);
@@ -396,19 +735,39 @@ async fn call(running: &Running, mark: &str, message: &Value, has_session: bool,
         let fate = if tool.dedup { Fate::Deduplicated } else { Fate::Effect };
         record(running, tool, &execution_id, mark, fate, message);
     }
-    if faulty && draws[2] < running.faults.lost_reply_rate {
-        mark_reply_lost(running, mark);
-        return Handled::Drop;
+    if let Some(lost) = reply_lost(running, context, mark, (faulty, &draws)) {
+        return lost;
     }
-    if faulty && draws[3] < running.faults.malformed_rate {
-        mark_reply_lost(running, mark);
-        return Handled::Garble;
+    if late {
+        running.reached("mcp.proto.answer-within-cancel-grace");
     }
-    if faulty && draws[4] < running.faults.hang_rate {
-        mark_reply_lost(running, mark);
-        return Handled::Hang;
+    let mut said = format!("{} did {name} for {execution_id}", running.service.server);
+    // A careless server quotes the request's headers back (a debugging echo, a proxy's page).
+    if manner.is_some_and(|m| m.echo_headers) && !context.headers.is_empty() {
+        running.reached("mcp.http.answer-quotes-request-headers");
+        let quoted: Vec<String> = context.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        said.push_str(&format!(" (request headers: {})", quoted.join("; ")));
     }
-    text_result(&format!("{} did {name} for {execution_id}", running.service.server), false)
+    text_result(&said, false)
+}
+
+/// What happens to the reply of a call that acted, while the fault window is open: the
+/// connection dropped (a stdio server exits), a reply that is no message, or none at all.
+fn reply_lost(running: &Running, context: &Context, mark: &str, (faulty, draws): (bool, &[f64])) -> Option<Handled> {
+    let stdio = context.connection.starts_with("stdio/");
+    let (handled, entry) = if faulty && draws[2] < running.faults.lost_reply_rate {
+        let entry = if stdio { "mcp.stdio.server-exits-mid-call" } else { "mcp.http.connection-drops-after-effect" };
+        (Handled::Drop, entry)
+    } else if faulty && draws[3] < running.faults.malformed_rate {
+        (Handled::Garble, "mcp.proto.unreadable-reply-after-effect")
+    } else if faulty && draws[4] < running.faults.hang_rate {
+        (Handled::Hang, "mcp.proto.no-reply-after-effect")
+    } else {
+        return None;
+    };
+    mark_reply_lost(running, mark);
+    running.reached(entry);
+    Some(handled)
 }
 
 fn record(running: &Running, tool: &McpServiceTool, execution_id: &str, mark: &str, fate: Fate, message: &Value) {

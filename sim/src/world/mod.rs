@@ -54,9 +54,25 @@ use hosts::{build_sim, first_life_faults, host_gateway, host_model, host_service
 use probe::CrashControl;
 use setup::{resolve_route, SIM_MODEL_ROOT};
 
-/// Runs `scenario` with `seed`.
+/// Runs `scenario` with `seed` (on the agent file it names, if it names one).
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
+    if let Some(agent) = scenario_agent(scenario) {
+        return run_agent(scenario, seed, &agent);
+    }
     run_with(scenario, seed, io_trace::IoRecorder::new(false), None)
+}
+
+/// The agent of a scenario that names an agent file, built once per file.
+pub(crate) fn scenario_agent(scenario: &Scenario) -> Option<Arc<AgentUnderTest>> {
+    type Agents = std::collections::BTreeMap<String, Arc<AgentUnderTest>>;
+    static AGENTS: std::sync::OnceLock<Mutex<Agents>> = std::sync::OnceLock::new();
+    let text = scenario.agent.as_ref()?;
+    let mut agents = AGENTS.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner());
+    let agent = agents.entry(text.clone()).or_insert_with(|| {
+        let built = crate::stand_in::agent_from_file(&scenario.name, text);
+        Arc::new(built.unwrap_or_else(|e| panic!("scenario {}: its agent file: {e}", scenario.name)))
+    });
+    Some(agent.clone())
 }
 
 /// Runs `scenario` with `seed` on an embedder's agent: its tools, config and provider
@@ -116,6 +132,7 @@ fn run_and_judge(
     let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let mut sim = build_sim(&plan, seed);
     let world: Shared = Arc::default();
+    lock(&world).held_secrets = user.as_ref().map(|u| u.secrets.clone()).unwrap_or_default();
     if let Some(swarm) = &plan.swarm {
         lock(&world).trace.push(format!("{:>7} {swarm}", 0));
     }

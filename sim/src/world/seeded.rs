@@ -198,7 +198,14 @@ pub struct Swarm {
     /// past its lease at a seeded instant (the zombie family; the fleet world runs it, and the
     /// disk faults drawn above have no disk there to hit).
     pub zombie: bool,
+    /// Entries of the format's wire catalog are served before good responses (the `wire`
+    /// family, FAILURE-WORLD-CATALOG): every behaviour the format's specification defines,
+    /// drawn a few per seed.
+    pub wire: bool,
 }
+
+/// Most wire catalog entries one seed serves.
+const WIRE_ENTRIES_PER_SEED_MAX: u64 = 3;
 
 /// Probability that a seed runs as a fleet with a zombie. Low: the fleet world has no disk
 /// faults, crashes or person, so a zombie seed covers little else.
@@ -319,6 +326,7 @@ impl Swarm {
         let refusal = stream(seed, "swarm/refusal").unit_f64() < REFUSAL_PROBABILITY;
         let zombie = stream(seed, "swarm/zombie").unit_f64() < ZOMBIE_PROBABILITY;
         Swarm {
+            wire: on("wire"),
             error_event: model_failures.is_some() && on("error-event"),
             ping_storm: on("ping-storm"),
             reasoning: on("reasoning"),
@@ -486,6 +494,7 @@ impl Swarm {
             (self.exhaust_retries, "retry-exhaustion"),
             (self.final_failure, "final-failure"),
             (self.zombie, "zombie"),
+            (self.wire, "wire"),
         ] {
             if flag {
                 on.push(name.into());
@@ -496,6 +505,25 @@ impl Swarm {
         } else {
             format!("swarm: {}", on.join(", "))
         }
+    }
+}
+
+/// Serves one to [`WIRE_ENTRIES_PER_SEED_MAX`] entries of `format`'s wire catalog, each
+/// before a good response drawn from the seed (an answer the client keeps ends its turn there,
+/// and the good response goes to the next request; a failure is recovered from or ends its
+/// turn as the entry's reading says).
+fn serve_wire_entries(seed: u64, format: WireFormat, tool: &str, responses: &mut Vec<Response>) {
+    let entries = crate::catalog::wire_entries(format);
+    if entries.is_empty() {
+        return;
+    }
+    let wire = stream(seed, "wire");
+    let count = 1 + wire.next_u64() % WIRE_ENTRIES_PER_SEED_MAX;
+    for draw in 0..count as usize {
+        let entry = pick(&wire, entries);
+        let good: Vec<usize> = (0..responses.len()).filter(|&i| !responses[i].fails()).collect();
+        let at = if good.is_empty() { responses.len() } else { *pick(&wire, &good) };
+        responses.insert(at, crate::catalog::drawn_response(entry, tool, draw));
     }
 }
 
@@ -551,6 +579,11 @@ impl Swarm {
             if let Some(answer) = script.responses.iter_mut().find(plain) {
                 answer.frames = vec![Frame::Filler(SWARM_ANSWER_BYTES_MAX), Frame::Filler(SWARM_ANSWER_BYTES_MAX / 2)];
             }
+        }
+        // Last: a catalog entry is served exactly as its catalog writes it.
+        if self.wire {
+            let tool = scenario.tools.first().map_or("send", |t| t.name.as_str());
+            serve_wire_entries(seed, format, tool, &mut script.responses);
         }
     }
 

@@ -34,11 +34,23 @@ pub(crate) struct LinkFault {
     /// The failover's cut, not a drawn one.
     pub failover: bool,
     pub at_ms: u64,
+    /// What the database did, as the postgres catalog names it (sim/catalog/postgres.toml).
+    pub entry: &'static str,
 }
+
+/// How a statement is cut before the store saw it: the connection refused, reset, or a
+/// database that accepts and never answers (the client's connect bound ends the wait).
+const CUT_ENTRIES: [&str; 3] =
+    ["postgres.link.refused", "postgres.link.reset-before-statement", "postgres.link.silent-at-connect"];
+/// How an answer is lost after the statement ran: the connection reset, or a database that
+/// stops answering mid-statement (the client's reply bound ends the wait).
+const LOST_ENTRIES: [&str; 2] = ["postgres.link.reply-lost", "postgres.link.silent-mid-statement"];
 
 /// One worker host's side of the link.
 struct HostLink {
     draws: SimEntropy,
+    /// Which kind of cut or loss (a stream of its own: the cuts themselves stay as drawn).
+    flavours: SimEntropy,
     /// Statements still to go through after a fault.
     clean: u8,
     /// The statement whose fault began the clean run.
@@ -92,6 +104,7 @@ impl StoreLink for FleetLink {
         let seed = self.seed;
         let host_link = state.hosts.entry(host.to_owned()).or_insert_with(|| HostLink {
             draws: crate::seed::Seed::new(seed).fault(&format!("link/{host}")),
+            flavours: crate::seed::Seed::new(seed).fault(&format!("link/{host}/flavour")),
             clean: 0,
             clean_after: None,
             failed_over: false,
@@ -115,7 +128,10 @@ impl StoreLink for FleetLink {
         }
         if cut {
             let at_ms = now().as_millis() as u64;
-            let fault = LinkFault { host: host.to_owned(), statement, answer_lost_after_write: false, failover, at_ms };
+            let flavour = CUT_ENTRIES[(host_link.flavours.next_u64() % CUT_ENTRIES.len() as u64) as usize];
+            let entry = if failover { "postgres.link.failover" } else { flavour };
+            let fault =
+                LinkFault { host: host.to_owned(), statement, answer_lost_after_write: false, failover, at_ms, entry };
             state.record.push(fault);
             return true;
         }
@@ -143,8 +159,23 @@ impl StoreLink for FleetLink {
         if lose {
             let at_ms = now().as_millis() as u64;
             let answer_lost_after_write = changed && statement != Statement::Read;
-            state.record.push(LinkFault { host: host.to_owned(), statement, answer_lost_after_write, failover, at_ms });
+            let flavour = state.hosts.get(host).map_or(0, |h| h.flavours.next_u64() % LOST_ENTRIES.len() as u64);
+            let entry = if failover { "postgres.link.failover" } else { LOST_ENTRIES[flavour as usize] };
+            state.record.push(LinkFault {
+                host: host.to_owned(),
+                statement,
+                answer_lost_after_write,
+                failover,
+                at_ms,
+                entry,
+            });
         }
         lose
     }
+}
+
+/// The postgres catalog entries (`sim/catalog/postgres.toml`) the link's record shows: what
+/// the managed database did to the fleet's statements.
+pub(crate) fn link_entries(record: &[LinkFault]) -> std::collections::BTreeSet<String> {
+    record.iter().map(|fault| fault.entry.to_owned()).collect()
 }

@@ -39,6 +39,9 @@ pub struct AgentUnderTest {
     pub(crate) outbox_tools: Vec<ToolSchema>,
     /// What in the agent's file would have prevented a finding: (tool, invariant, advice).
     pub(crate) hints: Vec<(String, String, String)>,
+    /// Secrets the agent holds besides the world's own (an MCP server's header values), each
+    /// with what it is: the secrets oracle looks for them everywhere the agent wrote or sent.
+    pub(crate) secrets: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for AgentUnderTest {
@@ -64,7 +67,14 @@ impl AgentUnderTest {
             stand_ins: Vec::new(),
             outbox_tools: Vec::new(),
             hints: Vec::new(),
+            secrets: Vec::new(),
         }
+    }
+
+    /// A secret the agent holds (`what` names it in a finding).
+    pub(crate) fn holds_secret(mut self, what: String, value: String) -> Self {
+        self.secrets.push((what, value));
+        self
     }
 
     /// A tool whose effect goes through the runtime's delivery queue (keyed by the execution

@@ -392,16 +392,25 @@ fn a_stall_ends_in_timeout_and_keep_alives_are_activity_not_progress() {
         assert_eq!(out.text(), "0123");
     });
 
-    // 4 × 200 ms of keep-alives and no data: 800 ms in all, idle timeout 300 ms. Activity is
-    // not progress: the stream is given up (SPEC §12: a stream that only pings still ends).
-    let mut frames = Vec::new();
-    for _ in 0..4 {
-        frames.push(Frame::DelayMs(200));
-        frames.push(Frame::KeepAlive);
-    }
-    frames.push(Frame::Text("too late".into()));
-    let only_pings = Response { frames, finish: Some("stop".into()), done: true, ..Response::default() };
-    both(Case::new(vec![only_pings]), |out, world| {
+    // A provider that queues the request: 4 × 200 ms of keep-alives (800 ms, past the 300 ms
+    // idle timeout), then the answer. Every ping re-arms the idle watchdog (FAILURE-WIRE-FORMATS,
+    // the seed's rule): the answer is heard.
+    let pings_then = |pings: usize| {
+        let mut frames = Vec::new();
+        for _ in 0..pings {
+            frames.push(Frame::DelayMs(200));
+            frames.push(Frame::KeepAlive);
+        }
+        frames.push(Frame::Text("queued, then answered".into()));
+        Response { frames, finish: Some("stop".into()), done: true, ..Response::default() }
+    };
+    both(Case::new(vec![pings_then(4)]), |out, world| {
+        assert_eq!(out.finish(), &FinishReason::Stop, "{world}");
+        assert_eq!(out.text(), "queued, then answered");
+    });
+    // 6 × 200 ms of keep-alives and no data: past the progress bound (3 × 300 ms). Activity is
+    // not progress: a stream that only pings still ends.
+    both(Case::new(vec![pings_then(6)]), |out, world| {
         assert_eq!(out.code(), Some(ErrorCode::Timeout), "{world}");
         assert_eq!(out.text(), "");
     });

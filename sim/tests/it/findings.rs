@@ -164,20 +164,19 @@ fn finding<'a>(report: &'a HarnessReport, invariant: &str) -> &'a Finding {
 fn a_careful_tool_on_default_provider_settings_passes_within_its_own_bound() {
     let report = Harness::new(agent(Transfer::CAREFUL, deduplicating_bank())).seeds(0..200).run();
     report.assert_passed();
-    // The bound is the agent's own: the default idle watchdog, named as a default.
+    // The bound is the agent's own: the default progress bound (three idle watchdogs: a
+    // stream that pings lasts that long), named as a default.
     let bound = &report.liveness_bounds["generated"];
-    let idle = bound.wait("provider.idle_timeout_ms").expect("the idle watchdog is part of the bound");
-    assert_eq!((idle.value_ms, idle.default), (300_000, true), "{bound}");
+    let progress = bound.wait("provider.progress_timeout_ms").expect("the progress bound is part of the bound");
+    assert_eq!((progress.value_ms, progress.default), (900_000, true), "{bound}");
     assert_eq!(bound.wait("tool transfer timeout").map(|w| w.value_ms), Some(CALL_TIMEOUT_MS), "{bound}");
-    assert!(bound.total_ms() > 300_000, "{bound}");
+    assert!(bound.total_ms() > 900_000, "{bound}");
     // Some runs needed it: a stream stalled before the heal waited out the watchdog, and the
     // report says which setting made recovery slow, its value, and how long it took.
     let slow = report
         .slow_recoveries
         .iter()
-        .find(|s| {
-            s.waits.iter().any(|w| w.contains("a stalled stream waited for provider.idle_timeout_ms = 300 000 ms"))
-        })
+        .find(|s| s.waits.iter().any(|w| w.contains("a stalled stream waited for the idle watchdog")))
         .unwrap_or_else(|| panic!("no run waited for the idle watchdog:\n{report}"));
     assert!(slow.took_ms > slow.workload_ms && slow.took_ms <= bound.total_ms(), "{slow}");
     assert!(report.to_string().contains("liveness bound of generated: "), "{report}");
@@ -277,7 +276,7 @@ fn a_tool_without_a_deadline_that_waits_forever_is_named_in_the_liveness_finding
     let report = Harness::new(agent).seeds(0..6).run();
     let found = finding(&report, "liveness");
     assert!(found.evidence.contains("did not converge within its bound of "), "{}", found.evidence);
-    assert!(found.evidence.contains("provider.idle_timeout_ms = 300 000 ms, the default"), "{}", found.evidence);
+    assert!(found.evidence.contains("provider.progress_timeout_ms = 900 000 ms, the default"), "{}", found.evidence);
     assert!(found.evidence.contains("still waiting on call "), "{}", found.evidence);
     assert!(found.advice.contains("Tool await_settlement declares no deadline"), "{}", found.advice);
     assert_eq!(report.liveness_bounds["generated"].untimed_tools, ["await_settlement"]);
@@ -317,7 +316,7 @@ fn a_real_run_that_cannot_start_names_what_is_missing() {
 }
 
 /// Where each invariant of the catalog has its finding test: a new invariant must get one.
-const FINDING_TESTS: [(&str, &str); 37] = [
+const FINDING_TESTS: [(&str, &str); 40] = [
     ("secret-leak", "planted scrub-by-pattern-only"),
     ("false-corrupt", "planted holes-are-corrupt"),
     ("refusal-left-file-untouched", "oracle::planted_evidence"),
@@ -340,6 +339,7 @@ const FINDING_TESTS: [(&str, &str); 37] = [
     ("answer-looked-up", "planted lost-answer-rerun"),
     ("at-most-once", "planted unknown-claimable; the three key findings above"),
     ("result-matches-receipt", "planted repair-not-started; a_lost_reply_reported_as_a_failure_..."),
+    ("answer-heard", "planted timeout-hides-answer"),
     ("approval-matches-effect", "planted decision-unbound"),
     ("approval-dispatched-once", "planted approval-redispatch"),
     ("denied-never-runs", "oracle::planted_evidence"),
@@ -350,6 +350,8 @@ const FINDING_TESTS: [(&str, &str); 37] = [
     ("answer-not-retried", "planted refusal-as-empty"),
     ("retry-backoff", "planted unlogged-retry"),
     ("failure-code-as-served", "oracle::planted_evidence; planted error-event-as-end"),
+    ("answer-kept", "planted pings-not-activity"),
+    ("final-calls-not-run", "planted refused-call-run"),
     ("request-accepted", "planted signature-dropped"),
     ("expectation", "a_scenario_whose_promises_no_longer_hold_is_told_which_key_to_update"),
     ("planned-fault-fired", "a_scenario_whose_promises_no_longer_hold_is_told_which_key_to_update"),

@@ -7,8 +7,9 @@
 use faultline_runtime::testing::bugs::{CATALOG, REAL_ONLY};
 use faultline_sim::hunt::hunt_bug;
 
-/// Seeds per scenario each bug gets (measured: every bug falls at seed 0).
-const BUDGET_SEEDS: u64 = 4;
+/// Seeds per scenario each bug gets (measured: the MCP bugs need up to a dozen seeds of
+/// mcp-tools; every other bug falls within the first four).
+const BUDGET_SEEDS: u64 = 16;
 
 #[test]
 fn every_planted_bug_is_caught_within_the_budget_and_the_clean_build_passes_it() {
@@ -89,13 +90,22 @@ const INVARIANT_SEEDS: u64 = 64;
 /// `hole-past-the-damaged-frame` needs a zstd session, a power-loss hole in it and a rot of
 /// the frame before it (`bit-rot-after-hole`, about one seed in 65 of each scenario, half of
 /// them on zstd); measured: first caught at seed 120.
-const RARE_SHAPE_SEEDS: [(&str, u64); 1] = [("hole-past-the-damaged-frame", 256)];
+/// The wire catalog's entries come a few per seed out of about sixty per format: a bug that
+/// only one kind of stop shows (a refusal inside a tool call, a queued stream's pings, a
+/// reasoning-only answer) meets its entry every hundred-odd seeds; measured first catches:
+/// refused-call-run 85, pings-not-activity 160, empty-answer-sent 171.
+const RARE_SHAPE_SEEDS: [(&str, u64); 4] = [
+    ("hole-past-the-damaged-frame", 256),
+    ("refused-call-run", 192),
+    ("pings-not-activity", 256),
+    ("empty-answer-sent", 256),
+];
 
 /// Per planted bug, the safety invariant that must catch it: a protection removed is a
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 27] = [
+const CATCHES: [(&str, &str); 35] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -125,11 +135,19 @@ const CATCHES: [(&str, &str); 27] = [
     ("dispatch-before-durable", "decision-durable-before-dispatch"),
     ("decision-unbound", "approval-matches-effect"),
     ("approval-redispatch", "approval-dispatched-once"),
+    ("cut-calls-sent", "request-accepted"),
+    ("refused-call-run", "final-calls-not-run"),
+    ("empty-answer-sent", "request-accepted"),
+    ("pings-not-activity", "answer-kept"),
+    ("timeout-hides-answer", "answer-heard"),
+    ("mcp-reads-whole-stream", "answer-heard"),
+    ("mcp-no-resume", "answer-heard"),
+    ("mcp-headers-unscrubbed", "secret-leak"),
 ];
 
 /// Per planted bug, what the advice of the violation that caught it must say: the cause, in
 /// words a reader can act on (FAILURE-FINDINGS).
-const ADVICE_NAMES: [(&str, &str); 26] = [
+const ADVICE_NAMES: [(&str, &str); 34] = [
     ("tool-body-before-flush", "only after the intent's flush"),
     ("stream-closed-retryable", "retryable_codes"),
     ("cite-failed-attempts", "write guard"),
@@ -156,6 +174,14 @@ const ADVICE_NAMES: [(&str, &str); 26] = [
     ("dispatch-before-durable", "flush the dispatch record"),
     ("decision-unbound", "digest is the call's own"),
     ("approval-redispatch", "never dispatched again"),
+    ("cut-calls-sent", "every tool call needs its result next"),
+    ("refused-call-run", "runs none of its calls"),
+    ("empty-answer-sent", "breaks the provider's rules"),
+    ("pings-not-activity", "pinged"),
+    ("timeout-hides-answer", "keep the answer that arrived"),
+    ("mcp-reads-whole-stream", "keep the answer that arrived"),
+    ("mcp-no-resume", "keep the answer that arrived"),
+    ("mcp-headers-unscrubbed", "by value"),
 ];
 
 #[test]
@@ -180,7 +206,7 @@ fn the_catch_table_names_every_planted_bug_and_only_safety_invariants() {
 fn every_planted_bug_falls_to_its_safety_invariant_and_the_clean_build_passes_the_same_seeds() {
     let scenarios: Vec<faultline_sim::Scenario> =
         // The zombie family runs on the fleet world, which the swarms of the other two do not.
-        ["mixed", "generated", "zombie-takeover"]
+        ["mixed", "generated", "zombie-takeover", "mcp-tools"]
             .iter()
             .map(|name| faultline_sim::Scenario::built_in(name).unwrap())
             .collect();

@@ -7,10 +7,13 @@ use faultline_sim::sweep::{merge, SweepSummary};
 use faultline_sim::SOMETIMES;
 
 fn shard(k: u64, points: &[String], sometimes: &[&str]) -> SweepSummary {
+    // Each shard reaches every other catalog entry: only the union reaches them all.
+    let catalog = faultline_sim::catalog::ids().enumerate().filter(|(i, _)| i % 2 == (k % 2) as usize);
     SweepSummary {
         runs: 10,
         crash_point_hits: points.iter().map(|p| (p.clone(), 1)).collect(),
         sometimes_reached: sometimes.iter().map(|s| ((*s).to_owned(), 1)).collect::<BTreeMap<_, _>>(),
+        catalog_reached: catalog.map(|(_, id)| (id.to_owned(), 1)).collect(),
         shard: format!("{k}/2"),
         seeds: "0..100".into(),
         scenario_names: vec!["a".into()],
