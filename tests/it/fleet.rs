@@ -508,6 +508,7 @@ fn a_database_that_never_answers_at_connect_ends_the_worker_unreachable() {
 /// of the one reconnect — not a hang. Another worker resumes the session once the database
 /// answers again.
 #[test]
+#[allow(clippy::print_stderr)] // the figure docs/fleet.md quotes
 fn a_database_that_goes_silent_mid_turn_ends_the_turn_within_its_bound() {
     let Some(url) = database() else { return };
     let (proxy, through) = CuttingProxy::in_front_of(&url);
@@ -532,6 +533,7 @@ fn a_database_that_goes_silent_mid_turn_ends_the_turn_within_its_bound() {
     assert_eq!(output.status.code(), Some(6), "not kept: {said}");
     assert!(said.contains("DATABASE_UNREACHABLE") && said.contains("did not answer"), "{said}");
     assert!(took < Duration::from_secs(SILENT_GIVE_UP_S_MAX), "the worker hung: {took:?} after the silence");
+    eprintln!("the worker gave up {took:?} after the database went silent");
     let resumed = worker(&config, &dir.path().join("w2"), &url, "silent-mid-turn", true, &[]).output().unwrap();
     assert_eq!(resumed.status.code(), Some(0), "resumable: {}", stderr(&resumed));
 }
