@@ -62,16 +62,25 @@ pub struct Workload {
 }
 
 /// The strategy of the person deciding approvals: mostly approving, sometimes late, denying,
-/// silent, deciding twice, racing a second worker, cancelling first or deciding while the host
-/// is down.
+/// silent, deciding twice, racing a second worker, cancelling first, cancelling right after
+/// continuing or deciding while the host is down.
 fn person_strategy() -> impl Strategy<Value = crate::Person> {
     use crate::PersonDecision;
     let decision = prop_oneof![6 => Just(PersonDecision::Approve), 2 => Just(PersonDecision::Deny), 1 => Just(PersonDecision::Never)];
     (decision, 0..=PERSON_THINK_MS_GENERATED_MAX, prop::bool::weighted(0.2), prop::bool::weighted(0.2)).prop_flat_map(
         |(decision, think_ms, twice, race)| {
-            (prop::bool::weighted(0.1), prop::bool::weighted(0.5)).prop_map(move |(cancel_first, while_down)| {
-                crate::Person { decision, think_ms, twice, race, cancel_first, while_down }
-            })
+            // Drawn last, so the rest of a seed's person stays what it was.
+            (prop::bool::weighted(0.1), prop::bool::weighted(0.5), prop::bool::weighted(0.1)).prop_map(
+                move |(cancel_first, while_down, cancel_after_continue)| crate::Person {
+                    decision,
+                    think_ms,
+                    twice,
+                    race,
+                    cancel_first,
+                    cancel_after_continue,
+                    while_down,
+                },
+            )
         },
     )
 }
@@ -283,6 +292,8 @@ pub fn user_workload(seed: u64, schemas: &[faultline_runtime::event::ToolSchema]
         race: chance(20),
         cancel_first: chance(10),
         while_down: chance(50),
+        // Drawn last, so the rest of a seed's person stays what it was.
+        cancel_after_continue: chance(10),
     };
     UserWorkload { turns, cancel, person }
 }

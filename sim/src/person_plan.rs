@@ -1,6 +1,7 @@
 //! The person of a scenario's approval family (FAILURE-APPROVAL): what they decide on each
 //! call a paused turn waits on, how late, and how they misbehave — decide twice, decide from a
-//! second worker at once, cancel the turn and decide after, decide while the host is down.
+//! second worker at once, cancel the turn and decide after, cancel right after continuing,
+//! decide while the host is down.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,10 @@ pub struct Person {
     /// They cancel the paused turn first, then decide: refused (nothing waits any more).
     #[serde(default, skip_serializing_if = "is_false")]
     pub cancel_first: bool,
+    /// They decide, continue the turn and cancel it in the same breath: the turn ends
+    /// aborted and none of its calls runs (the cancel reaches a turn not yet taken up again).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cancel_after_continue: bool,
     /// While the host is down after a crash, they decide through another worker (the store,
     /// taken over from the dead owner): the restarted agent honours that decision.
     #[serde(default, skip_serializing_if = "is_false")]

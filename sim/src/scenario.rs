@@ -842,6 +842,7 @@ scenarios![
     "approval-denied",
     "approval-expired",
     "approval-cancelled",
+    "approval-cancelled-after-continue",
     "mixed",
     "generated",
 ];

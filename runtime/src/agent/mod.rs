@@ -52,7 +52,7 @@ pub use mcp_config::{
 pub use parameters::{check_parameters, PARAMETERS_BYTES_MAX};
 pub use sim_config::{SimDedup, SimEffect, ToolSimConfig, SIM_LATENCY_MS_MAX, SIM_RETRIES_MAX};
 pub use state::{AgentConfig, TurnOutcome, INBOX_MESSAGES_MAX, MAX_STEPS_DEFAULT, TOOL_CONCURRENCY_DEFAULT};
-use state::{Paused, Shared};
+use state::{Driver, Paused, Shared};
 pub use tools::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX, TOOL_TIMEOUT_MS_MAX};
 
 use crate::event::{AbortCause, Message, Record};
@@ -216,31 +216,51 @@ impl Agent {
     /// checked ([`crate::approval::check_decision`]'s rules), appended as `approval/decided`
     /// and made durable before this returns. It does not continue the turn:
     /// [`Agent::continue_turn`] does, once every call is decided (or to pause again).
+    ///
+    /// The check, the append and the paused turn's own note of the decision happen at once,
+    /// so a second decision, a continue or a cancel racing this one sees it: a decision is
+    /// taken exactly once. An [`Error::Persist`] after that means the decision is queued but not
+    /// yet durable — a later flush (the turn's own, or a retry of `continue_turn`) writes it;
+    /// deciding again is refused.
     pub async fn decide(&self, request: &crate::approval::DecisionRequest) -> Result<crate::approval::Decided> {
-        let waiting = {
-            let driver = self.shared.lock();
-            if driver.running {
-                return Err(Error::ApprovalRefused("a turn is running: decide once it has paused".into()));
-            }
-            driver.paused.as_ref().map(|p| p.calls.clone()).unwrap_or_default()
-        };
         let mut request = request.clone();
         request.reason = request.reason.map(|r| self.shared.seams.secrets.scrub(&r));
         let now = self.shared.seams.clock.now_ms();
         let call_id = request.call_id.clone();
-        let decided = crate::approval::check_against(waiting, &request, now, || {
-            format!("call {call_id} is not waiting for a decision in this session's paused turn")
-        })?;
-        self.shared.session.append_shared(crate::event::Event::ApprovalDecided(decided.record.clone()), None).await?;
+        let decided = {
+            let mut driver = self.shared.lock();
+            if driver.running {
+                return Err(Error::ApprovalRefused("a turn is running: decide once it has paused".into()));
+            }
+            let waiting = driver.paused.as_ref().map(|p| p.calls.clone()).unwrap_or_default();
+            let decided = crate::approval::check_against(waiting, &request, now, || {
+                format!("call {call_id} is not waiting for a decision in this session's paused turn")
+            })?;
+            let event = crate::event::Event::ApprovalDecided(decided.record.clone());
+            // Planted: the old order — checked here, queued after an await, noted after the
+            // flush — where a second decision or a continue slipped in between.
+            if !crate::testing::bugs::planted("decision-raced") {
+                if self.shared.session.try_append_shared(event, None)?.is_none() {
+                    return Err(Error::ApprovalRefused(
+                        "the session's write queue is full: decide again once it drains".into(),
+                    ));
+                }
+                note_decision(&mut driver, &call_id, &decided);
+            }
+            decided
+        };
+        if crate::testing::bugs::planted("decision-raced") {
+            let event = crate::event::Event::ApprovalDecided(decided.record.clone());
+            self.shared.session.append_shared(event, None).await?;
+        }
         if !crate::testing::bugs::planted("dispatch-before-durable") {
             self.shared.session.flush().await?;
             // Decided and durable, nothing dispatched: the turn still waits.
             let probe = self.shared.seams.probe.as_ref();
             crate::seams::crash_point(probe, crate::seams::CrashPoint::AwaitingApproval).await;
         }
-        let mut driver = self.shared.lock();
-        if let Some(call) = driver.paused.as_mut().and_then(|p| p.calls.iter_mut().find(|c| c.call_id == call_id)) {
-            call.decision = Some((decided.record.decision, decided.record.by.clone(), decided.record.reason.clone()));
+        if crate::testing::bugs::planted("decision-raced") {
+            note_decision(&mut self.shared.lock(), &call_id, &decided);
         }
         Ok(decided)
     }
@@ -327,10 +347,7 @@ impl Agent {
         if clear_inbox {
             driver.inbox.clear();
         }
-        if let Some(current) = driver.current.clone() {
-            driver.cause = Some(cause);
-            current.cancel();
-        }
+        abort_running(&mut driver, cause);
     }
 
     /// Completes when no turn is running and nothing is queued.
@@ -351,10 +368,7 @@ impl Agent {
                     let mut driver = self.shared.lock();
                     driver.disposed = true;
                     driver.inbox.clear();
-                    if let Some(current) = driver.current.clone() {
-                        driver.cause = Some(AbortCause::Disposed);
-                        current.cancel();
-                    }
+                    abort_running(&mut driver, AbortCause::Disposed);
                 }
                 self.when_idle().await;
                 self.shared.session.clone().close().await.map_err(|e| match e {
@@ -364,6 +378,27 @@ impl Agent {
             })
             .await;
         result.clone().map_err(Error::Persist)
+    }
+}
+
+/// Notes a decision taken on the paused turn that waits on `call_id`.
+fn note_decision(driver: &mut Driver, call_id: &str, decided: &crate::approval::Decided) {
+    if let Some(call) = driver.paused.as_mut().and_then(|p| p.calls.iter_mut().find(|c| c.call_id == call_id)) {
+        call.decision = Some((decided.record.decision, decided.record.by.clone(), decided.record.reason.clone()));
+    }
+}
+
+/// Aborts the running turn with `cause`: its token now, or — a paused turn asked to continue
+/// whose drive has not taken it yet (a `continue_turn` just before) — that turn, the moment it
+/// is taken. A cancel right after a continue is never lost; queued input a cancel keeps is
+/// not the turn it aborts.
+fn abort_running(driver: &mut Driver, cause: AbortCause) {
+    if let Some(current) = driver.current.clone() {
+        driver.cause = Some(cause);
+        current.cancel();
+    } else if driver.continue_paused && !crate::testing::bugs::planted("cancel-before-drive-lost") {
+        driver.cause = Some(cause);
+        driver.cancel_next = true;
     }
 }
 
@@ -402,10 +437,11 @@ async fn drive_from(shared: Arc<Shared>, cancelled: bool) {
             let Some(start) = start else {
                 driver.running = false;
                 driver.current = None;
+                driver.cancel_next = false;
                 shared.idle.send_replace(true);
                 return;
             };
-            if std::mem::take(&mut cancelled) {
+            if std::mem::take(&mut cancelled) || std::mem::take(&mut driver.cancel_next) {
                 token.cancel();
             } else {
                 driver.cause = None;

@@ -109,6 +109,9 @@ pub(super) struct Driver {
     pub(super) inbox: VecDeque<Message>,
     pub(super) running: bool,
     pub(super) current: Option<CancellationToken>,
+    /// A cancel came after a paused turn was asked to continue and before its drive took
+    /// it: that turn starts cancelled.
+    pub(super) cancel_next: bool,
     pub(super) cause: Option<AbortCause>,
     pub(super) disposed: bool,
     pub(super) last_outcome: Option<TurnOutcome>,

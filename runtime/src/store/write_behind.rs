@@ -45,6 +45,14 @@ pub const BATCH_EVENTS_MAX: usize = 1024;
 /// until the window closes (issue 38: memory in proportion to the answer).
 const PENDING_BYTES_FULL: usize = 4 * 1024 * 1024;
 
+/// Why [`WriteBehind::offer`] queued nothing.
+enum Refused {
+    /// The queue is full: the event, to offer again once there is room.
+    Full(Box<(Event, Option<Vec<u64>>)>),
+    /// The writer failed or the log is closed.
+    Failed(Error),
+}
+
 /// Write-behind knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteBehindConfig {
@@ -270,49 +278,72 @@ impl WriteBehind {
     /// [`WriteBehind::append`], returning the accepted record itself (shared with the queue and
     /// the subscribers, not copied): what a caller keeps of a 15 MiB answer costs nothing.
     pub async fn append_shared(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<Arc<Record>> {
-        let (accepted, claim, spent) = loop {
+        let mut offered = (event, source_seqs);
+        loop {
             let space = self.shared.space.notified();
-            {
-                let mut state = self.shared.lock();
-                if let Some(lost) = &state.writer_lost {
-                    return Err(Error::Persist(lost.clone()));
-                }
-                if state.closed {
-                    return Err(Error::Closed);
-                }
-                if state.pending.len() < self.shared.config.pending_events_max {
-                    let seq = state.next_seq;
-                    let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
-                    record.source_seqs = source_seqs;
-                    let encoded = Arc::new(EncodedRecord::new(record));
-                    let bytes_before = state.pending_bytes;
-                    state.pending_bytes += encoded.line.len() + 1;
-                    // Nobody listening is fine; a lagging listener misses records, not us.
-                    // Listeners share the queue's record: a 15 MiB answer is not copied.
-                    let _ = self.shared.accepted.send(encoded.record.clone());
-                    let accepted = encoded.record.clone();
-                    state.pending.push_back(encoded);
-                    state.next_seq += 1;
-                    if state.deadline.is_none() {
-                        let window = Duration::from_millis(self.shared.config.batch_window_ms);
-                        state.deadline = Some(self.shared.clock.now().saturating_add(window));
-                        self.shared.wake_writer.notify_one();
-                    } else if state.pending.len() == self.shared.config.full_batch_events()
-                        || (bytes_before < PENDING_BYTES_FULL && state.pending_bytes >= PENDING_BYTES_FULL)
-                    {
-                        self.shared.wake_writer.notify_one();
-                    }
-                    debug_assert_eq!(accepted.seq, seq);
-                    break (accepted, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent));
-                }
-                // Full, and the batch at its head failed: only an explicit flush makes room, and
-                // the caller is the one who would flush. Waiting would wait forever (a turn
-                // streaming into a full queue after one EIO hung), so the failure is the answer.
-                if let Some(failure) = &state.paused {
-                    return Err(Error::Persist(failure.clone()));
-                }
+            match self.offer(offered) {
+                Ok(accepted) => return Ok(accepted),
+                Err(Refused::Failed(e)) => return Err(e),
+                Err(Refused::Full(back)) => offered = *back,
             }
             space.await;
+        }
+    }
+
+    /// [`WriteBehind::append_shared`] without waiting: `None` when the queue is full (nothing
+    /// accepted). What must be queued in the same critical section as a check of the caller's
+    /// own state (an approval decision and the paused turn that holds it) goes here.
+    pub(crate) fn try_append_shared(&self, event: Event, source_seqs: Option<Vec<u64>>) -> Result<Option<Arc<Record>>> {
+        match self.offer((event, source_seqs)) {
+            Ok(accepted) => Ok(Some(accepted)),
+            Err(Refused::Failed(e)) => Err(e),
+            Err(Refused::Full(_)) => Ok(None),
+        }
+    }
+
+    /// Queues `event` if there is room: its record, or why not (a full queue gives the event
+    /// back, to be offered again once there is room).
+    fn offer(&self, (event, source_seqs): (Event, Option<Vec<u64>>)) -> std::result::Result<Arc<Record>, Refused> {
+        let (accepted, claim, spent) = {
+            let mut state = self.shared.lock();
+            if let Some(lost) = &state.writer_lost {
+                return Err(Refused::Failed(Error::Persist(lost.clone())));
+            }
+            if state.closed {
+                return Err(Refused::Failed(Error::Closed));
+            }
+            if state.pending.len() >= self.shared.config.pending_events_max {
+                // Full, and the batch at its head failed: only an explicit flush makes room,
+                // and the caller is the one who would flush. Waiting would wait forever (a turn
+                // streaming into a full queue after one EIO hung), so the failure is the answer.
+                if let Some(failure) = &state.paused {
+                    return Err(Refused::Failed(Error::Persist(failure.clone())));
+                }
+                return Err(Refused::Full(Box::new((event, source_seqs))));
+            }
+            let seq = state.next_seq;
+            let mut record = Record::new(seq, self.shared.clock.now_ms(), event);
+            record.source_seqs = source_seqs;
+            let encoded = Arc::new(EncodedRecord::new(record));
+            let bytes_before = state.pending_bytes;
+            state.pending_bytes += encoded.line.len() + 1;
+            // Nobody listening is fine; a lagging listener misses records, not us.
+            // Listeners share the queue's record: a 15 MiB answer is not copied.
+            let _ = self.shared.accepted.send(encoded.record.clone());
+            let accepted = encoded.record.clone();
+            state.pending.push_back(encoded);
+            state.next_seq += 1;
+            if state.deadline.is_none() {
+                let window = Duration::from_millis(self.shared.config.batch_window_ms);
+                state.deadline = Some(self.shared.clock.now().saturating_add(window));
+                self.shared.wake_writer.notify_one();
+            } else if state.pending.len() == self.shared.config.full_batch_events()
+                || (bytes_before < PENDING_BYTES_FULL && state.pending_bytes >= PENDING_BYTES_FULL)
+            {
+                self.shared.wake_writer.notify_one();
+            }
+            debug_assert_eq!(accepted.seq, seq);
+            (accepted, self.shared.claim_full_batch(&mut state), std::mem::take(&mut state.spent))
         };
         // Outside the lock: the writer keeps writing the batch before meanwhile.
         drop(spent);

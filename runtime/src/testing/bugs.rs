@@ -7,7 +7,7 @@
 //! never see each other's bugs.
 
 /// Every planted bug, with the protection it removes.
-pub const CATALOG: [(&str, &str); 35] = [
+pub const CATALOG: [(&str, &str); 37] = [
     ("tool-body-before-flush", "the tool body runs before its tool/call is flushed"),
     ("stream-closed-retryable", "STREAM_CLOSED (clean EOF without [DONE]) is treated as retryable"),
     ("cite-failed-attempts", "the assistant/message cites the chunks of failed attempts"),
@@ -61,6 +61,8 @@ pub const CATALOG: [(&str, &str); 35] = [
     ("mcp-reads-whole-stream", "an MCP reply stream is read to its end before the response in it is looked at"),
     ("mcp-no-resume", "an MCP stream closed after a priming event is not resumed with Last-Event-ID"),
     ("mcp-headers-unscrubbed", "an MCP server's header values are not held as secrets"),
+    ("decision-raced", "a decision is checked, then queued after an await: two at once on one call both pass"),
+    ("cancel-before-drive-lost", "a cancel right after a continue is lost: the continued turn runs on"),
 ];
 
 /// The bugs planted below the seams the simulator replaces (in `production`, the real

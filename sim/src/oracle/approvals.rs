@@ -37,7 +37,8 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
     if evidence.faults_fired.contains(ACCEPTED_WRONGLY) {
         found.fail(
             Invariant::ApprovalMatchesEffect,
-            "the person was told a decision was accepted where it must be refused (see the trace's person lines)"
+            "the person saw the runtime take what it must refuse — a decision, or a turn going on after their \
+             cancel (see the trace's person lines)"
                 .into(),
             evidence.end_ms,
         );

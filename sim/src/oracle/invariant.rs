@@ -161,9 +161,9 @@ catalog! {
         "the local tools' and MCP servers' own records of each answer they gave, against the recovered results",
         "A runtime defect: a result reads TOOL_TIMEOUT or ABORTED although the tool answered; keep the answer that arrived (or TOOL_OUTCOME_UNKNOWN when none did), never a result that says the call did nothing.";
     ApprovalMatchesEffect = "approval-matches-effect", Safety,
-        "No effect of a call that waits for approval happens without a synced approval of that call, bound to the digest of its own arguments, and no decision is accepted where it must be refused.",
-        "the gateway's receipts and the tools' own records of each run, against the disk witness's synced approval records and tool/calls; the person's own record of what was accepted",
-        "A runtime defect: a call that needs a person's approval ran without one bound to its arguments (or a decision was accepted twice, after a cancel, or beside a live owner); dispatch only after an approval/decided whose digest is the call's own.";
+        "No effect of a call that waits for approval happens without a synced approval of that call, bound to the digest of its own arguments; no decision is accepted where it must be refused, and a turn cancelled as it continues does not go on.",
+        "the gateway's receipts and the tools' own records of each run, against the disk witness's synced approval records and tool/calls; the person's own record of what was accepted and of how a turn they cancelled ended",
+        "A runtime defect: a call that needs a person's approval ran without one bound to its arguments (or a decision was accepted twice, after a cancel, or beside a live owner, or a cancel was lost); check and queue a decision in one step, and dispatch only after an approval/decided whose digest is the call's own.";
     ApprovalDispatchedOnce = "approval-dispatched-once", Safety,
         "An approved call runs at most once, across crashes, resumes and workers.",
         "the gateway's receipts and the tools' own records of each run, by execution id",

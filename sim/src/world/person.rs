@@ -71,13 +71,43 @@ impl<'a> Person<'a> {
             }
             self.wait_out_the_undecided(agent).await?;
             // A cancel that came while the person thought has closed the turn already.
-            if let Err(e) = agent.continue_turn() {
-                self.report.trace(format!("person: nothing to continue: {e}"));
+            let continued = match agent.continue_turn() {
+                Ok(()) => true,
+                Err(e) => {
+                    self.report.trace(format!("person: nothing to continue: {e}"));
+                    false
+                }
+            };
+            if continued && self.plan.cancel_after_continue {
+                agent.cancel();
+                self.report.fault("approval-cancel-after-continue");
             }
             agent.when_idle().await;
             report_outcome(agent, self.report, life);
+            if continued && self.plan.cancel_after_continue {
+                self.held_to_the_cancel(agent);
+            }
         }
         Ok(())
+    }
+
+    /// The turn continued and cancelled in one breath ended aborted — or failed to persist
+    /// first —, never went on to complete, pause again or run out of steps.
+    fn held_to_the_cancel(&self, agent: &Agent) {
+        use faultline_runtime::event::TurnEndReason;
+        let Some(outcome) = agent.last_outcome() else { return };
+        let end = if outcome.kept { Some(&outcome.reason) } else { outcome.reached.as_ref() };
+        match end {
+            None | Some(TurnEndReason::Aborted { .. } | TurnEndReason::Error { .. }) => {}
+            Some(other) => {
+                self.report.trace(format!(
+                    "person: turn {} was cancelled right after it continued, yet it ended {}",
+                    outcome.turn,
+                    other.kind()
+                ));
+                self.report.fault(ACCEPTED_WRONGLY);
+            }
+        }
     }
 
     /// One call: a second worker's decision at the same moment (refused while this one owns
@@ -97,18 +127,31 @@ impl<'a> Person<'a> {
             }
         }
         let Some(decision) = decision else { return };
+        if self.plan.twice {
+            return self.decide_twice_at_once(agent, call, decision).await;
+        }
         match agent.decide(&request(call, decision)).await {
             Ok(_) => self.report.trace(format!("person: {} {}", decision.as_str(), call.call_id)),
             Err(e) => self.report.trace(format!("person: deciding {} was refused: {e}", call.call_id)),
         }
-        if self.plan.twice {
-            match agent.decide(&request(call, other(decision))).await {
-                Err(_) => self.report.fault("approval-twice"),
-                Ok(_) => {
-                    self.report.trace(format!("person: a second decision on {} was accepted", call.call_id));
-                    self.report.fault(ACCEPTED_WRONGLY);
-                }
+    }
+
+    /// They decide, and think again the other way while the first decision is still being
+    /// written: one of the two is taken, the other refused — never both.
+    async fn decide_twice_at_once(&self, agent: &Agent, call: &PendingApproval, decision: Decision) {
+        let (asked, again) = (request(call, decision), request(call, other(decision)));
+        let (first, second) = tokio::join!(agent.decide(&asked), agent.decide(&again));
+        let taken = if first.is_ok() { decision } else { other(decision) };
+        match (first, second) {
+            (Ok(_), Err(_)) | (Err(_), Ok(_)) => {
+                self.report.trace(format!("person: {} {}", taken.as_str(), call.call_id));
+                self.report.fault("approval-twice");
             }
+            (Ok(_), Ok(_)) => {
+                self.report.trace(format!("person: both decisions on {} were accepted", call.call_id));
+                self.report.fault(ACCEPTED_WRONGLY);
+            }
+            (Err(e), Err(_)) => self.report.trace(format!("person: deciding {} was refused: {e}", call.call_id)),
         }
     }
 

@@ -94,18 +94,21 @@ const INVARIANT_SEEDS: u64 = 64;
 /// only one kind of stop shows (a refusal inside a tool call, a queued stream's pings, a
 /// reasoning-only answer) meets its entry every hundred-odd seeds; measured first catches:
 /// refused-call-run 85, pings-not-activity 160, empty-answer-sent 171.
-const RARE_SHAPE_SEEDS: [(&str, u64); 4] = [
+/// `decision-unbound` needs two approved refunds of one turn in different steps, with no
+/// crash, cancel or expiry between them; measured: first caught at generated seed 252.
+const RARE_SHAPE_SEEDS: [(&str, u64); 5] = [
     ("hole-past-the-damaged-frame", 256),
     ("refused-call-run", 192),
     ("pings-not-activity", 256),
     ("empty-answer-sent", 256),
+    ("decision-unbound", 320),
 ];
 
 /// Per planted bug, the safety invariant that must catch it: a protection removed is a
 /// promise broken, and the oracle must name that promise. Liveness is not a catch (a bug
 /// that only stops the run from converging would hide behind any other cause of a stall),
 /// nor is a scenario's own expectation.
-const CATCHES: [(&str, &str); 35] = [
+const CATCHES: [(&str, &str); 37] = [
     ("tool-body-before-flush", "intent-before-effect"),
     ("stream-closed-retryable", "final-failure-not-retried"),
     // The writer's own validator refuses the batch that cites a failed attempt: the agent
@@ -143,11 +146,15 @@ const CATCHES: [(&str, &str); 35] = [
     ("mcp-reads-whole-stream", "answer-heard"),
     ("mcp-no-resume", "answer-heard"),
     ("mcp-headers-unscrubbed", "secret-leak"),
+    // Both decisions are queued; the writer's own validator refuses the second and the
+    // session stops with no disk fault, which only the runtime could have caused.
+    ("decision-raced", "unprovoked-stop"),
+    ("cancel-before-drive-lost", "approval-matches-effect"),
 ];
 
 /// Per planted bug, what the advice of the violation that caught it must say: the cause, in
 /// words a reader can act on (FAILURE-FINDINGS).
-const ADVICE_NAMES: [(&str, &str); 34] = [
+const ADVICE_NAMES: [(&str, &str); 36] = [
     ("tool-body-before-flush", "only after the intent's flush"),
     ("stream-closed-retryable", "retryable_codes"),
     ("cite-failed-attempts", "write guard"),
@@ -182,6 +189,8 @@ const ADVICE_NAMES: [(&str, &str); 34] = [
     ("mcp-reads-whole-stream", "keep the answer that arrived"),
     ("mcp-no-resume", "keep the answer that arrived"),
     ("mcp-headers-unscrubbed", "by value"),
+    ("decision-raced", "write guard"),
+    ("cancel-before-drive-lost", "a cancel was lost"),
 ];
 
 #[test]
