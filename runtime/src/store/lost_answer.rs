@@ -195,6 +195,51 @@ pub(crate) fn take_over<L: UnsureTakeover>(link: &mut L, id: &str) -> Result<L::
     }
 }
 
+/// The statements that settle a delivery queue's claim whose answer was lost (PostgreSQL's
+/// queue; the others' claims are local).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) trait UnsureClaim {
+    /// What a claim yields.
+    type Claimed;
+    /// The claim of the oldest claimable delivery. The id it takes is noted as unsure before
+    /// the commit is sent, and stays noted only while the commit's outcome is unknown (its
+    /// connection was lost).
+    fn claim(&mut self) -> Result<Option<Self::Claimed>>;
+    /// A claim noted unsure (by this call or an earlier one), if any.
+    fn unsure(&mut self) -> Option<String>;
+    /// Delivery `id` as an unsure claim left it: claimed by this queue (the commit landed
+    /// unseen; no longer unsure), or `None` (it never landed; forgotten). An error leaves it
+    /// unsure, to be looked up by the next claim.
+    fn claimed_unseen(&mut self, id: &str) -> Result<Option<Self::Claimed>>;
+    /// The connection is gone: the next statement opens a new one.
+    fn forget(&mut self);
+}
+
+/// Claims the next delivery: a claim whose answer was lost is looked up (claimed by this
+/// queue, it is this call's claim: delivered now, never left for the abandoned-claim
+/// recovery to call `unknown` although nothing was sent), and tried once more only if it
+/// never landed. A claim an earlier call could not look up is looked up first.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn claim<L: UnsureClaim>(link: &mut L) -> Result<Option<L::Claimed>> {
+    while let Some(id) = link.unsure() {
+        if let Some(claimed) = link.claimed_unseen(&id)? {
+            return Ok(Some(claimed));
+        }
+    }
+    match link.claim() {
+        Err(e) if is_connection_lost(&e) => {
+            link.forget();
+            let Some(id) = link.unsure() else { return link.claim() };
+            tracing::warn!(execution_id = %id, "claim outcome unknown: looking the delivery up");
+            match link.claimed_unseen(&id)? {
+                Some(claimed) => Ok(Some(claimed)),
+                None => link.claim(),
+            }
+        }
+        other => other,
+    }
+}
+
 /// Runs `job`, once more after a lost connection (a read, or a write whose second attempt
 /// checks what the first did); `forget` drops the lost connection in between.
 pub(crate) fn again_if_lost<C, T>(cx: &mut C, job: impl Fn(&mut C) -> Result<T>, forget: impl Fn(&mut C)) -> Result<T> {

@@ -20,10 +20,12 @@ use crate::fixtures::TestProcess;
 /// well within it, and its answer is swallowed meanwhile.
 const COMMIT_GRACE_MS: u64 = 200;
 
-/// The proxy: `armed` cuts the next connection that sends `COMMIT` (once).
+/// The proxy: `armed` cuts the next connection that sends `COMMIT` (once), after letting
+/// `let_through` more commits pass.
 struct LosingProxy {
     port: u16,
     armed: Arc<AtomicBool>,
+    let_through: Arc<AtomicUsize>,
     cuts: Arc<AtomicUsize>,
 }
 
@@ -32,7 +34,8 @@ impl LosingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let (armed, cuts) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
-        let (armed_in, cuts_in) = (armed.clone(), cuts.clone());
+        let let_through = Arc::new(AtomicUsize::new(0));
+        let (armed_in, cuts_in, through_in) = (armed.clone(), cuts.clone(), let_through.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
@@ -52,7 +55,7 @@ impl LosingProxy {
                 // Client to server: a `COMMIT` while armed is forwarded, answered by nobody,
                 // and the connection cut.
                 let (mut from_client, mut to_server) = (client, server);
-                let (armed, cuts) = (armed_in.clone(), cuts_in.clone());
+                let (armed, cuts, let_through) = (armed_in.clone(), cuts_in.clone(), through_in.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 16 * 1024];
                     while let Ok(n) = from_client.read(&mut buf) {
@@ -60,7 +63,10 @@ impl LosingProxy {
                             break;
                         }
                         let commit = buf[..n].windows(6).any(|w| w == b"COMMIT");
-                        let cut = commit && armed.swap(false, Ordering::SeqCst);
+                        let passes =
+                            || let_through.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+                        let cut = commit && armed.load(Ordering::SeqCst) && passes().is_err();
+                        let cut = cut && armed.swap(false, Ordering::SeqCst);
                         if cut {
                             swallow.store(true, Ordering::SeqCst);
                         }
@@ -78,7 +84,7 @@ impl LosingProxy {
                 });
             }
         });
-        Self { port, armed, cuts }
+        Self { port, armed, let_through, cuts }
     }
 
     /// `url` through this proxy.
@@ -140,4 +146,64 @@ fn planted_lost_answer_rerun_makes_the_postgres_takeover_meet_its_own_lease() {
         matches!(&refused, faultline_runtime::Error::SessionLocked { holder, .. } if holder.contains("worker-b")),
         "{refused}"
     );
+}
+
+/// Counts what a drain delivers.
+#[derive(Default)]
+struct Counting(std::sync::Mutex<Vec<String>>);
+
+impl faultline_runtime::outbox::Deliverer for Counting {
+    fn deliver(
+        &self,
+        execution_id: &str,
+        _payload: &str,
+    ) -> faultline_runtime::seams::BoxFuture<'static, Result<String, faultline_runtime::outbox::DeliveryError>> {
+        self.0.lock().unwrap().push(execution_id.to_owned());
+        Box::pin(async { Ok("ack".to_owned()) })
+    }
+}
+
+/// A delivery claim whose `COMMIT` reached the server but whose answer never came back: the
+/// row is looked up, found claimed by this queue, and it is this claim — delivered once, now.
+/// (Before, the claim left the in-flight set on the error, and the next drain's recovery of
+/// abandoned claims called the row `unknown`: a send the model was told may have happened,
+/// which never did, left to an operator.)
+#[tokio::test]
+async fn a_claim_whose_commit_reply_was_lost_is_found_claimed_and_delivered_once() {
+    use faultline_runtime::outbox::{drain, DeliveryStatus, Outbox};
+    let Some(server) = PgServer::shared() else { return };
+    let url = server.fresh_database();
+    let proxy = LosingProxy::start(server.port());
+    let seams = faultline_runtime::production::seams();
+    let queue = faultline_runtime::production::PgOutbox::connect(
+        &proxy.url(&url, server.port()),
+        seams.process.clone(),
+        seams.clock.clone(),
+        seams.entropy.as_ref(),
+    )
+    .unwrap();
+    queue.enqueue("x", "{\"amount\":1}").unwrap();
+    proxy.armed.store(true, Ordering::SeqCst);
+    let claim = queue.claim_next().expect("the committed claim is found, not an error");
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), 1, "the claim's COMMIT was answered by nobody");
+    let claim = claim.expect("the row the lost commit claimed is this call's claim");
+    assert_eq!((claim.execution_id.as_str(), claim.payload.as_str()), ("x", "{\"amount\":1}"));
+    assert_eq!(queue.get("x").unwrap().unwrap().status, DeliveryStatus::Delivering);
+    assert!(queue.recover_abandoned().unwrap().is_empty(), "the claim is in flight, not abandoned");
+    queue.finish("x", faultline_runtime::outbox::Finish::Delivered("ack".into())).unwrap();
+    assert_eq!(queue.get("x").unwrap().unwrap().status, DeliveryStatus::Delivered);
+
+    // The same through a drain (its recovery of abandoned claims commits first): the lost
+    // claim is delivered by it, once, and nothing is unknown.
+    queue.enqueue("y", "{\"amount\":2}").unwrap();
+    proxy.let_through.store(1, Ordering::SeqCst);
+    proxy.armed.store(true, Ordering::SeqCst);
+    let counting = Counting::default();
+    let report = drain(&queue, &counting).await.expect("the drain goes on past the lost answer");
+    assert_eq!(proxy.cuts.load(Ordering::SeqCst), 2);
+    assert_eq!(*counting.0.lock().unwrap(), ["y"], "delivered once");
+    assert!(report.recovered_unknown.is_empty(), "{report:?}");
+    assert_eq!(queue.get("y").unwrap().unwrap().status, DeliveryStatus::Delivered);
+    let report = drain(&queue, &counting).await.unwrap();
+    assert!(report.recovered_unknown.is_empty() && report.delivered.is_empty(), "{report:?}");
 }

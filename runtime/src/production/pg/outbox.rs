@@ -48,6 +48,9 @@ pub struct PgOutbox {
     clock: Arc<dyn Clock>,
     me: OwnerIdentity,
     in_flight: Arc<Mutex<BTreeSet<String>>>,
+    /// Claims whose commit's answer was lost and that no lookup has settled yet: in flight
+    /// too (the recovery of abandoned claims leaves them be), looked up by the next claim.
+    unsure_claims: Arc<Mutex<BTreeSet<String>>>,
     secrets: crate::secrets::Scrubber,
     target: String,
     /// Opened for inspection: every transition refuses before it sends anything.
@@ -257,6 +260,7 @@ impl PgOutbox {
             clock,
             me,
             in_flight: Arc::default(),
+            unsure_claims: Arc::default(),
             secrets: crate::secrets::Scrubber::new(),
             target,
             read_only: false,
@@ -318,6 +322,108 @@ fn in_transaction<T>(linked: &mut Linked, body: impl FnOnce(&mut Tx<'_>) -> Resu
     Ok(value)
 }
 
+/// One claim's statements on the connection thread, for [`crate::store::lost_answer::claim`].
+struct PgClaims<'a> {
+    linked: Option<&'a mut Linked>,
+    me: OwnerIdentity,
+    now: u64,
+    in_flight: Arc<Mutex<BTreeSet<String>>>,
+    unsure: Arc<Mutex<BTreeSet<String>>>,
+}
+
+fn locked(set: &Mutex<BTreeSet<String>>) -> MutexGuard<'_, BTreeSet<String>> {
+    set.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PgClaims<'_> {
+    fn linked(&mut self) -> &mut Linked {
+        self.linked.as_deref_mut().expect("claims run on the connection thread")
+    }
+
+    /// `id` is no claim of this queue any more: neither in flight nor unsure.
+    fn drop_claim(&self, id: &str) {
+        locked(&self.unsure).remove(id);
+        locked(&self.in_flight).remove(id);
+    }
+}
+
+impl crate::store::lost_answer::UnsureClaim for PgClaims<'_> {
+    type Claimed = Claim;
+
+    fn claim(&mut self) -> Result<Option<Claim>> {
+        let (me, now) = (self.me.clone(), self.now);
+        // The claim joins the in-flight set before its transaction commits, so a recovery of
+        // this process that sees the row `delivering` also sees it in flight (issue 54); and
+        // it is unsure until the commit's answer says how it went.
+        let (in_flight, unsure) = (self.in_flight.clone(), self.unsure.clone());
+        let mut taken = None::<String>;
+        let claim = in_transaction(self.linked(), |tx| {
+            let wanted: Vec<String> = machine::claimable_statuses().iter().map(ToString::to_string).collect();
+            // Rows of a session that moved on are not candidates; a session being taken over
+            // right now is stepped over (its repair settles the row).
+            let sql = format!(
+                "SELECT {COLUMNS} FROM faultline_deliveries d WHERE status = ANY($1) AND NOT (execution_id = ANY($2))
+                   AND (session_id IS NULL
+                        OR session_epoch = (SELECT s.epoch FROM faultline_sessions s WHERE s.id = d.session_id))
+                 ORDER BY seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
+            );
+            let mut skipped: Vec<String> = Vec::new();
+            let next = loop {
+                let next = tx
+                    .query_typed_opt(&sql, &[(&wanted, Type::TEXT_ARRAY), (&skipped, Type::TEXT_ARRAY)])
+                    .map_err(classify)?;
+                let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
+                match row_session_epoch(tx, &next)? {
+                    Ok(current) if machine::claimable(&next, current) => break next,
+                    _ if skipped.len() < CLAIM_SKIPS_MAX => skipped.push(next.execution_id),
+                    _ => return Ok(None),
+                }
+            };
+            let (claim, op) = machine::claim(&next, &me, now);
+            execute(tx, &op)?;
+            locked(&in_flight).insert(claim.execution_id.clone());
+            locked(&unsure).insert(claim.execution_id.clone());
+            taken = Some(claim.execution_id.clone());
+            Ok(Some(claim))
+        });
+        if let Some(id) = taken {
+            match &claim {
+                Ok(_) => {
+                    locked(&self.unsure).remove(&id);
+                }
+                // Rolled back, or refused at its commit: nothing of it landed.
+                Err(e) if !crate::store::lost_answer::is_connection_lost(e) => self.drop_claim(&id),
+                // Its outcome is unknown: in flight and unsure until a lookup settles it.
+                Err(_) => {}
+            }
+        }
+        claim
+    }
+
+    fn unsure(&mut self) -> Option<String> {
+        locked(&self.unsure).first().cloned()
+    }
+
+    fn claimed_unseen(&mut self, id: &str) -> Result<Option<Claim>> {
+        let sql = format!("SELECT {COLUMNS} FROM faultline_deliveries WHERE execution_id = $1");
+        let found = self.linked().client()?.query_typed_opt(&sql, &[(&id, Type::TEXT)]).map_err(classify)?;
+        match found.as_ref().map(read_row) {
+            Some(row) if row.status == DeliveryStatus::Delivering && row.owner.as_ref() == Some(&self.me) => {
+                locked(&self.unsure).remove(id);
+                Ok(Some(Claim { execution_id: row.execution_id, payload: row.payload.unwrap_or_default() }))
+            }
+            _ => {
+                self.drop_claim(id);
+                Ok(None)
+            }
+        }
+    }
+
+    fn forget(&mut self) {
+        self.linked().forget();
+    }
+}
+
 impl Outbox for PgOutbox {
     fn identity(&self) -> OwnerIdentity {
         self.me.clone()
@@ -354,45 +460,18 @@ impl Outbox for PgOutbox {
     }
 
     fn claim_next(&self) -> Result<Option<Claim>> {
-        let now = self.clock.now_ms();
-        let me = self.me.clone();
-        // The claim joins the in-flight set before its transaction commits, so a recovery of
-        // this process that sees the row `delivering` also sees it in flight (issue 54).
-        let (in_flight, joined) = (self.in_flight.clone(), Arc::new(Mutex::new(None::<String>)));
-        let noted = joined.clone();
-        let claim = self.transaction(move |tx| {
-            let wanted: Vec<String> = machine::claimable_statuses().iter().map(ToString::to_string).collect();
-            // Rows of a session that moved on are not candidates; a session being taken over
-            // right now is stepped over (its repair settles the row).
-            let sql = format!(
-                "SELECT {COLUMNS} FROM faultline_deliveries d WHERE status = ANY($1) AND NOT (execution_id = ANY($2))
-                   AND (session_id IS NULL
-                        OR session_epoch = (SELECT s.epoch FROM faultline_sessions s WHERE s.id = d.session_id))
-                 ORDER BY seq LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
-            );
-            let mut skipped: Vec<String> = Vec::new();
-            let next = loop {
-                let next = tx
-                    .query_typed_opt(&sql, &[(&wanted, Type::TEXT_ARRAY), (&skipped, Type::TEXT_ARRAY)])
-                    .map_err(classify)?;
-                let Some(next) = next.as_ref().map(read_row) else { return Ok(None) };
-                match row_session_epoch(tx, &next)? {
-                    Ok(current) if machine::claimable(&next, current) => break next,
-                    _ if skipped.len() < CLAIM_SKIPS_MAX => skipped.push(next.execution_id),
-                    _ => return Ok(None),
-                }
-            };
-            let (claim, op) = machine::claim(&next, &me, now);
-            execute(tx, &op)?;
-            in_flight.lock().unwrap_or_else(PoisonError::into_inner).insert(claim.execution_id.clone());
-            *noted.lock().unwrap_or_else(PoisonError::into_inner) = Some(claim.execution_id.clone());
-            Ok(Some(claim))
-        });
-        let joined = joined.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let (Err(_), Some(id)) = (&claim, joined) {
-            self.in_flight().remove(&id);
-        }
-        claim
+        self.refuse_if_read_only()?;
+        let claims = PgClaims {
+            linked: None,
+            me: self.me.clone(),
+            now: self.clock.now_ms(),
+            in_flight: self.in_flight.clone(),
+            unsure: self.unsure_claims.clone(),
+        };
+        self.link.run(move |linked: &mut Linked| {
+            let mut claims = PgClaims { linked: Some(linked), ..claims };
+            crate::store::lost_answer::claim(&mut claims)
+        })
     }
 
     fn finish(&self, execution_id: &str, outcome: Finish) -> Result<bool> {
