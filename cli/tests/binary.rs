@@ -43,6 +43,7 @@ fn help_lists_every_public_command_and_hides_the_real_agent_host() {
         "agent",
         "db",
         "outbox",
+        "mcp",
         "approval",
         "demo",
         "bench",
