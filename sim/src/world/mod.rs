@@ -56,10 +56,15 @@ use setup::{resolve_route, SIM_MODEL_ROOT};
 
 /// Runs `scenario` with `seed` (on the agent file it names, if it names one).
 pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
-    if let Some(agent) = scenario_agent(scenario) {
-        return run_agent(scenario, seed, &agent);
+    run_on_its_agent(scenario, seed, io_trace::IoRecorder::new(false))
+}
+
+/// [`run`], recording or not.
+fn run_on_its_agent(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> RunResult {
+    match scenario_agent(scenario) {
+        Some(agent) => run_with(&on_agent(scenario, &agent), seed, recorder, Some(agent)),
+        None => run_with(scenario, seed, recorder, None),
     }
-    run_with(scenario, seed, io_trace::IoRecorder::new(false), None)
 }
 
 /// The agent of a scenario that names an agent file, built once per file.
@@ -98,7 +103,7 @@ pub(crate) fn liveness_bound(scenario: &Scenario, agent: &AgentUnderTest) -> Liv
 /// bare turmoil twin, which replays it).
 pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, io_trace::IoTrace) {
     let recorder = io_trace::IoRecorder::new(true);
-    let result = run_with(scenario, seed, recorder.clone(), None);
+    let result = run_on_its_agent(scenario, seed, recorder.clone());
     (result, recorder.trace().expect("the recorder was on"))
 }
 

@@ -61,7 +61,15 @@ pub(super) fn twin_sim<'a>(seed: u64, tick_ms: u64, sim_ms: u64) -> turmoil::Sim
 pub fn replay(seed: u64, twin: &Twin) -> Replayed {
     let replayed = Arc::new(std::sync::Mutex::new(Replayed::default()));
     let mut sim = twin_sim(seed, twin.tick_ms, twin.sim_ms);
-    for host in ["model", "gateway"] {
+    // The model and the gateway, and every other host the run connected to (an MCP
+    // server's, a service of an agent under test).
+    let mut hosts: Vec<String> = vec!["model".into(), "gateway".into()];
+    for connection in &twin.io.connections {
+        if !hosts.contains(&connection.host) {
+            hosts.push(connection.host.clone());
+        }
+    }
+    for host in hosts {
         // The server sides of this host's established connections, by their number among them.
         let flows: Vec<Flow> =
             twin.io.connections.iter().filter(|c| c.host == host && c.established).map(|c| c.server.clone()).collect();

@@ -112,7 +112,7 @@ fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first
         let (took, result) = timed_run();
         (took, result, twin_took)
     };
-    assert_eq!(result.trace_hash, recorded.trace_hash, "a seed replays the same run");
+    assert_eq!(result.trace_hash, recorded.trace_hash, "{} seed {seed} replays the same run", scenario.name);
     let start = Instant::now();
     bare_turmoil(seed, byte_less);
     Timed { run, twin: twin_took, byte_less: start.elapsed(), sim_ms: result.sim_ms }
