@@ -531,9 +531,11 @@ fn print_coverage(out: &mut impl Write, summary: &SweepSummary) {
     let _ = writeln!(out, "sometimes reached (runs): {}", join(&summary.sometimes_reached));
     let catalog_total = faultline_sim::catalog::ids().count();
     let catalog_reached = faultline_sim::catalog::ids().filter(|id| summary.catalog_reached.contains_key(*id)).count();
+    let judged = faultline_sim::sweep::CATALOG_COVERAGE_SEEDS_MIN;
     let _ = writeln!(
         out,
-        "world catalog entries reached: {catalog_reached} of {catalog_total} (docs/internals/world-catalog.md)"
+        "world catalog entries reached: {catalog_reached} of {catalog_total}, drawn at random: judged from {judged} \
+         seeds (docs/internals/world-catalog.md)"
     );
     for site in &summary.never_fired {
         let _ = writeln!(out, "COVERAGE: {site} never fired in this sweep");

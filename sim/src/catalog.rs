@@ -192,6 +192,7 @@ pub fn drawn_response(entry: &Entry, tool: &str, draw: usize) -> Response {
         }
     }
     response.entry = Some(entry.id.clone());
+    response.entry_fails = Some(wire_reading(&entry.id).is_none_or(Reading::fails));
     response
 }
 

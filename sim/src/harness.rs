@@ -78,7 +78,7 @@ impl Harness {
 
     /// Parses a scenario file's text and adds it.
     pub fn scenario_toml(self, text: &str) -> Result<Self, String> {
-        Ok(self.scenario(Scenario::parse(text)?))
+        Ok(self.scenario(crate::stand_in::scenario_with_agent(text)?))
     }
 
     /// Only your own scenarios, not the generated one.

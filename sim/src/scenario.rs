@@ -905,18 +905,7 @@ impl Scenario {
             .and_then(|()| self.check_sizes())
             .and_then(|()| self.check_zombie())
             .and_then(|()| self.check_formats())
-            .and_then(|()| self.check_agent())
             .map_err(|e| format!("scenario {}: {e}", self.name))
-    }
-
-    /// An agent file it names is one the harness can run.
-    fn check_agent(&self) -> Result<(), String> {
-        match &self.agent {
-            Some(text) => {
-                crate::stand_in::agent_from_file(&self.name, text).map(|_| ()).map_err(|e| format!("agent: {e}"))
-            }
-            None => Ok(()),
-        }
     }
 
     /// At least one wire format, each once.

@@ -58,6 +58,16 @@ struct StandInPlan {
     failure_rate: Option<f64>,
 }
 
+/// `text` as a scenario whose agent file, if it names one, is one the harness can run (a
+/// scenario's file format knows nothing of agents: the check lives here, above both).
+pub fn scenario_with_agent(text: &str) -> Result<crate::scenario::Scenario, String> {
+    let scenario = crate::scenario::Scenario::parse(text)?;
+    if let Some(agent) = &scenario.agent {
+        agent_from_file(&scenario.name, agent).map_err(|e| format!("scenario {}: agent: {e}", scenario.name))?;
+    }
+    Ok(scenario)
+}
+
 /// The agent of an agent file (`agent run`'s format), its tools replaced by stand-ins.
 pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String> {
     let file = AgentFile::parse(text).map_err(|e| e.to_string())?;

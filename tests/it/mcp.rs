@@ -294,7 +294,12 @@ fn a_deadline_sends_the_cancel_to_the_server_and_still_waits_for_it() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let results = results(&records(&sessions, "c1"));
     let codes: Vec<&str> = results.iter().map(|(code, _)| code.as_str()).collect();
-    assert_eq!(codes, ["TOOL_TIMEOUT", "TOOL_TIMEOUT"], "{results:?}");
+    // Both servers acted before hanging: a deadline does not say the call did nothing, so the
+    // result is unknown (FAILURE-TOOL-TIMEOUT), never "did not finish", which invites a retry.
+    // `files` never answered the cancel; `web` answered it with "Request cancelled".
+    assert_eq!(codes, ["TOOL_OUTCOME_UNKNOWN", "TOOL_OUTCOME_UNKNOWN"], "{results:?}");
+    assert!(results[0].1.contains("no answer came") && results[0].1.contains("may have acted"), "{results:?}");
+    assert!(results[1].1.contains("-32800") && results[1].1.contains("may have taken effect"), "{results:?}");
     for (server, file, execution) in [("files", &local, "c1:1:1:call_1"), ("web", &remote, "c1:1:1:call_2")] {
         let lines = effects(file);
         assert!(

@@ -92,6 +92,11 @@ pub struct Response {
     /// counts it reached when the server serves it, and the oracle reads the entry's reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
+    /// Whether `entry`'s reading is a failure the client must recover from, set where the
+    /// entry is drawn (so the server and its script never read the catalog, which is built
+    /// of responses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entry_fails: Option<bool>,
 }
 
 /// A provider's wire shape for the same frames (FAILURE-PROVIDER-SHAPES), so a sweep meets
@@ -231,8 +236,8 @@ impl Response {
     /// raw or empty body, a disconnect, a stall, no clean end, malformed data, or an empty
     /// completion). A healed model server skips these.
     pub fn fails(&self) -> bool {
-        if let Some(entry) = &self.entry {
-            return crate::catalog::wire_reading(entry).is_none_or(|reading| reading.fails());
+        if let Some(fails) = self.entry_fails {
+            return fails;
         }
         if let Some(recorded) = self.recorded {
             return recorded.fails() || self.status.is_some();

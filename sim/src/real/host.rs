@@ -20,7 +20,7 @@ use faultline_runtime::{seams::Clock, seams::Seams};
 
 use super::clock::ScaledClock;
 use super::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND};
-use crate::scenario::{FsErrorKind, Scenario};
+use crate::scenario::FsErrorKind;
 use crate::seams::{FaultFs, FsFaults};
 use crate::world::life::{self, Earlier, LifeReport, LifeSetup};
 use crate::world::seeded;
@@ -302,7 +302,7 @@ fn report_disk_faults(report: &PipeReport, faults: &FsFaults, space: &crate::sea
 pub fn agent_host(args: &HostArgs) -> i32 {
     let scenario = match std::fs::read_to_string(&args.scenario_file)
         .map_err(|e| format!("{}: {e}", args.scenario_file.display()))
-        .and_then(|text| Scenario::parse(&text))
+        .and_then(|text| crate::stand_in::scenario_with_agent(&text))
     {
         Ok(scenario) => scenario,
         Err(e) => {

@@ -148,14 +148,21 @@ fn host_mcp_services(
     stamp: &Stamp,
 ) {
     for declared in user.map_or(&[][..], |u| &u.mcp_services[..]) {
-        let (declared, receipts, world, stamp, heal_at_ms) =
-            (declared.clone(), receipts.clone(), world.clone(), stamp.clone(), plan.heal_at_ms);
+        let world = world.clone();
+        let notes: super::mcp_service::McpNotes = Arc::new(move |note| match note {
+            super::mcp_service::McpNote::Reached(entry) => {
+                lock(&world).catalog_reached.insert(entry);
+            }
+            super::mcp_service::McpNote::Answered(answer) => lock(&world).mcp_answers.push(answer),
+        });
+        let (declared, receipts, stamp, heal_at_ms) =
+            (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
         sim.host(declared.host.clone(), move || {
             let running = Arc::new(super::mcp_service::Running::new(
                 declared.clone(),
                 seed,
                 stamp.clone(),
-                (receipts.clone(), world.clone()),
+                (receipts.clone(), notes.clone()),
                 heal_at_ms,
             ));
             async move {

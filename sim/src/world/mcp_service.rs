@@ -37,7 +37,6 @@ use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
-use super::evidence::{lock, Shared};
 use super::service::{Fate, ServiceReceipt, ServiceReceipts};
 use crate::model_server::ChannelBody;
 
@@ -62,25 +61,6 @@ pub struct McpService {
     pub faults: Option<McpFaults>,
     /// The client's deadline for a call (the entry's `timeout_ms`): a late answer is drawn
     /// past it, within the cancel's grace.
-    pub timeout_ms: Option<u64>,
-}
-
-/// How the server answered one call: the evidence the call's result is held to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct McpAnswer {
-    /// The call's execution id (from its `_meta`).
-    pub execution_id: String,
-    /// When the answer was written to an open connection (or, held for a resumption, when it
-    /// was ready), in simulated ms.
-    pub at_ms: u64,
-    /// Held for a GET with `Last-Event-ID` after this many ms (`None`: written at once).
-    pub held_for_resume_ms: Option<u64>,
-    /// It was an answer the call must read as its result (not an error the server made up
-    /// for a fault).
-    pub is_answer: bool,
-    /// The host it came from.
-    pub host: String,
-    /// The call's deadline (the entry's `timeout_ms`).
     pub timeout_ms: Option<u64>,
 }
 
@@ -224,6 +204,38 @@ struct Manner {
 /// A response held for a resumption: its stream's id and the event carrying it.
 type Held = (String, String);
 
+/// How the server answered one call: the evidence the call's result is held to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct McpAnswer {
+    /// The call's execution id (from its `_meta`).
+    pub execution_id: String,
+    /// When the answer was written to an open connection (or, held for a resumption, when it
+    /// was ready), in simulated ms.
+    pub at_ms: u64,
+    /// Held for a GET with `Last-Event-ID` after this many ms (`None`: written at once).
+    pub held_for_resume_ms: Option<u64>,
+    /// It was an answer the call must read as its result (not an error the server made up
+    /// for a fault).
+    pub is_answer: bool,
+    /// The host it came from.
+    pub host: String,
+    /// The call's deadline (the entry's `timeout_ms`).
+    pub timeout_ms: Option<u64>,
+}
+
+/// What the server writes down for the world: the evidence its caller cannot touch. The
+/// host that runs it decides where it goes (the world's record), so the server never names
+/// the world.
+pub(crate) enum McpNote {
+    /// It produced this catalog entry.
+    Reached(String),
+    /// It answered a call so.
+    Answered(McpAnswer),
+}
+
+/// Where a running server's notes go.
+pub(crate) type McpNotes = Arc<dyn Fn(McpNote) + Send + Sync>;
+
 /// What a running server shares between its connections.
 pub(crate) struct Running {
     pub service: McpService,
@@ -242,8 +254,8 @@ pub(crate) struct Running {
     held: Mutex<std::collections::BTreeMap<String, Held>>,
     /// Its session ids are long (a JWT's length).
     long_session_ids: bool,
-    /// The world, where it writes down its answers and the catalog entries it produced.
-    world: Shared,
+    /// Where it writes down its answers and the catalog entries it produced.
+    notes: McpNotes,
 }
 
 impl Running {
@@ -251,7 +263,7 @@ impl Running {
         service: McpService,
         seed: u64,
         stamp: super::stamp::Stamp,
-        (receipts, world): (ServiceReceipts, Shared),
+        (receipts, notes): (ServiceReceipts, McpNotes),
         heal_at_ms: u64,
     ) -> Self {
         let faults = McpFaults::of(&service, seed);
@@ -272,7 +284,7 @@ impl Running {
             connections: AtomicU64::new(0),
             held: Mutex::default(),
             long_session_ids,
-            world,
+            notes,
         }
     }
 
@@ -286,7 +298,7 @@ impl Running {
     }
 
     fn reached(&self, entry: &str) {
-        lock(&self.world).catalog_reached.insert(entry.to_owned());
+        (self.notes)(McpNote::Reached(entry.to_owned()));
     }
 
     fn now_ms(&self) -> u64 {
@@ -303,7 +315,7 @@ impl Running {
             host: self.service.host.clone(),
             timeout_ms: self.service.timeout_ms,
         };
-        lock(&self.world).mcp_answers.push(answer);
+        (self.notes)(McpNote::Answered(answer));
     }
 
     fn faulty(&self) -> bool {

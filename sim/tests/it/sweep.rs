@@ -15,7 +15,8 @@ fn shard(k: u64, points: &[String], sometimes: &[&str]) -> SweepSummary {
         sometimes_reached: sometimes.iter().map(|s| ((*s).to_owned(), 1)).collect::<BTreeMap<_, _>>(),
         catalog_reached: catalog.map(|(_, id)| (id.to_owned(), 1)).collect(),
         shard: format!("{k}/2"),
-        seeds: "0..100".into(),
+        // Long enough for the catalog's coverage to be judged.
+        seeds: "0..2000".into(),
         scenario_names: vec!["a".into()],
         full: true,
         shards_covered: vec![k],
