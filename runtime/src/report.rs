@@ -1,6 +1,6 @@
-//! The recovery report (seed 004 §15.6–§15.7): after a crash or a failed run, a checkable
-//! account of what is kept, what is unknown and what to verify, what never started, and what
-//! is still queued — instead of "failed, please retry".
+//! The recovery report (FAILURE-RECOVERY-REPORT, FAILURE-CRASH-REPAIR): after a crash or a
+//! failed run, a checkable account of what is kept, what is unknown and what to verify, what
+//! never started, and what is still queued — instead of "failed, please retry".
 
 use std::collections::BTreeMap;
 

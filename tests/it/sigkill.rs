@@ -1,4 +1,4 @@
-//! Real processes, real SIGKILL (seed 000 §14, FAILURE-CRASH-E2E): the production build on a
+//! Real processes, real SIGKILL (FAILURE-CRASH-E2E): the production build on a
 //! real filesystem and real TCP, killed at the model dispatch and at a tool's side effect, for
 //! every store. The child signals readiness through the server's request log or the tool's
 //! marker file; the test observes it and kills (no sleep-and-hope).

@@ -1,6 +1,9 @@
-//! The embeddable agent (SPEC §4–§7): turns and steps over a durable session, retries inside
-//! a step, tools with cooperative timeouts and a draining pool, semantic checkpoints,
-//! cancellation with a wake latch, memoised disposal, and resume after a crash.
+//! The embeddable agent: turns and steps over a durable session, retries inside a step
+//! (FAILURE-REQUEST-LOOP, FAILURE-RETRY-EXECUTOR), tools with cooperative timeouts and a
+//! draining pool (FAILURE-TOOL-TIMEOUT, FAILURE-TOOL-DRAIN), semantic checkpoints
+//! (FAILURE-CHECKPOINT-*), cancellation with a wake latch (FAILURE-AGENT-CANCEL), memoised
+//! disposal (FAILURE-AGENT-DISPOSAL), and resume after a crash (FAILURE-CRASH-REPAIR); see
+//! docs/internals/requirements.md.
 //!
 //! ```no_run
 //! # async fn demo(agent: faultline_runtime::agent::Agent) -> faultline_runtime::Result<()> {

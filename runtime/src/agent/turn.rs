@@ -1,5 +1,5 @@
 //! One turn: steps, attempts, retries, tools, checkpoints (FAILURE-REQUEST-LOOP,
-//! FAILURE-CHECKPOINT-*, FAILURE-TOOL-DRAIN, budgets of seed 004 §15.2).
+//! FAILURE-CHECKPOINT-*, FAILURE-TOOL-DRAIN, FAILURE-TURN-BUDGETS).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -96,8 +96,8 @@ impl FinishReason {
     }
 }
 
-/// One normalised stream chunk (SPEC §3). Every attempt's chunks are logged as
-/// `assistant/chunk`; exactly one `finish` ends each attempt.
+/// One normalised stream chunk (FAILURE-ADAPTER-BOUNDARY, FAILURE-WIRE-FORMATS). Every attempt's
+/// chunks are logged as `assistant/chunk`; exactly one `finish` ends each attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Chunk {

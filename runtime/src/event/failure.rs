@@ -3,8 +3,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Stable error codes (SPEC §2). They are strings on the wire and in transcripts; renaming one
-/// is a breaking change to every stored session.
+/// Stable error codes (FAILURE-EVENT-LOG, docs/internals/requirements.md). They are strings on
+/// the wire and in transcripts; renaming one is a breaking change to every stored session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum ErrorCode {

@@ -1,5 +1,5 @@
-//! The session event model (SPEC §2): records, payloads, failures, the header and the
-//! validator of log invariants.
+//! The session event model (FAILURE-EVENT-LOG, docs/internals/requirements.md): records,
+//! payloads, failures, the header and the validator of log invariants.
 
 mod canonical_delta;
 mod chunk;

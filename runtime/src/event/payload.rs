@@ -44,7 +44,7 @@ pub enum TurnEndReason {
     MaxTokens,
     /// Written only by crash repair: the process died with this turn open.
     Interrupted,
-    /// A turn budget ran out (seed 004 §15.2). Retries inside a step never count as steps.
+    /// A turn budget ran out (FAILURE-TURN-BUDGETS). Retries inside a step never count as steps.
     BudgetExhausted {
         /// Which budget: `max_steps`.
         budget: String,

@@ -123,7 +123,7 @@ events! {
 }
 
 impl Event {
-    /// Whether records of this type may carry `source_seqs` (SPEC §2).
+    /// Whether records of this type may carry `source_seqs` (FAILURE-EVENT-LOG).
     pub fn may_cite_sources(&self) -> bool {
         matches!(self, Event::UserMessage(_) | Event::AssistantMessage(_) | Event::ToolResult(_))
     }

@@ -1,5 +1,5 @@
-//! The log-invariant validator (SPEC §2). Every test and every simulated run checks the
-//! transcripts it produces with it.
+//! The log-invariant validator (FAILURE-EVENT-LOG, docs/internals/requirements.md). Every test
+//! and every simulated run checks the transcripts it produces with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 

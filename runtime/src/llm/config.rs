@@ -15,7 +15,7 @@ use super::endpoint::Endpoint;
 use super::format::WireFormat;
 use crate::event::{ErrorCode, Failure};
 
-/// Default idle watchdog (SPEC §3).
+/// Default idle watchdog (FAILURE-DEEPSEEK-STREAM).
 pub const IDLE_TIMEOUT_MS_DEFAULT: u64 = 300_000;
 /// Largest idle timeout accepted: one day.
 pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
@@ -25,7 +25,7 @@ pub const IDLE_TIMEOUT_MS_MAX: u64 = 86_400_000;
 pub const PROGRESS_TIMEOUTS_PER_IDLE_DEFAULT: u64 = 3;
 /// Largest `max_retries` accepted by the `normal` policy.
 pub const MAX_RETRIES_MAX: u32 = 100;
-/// Upper bound of backoff delays (SPEC §4: `≤ 2^31 - 1`).
+/// Upper bound of backoff delays (FAILURE-RETRY-POLICY: `≤ 2^31 - 1`).
 pub const DELAY_MS_MAX: u64 = (1 << 31) - 1;
 
 /// A configuration error, naming the key's path.

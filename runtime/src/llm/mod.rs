@@ -1,5 +1,8 @@
-//! The model adapter (SPEC §3, §9): OpenAI-compatible, Anthropic and Gemini streams read into
-//! one chunk model, failure classification, provider configuration and credentials.
+//! The model adapter (docs/internals/requirements.md, "The model adapter" and "Configuration and
+//! secrets"): OpenAI-compatible, Anthropic and Gemini streams read into one chunk model
+//! (FAILURE-PROVIDER-SHAPES, FAILURE-WIRE-FORMATS), failure classification
+//! (FAILURE-DEEPSEEK-HTTP, FAILURE-DEEPSEEK-STREAM, FAILURE-ADAPTER-BOUNDARY), provider
+//! configuration and credentials (FAILURE-CONFIG-RESOLUTION, FAILURE-CREDENTIAL-ROUTE).
 
 mod adapter;
 mod anthropic;

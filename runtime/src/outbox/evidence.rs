@@ -1,4 +1,4 @@
-//! The delivery queue as crash-repair evidence (reconciliation, seed 004 §15.6).
+//! The delivery queue as crash-repair evidence (reconciliation, FAILURE-CRASH-REPAIR).
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! The delivery queue (outbox) for side effects whose receipt can be lost (SPEC §8, seed 004).
+//! The delivery queue (outbox) for side effects whose receipt can be lost
+//! (FAILURE-DELIVERY-QUEUE, docs/internals/requirements.md).
 //!
 //! State machine: `pending → delivering → delivered | failed | unknown`. Every transition is
 //! durable before it is acknowledged. A row is claimed at most once; a claimed row whose

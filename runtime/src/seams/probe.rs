@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Named places in the runtime where the simulator can crash the host like a SIGKILL
-/// (SPEC §10). Production probes do nothing.
+/// (FAILURE-SIM-HARNESS). Production probes do nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CrashPoint {

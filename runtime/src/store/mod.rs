@@ -2,8 +2,8 @@
 //! one shared contract suite.
 //!
 //! A backend stores one append-only log per session plus an ownership record that admits a
-//! single writer at a time (seed 004 §15.6). Appends are durable when they return `Ok`;
-//! loading applies the torn-versus-corrupt rule and commits crash repair.
+//! single writer at a time (FAILURE-CRASH-CONTRACT-*, FAILURE-LEASE-EPOCH). Appends are durable
+//! when they return `Ok`; loading applies the torn-versus-corrupt rule and commits crash repair.
 
 // No function here grows past clippy's `too-many-lines-threshold` (clippy.toml): the
 // simulator's world and the store are read most when something went wrong.

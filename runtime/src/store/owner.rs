@@ -1,5 +1,5 @@
 //! Ownership records for file stores: one writer per session, with a fencing token
-//! (seed 004 §15.6).
+//! (FAILURE-CRASH-CONTRACT-*, docs/internals/requirements.md).
 //!
 //! The record is a sequence of files `owner.<token>.json` in the session directory; the one
 //! with the highest token is current. Acquiring token `n + 1` creates `owner.<n+1>.json` with
@@ -80,7 +80,7 @@ pub(crate) fn describe(owner: &Option<OwnerIdentity>) -> String {
     }
 }
 
-/// The one-writer rule for a recorded holder (seed 004 §15.6): a live holder is refused; a
+/// The one-writer rule for a recorded holder (FAILURE-CRASH-CONTRACT-*): a live holder is refused; a
 /// dead one is taken over only when the caller asked for it. Shared by every backend.
 pub(crate) fn check_takeover(
     process: &dyn Process,

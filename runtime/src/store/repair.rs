@@ -14,7 +14,7 @@ retrying anything with side effects.";
 pub const NOT_STARTED_TEXT: &str =
     "The process stopped before this tool call started; it did not run. Retry it if it is still needed.";
 
-/// What the delivery queue knows about a started call's effect (seed 004 §15.6).
+/// What the delivery queue knows about a started call's effect (FAILURE-CRASH-REPAIR).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Evidence {
     /// The receiver confirmed it: the real result.

@@ -32,7 +32,7 @@ use crate::event::{Event, Record};
 use crate::seams::{Clock, CrashPoint, Monotonic, Probe};
 use crate::{Error, Result};
 
-/// Default batching window (SPEC §7).
+/// Default batching window (FAILURE-WRITE-BEHIND).
 pub const BATCH_WINDOW_MS_DEFAULT: u64 = 200;
 /// Default bound of the pending queue, in events. A model streams at most a few hundred
 /// chunks per second; 4096 is seconds of slack before producers feel backpressure.

@@ -1,4 +1,4 @@
-//! The JSON shape of records, headers and failures (SPEC §2).
+//! The JSON shape of records, headers and failures (FAILURE-EVENT-LOG, docs/internals/requirements.md).
 
 use faultline_runtime::event::*;
 use serde_json::json;
@@ -208,9 +208,9 @@ fn malformed_records_are_refused_with_a_reason() {
     }
 }
 
-/// The spellings are SPEC §2's, written out here rather than read back from the code under
-/// test (a renamed code must fail this test, not round-trip through its own Display and
-/// FromStr). `RESPONSE_TOO_LARGE` and `TLS_CERTIFICATE` are our extensions (ARCHITECTURE).
+/// The spellings are the contract's (FAILURE-EVENT-LOG), written out here rather than read back
+/// from the code under test (a renamed code must fail this test, not round-trip through its own
+/// Display and FromStr). `RESPONSE_TOO_LARGE` and `TLS_CERTIFICATE` are our extensions (ARCHITECTURE).
 #[test]
 fn error_codes_have_stable_spellings() {
     const SPEC_SPELLINGS: [&str; 26] = [
@@ -242,7 +242,7 @@ fn error_codes_have_stable_spellings() {
         "APPROVAL_EXPIRED",
     ];
     let spelled: Vec<String> = FIXED_ERROR_CODES.iter().map(ErrorCode::to_string).collect();
-    assert_eq!(spelled, SPEC_SPELLINGS, "every fixed code, in order, spelled as SPEC §2 spells it");
+    assert_eq!(spelled, SPEC_SPELLINGS, "every fixed code, in order, spelled as FAILURE-EVENT-LOG spells it");
     for (code, text) in FIXED_ERROR_CODES.into_iter().zip(SPEC_SPELLINGS) {
         assert_eq!(text.parse::<ErrorCode>().unwrap(), code, "{text} parses back");
         assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{text}\""), "on the wire as {text}");

@@ -1,7 +1,7 @@
-//! The delivery-queue contract (SPEC §8): every test runs on the journal (Fs seam), the
-//! SQLite backend and the PostgreSQL backend (a real throw-away server; skipped with a note
-//! where PostgreSQL is not installed, required in CI), reproducing the experiment table of
-//! seed 004 §15.4.
+//! The delivery-queue contract (FAILURE-DELIVERY-QUEUE, docs/internals/requirements.md): every
+//! test runs on the journal (Fs seam), the SQLite backend and the PostgreSQL backend (a real
+//! throw-away server; skipped with a note where PostgreSQL is not installed, required in CI),
+//! reproducing the delivery-queue experiment table of seed 004.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -311,7 +311,7 @@ async fn a_pruned_id_is_blocked_by_its_tombstone() {
     }
 }
 
-/// "Oldest first" (SPEC §8) holds for every delivery the queue holds, not only the newest:
+/// "Oldest first" (FAILURE-DELIVERY-QUEUE) holds for every delivery the queue holds, not only the newest:
 /// across a prune of an older, finished row and across a reopen (replay).
 #[tokio::test]
 async fn deliveries_are_listed_and_sent_oldest_first_across_a_prune_and_a_reopen() {

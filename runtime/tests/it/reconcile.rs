@@ -1,5 +1,5 @@
 //! Reconciliation: crash repair consults the delivery queue before writing a closer for a
-//! started call (seed 004 §15.6), and the resumed model reads the right result.
+//! started call (FAILURE-CRASH-REPAIR), and the resumed model reads the right result.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Every log invariant of SPEC §2, violated once and reported with its seq and rule.
+//! Every log invariant of FAILURE-EVENT-LOG, violated once and reported with its seq and rule.
 
 use faultline_runtime::event::*;
 

@@ -93,9 +93,9 @@ catalog! {
         "the user messages the simulated user submitted, against the recovered transcript",
         "A wait nothing ended within the agent's own bound: replay the seed and read the trace from the heal on; a tool without a deadline, or a runtime defect, leaves a wait open.";
     LogInvariants = "log-invariants", Safety,
-        "The recovered transcript passes every log invariant (SPEC §2).",
+        "The recovered transcript passes every log invariant (FAILURE-EVENT-LOG).",
         "the recovered transcript, read back from the disk",
-        "A runtime defect: the recovered transcript breaks the log rule the evidence names (SPEC §2); the writer must never produce what the reader refuses.";
+        "A runtime defect: the recovered transcript breaks the log rule the evidence names (FAILURE-EVENT-LOG); the writer must never produce what the reader refuses.";
     TurnClosed = "turn-closed", Safety,
         "A converged run leaves no turn open.",
         "the recovered transcript",
@@ -199,7 +199,7 @@ catalog! {
     FailureCodeAsServed = "failure-code-as-served", Safety,
         "Every recorded failure carries the code of what the server served.",
         "the scripted responses, read by the oracle's own classifier",
-        "A runtime defect in the adapter's classifier: the recorded code differs from what the server served (SPEC §3).";
+        "A runtime defect in the adapter's classifier: the recorded code differs from what the server served (FAILURE-ADAPTER-BOUNDARY).";
     AnswerKept = "answer-kept", Safety,
         "A complete answer the provider sent (by its specification, as the world catalog reads it) is kept as its step's answer, never recorded as a failure.",
         "the world catalog's reading of each served response, against the recovered transcript",

@@ -1,4 +1,4 @@
-//! The oracle (SPEC §10): the invariants checked after every run, as a catalog
+//! The oracle (FAILURE-SIM-HARNESS): the invariants checked after every run, as a catalog
 //! ([`Invariant`]: a name, what it protects, the evidence it reads) and one checker per
 //! concern. A violation names its invariant, where (a seq or an execution id) and when.
 //!

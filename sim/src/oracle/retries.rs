@@ -90,7 +90,7 @@ fn failures_not_taken_as_answers(
             )
             .advised(format!(
                 "A runtime defect in the {} stream reader: a failure the provider reported was taken as an answer; \
-                 an error event or a stream cut before its last event must end the attempt with its code (SPEC §3).",
+                 an error event or a stream cut before its last event must end the attempt with its code (FAILURE-ADAPTER-BOUNDARY).",
                 exchange.format.name()
             )),
         );

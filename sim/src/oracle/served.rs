@@ -1,5 +1,5 @@
-//! The oracle's own reading of what a scripted model response means (SPEC §3–4,
-//! FAILURE-DEEPSEEK-HTTP), decided from the script alone. It shares no code with the
+//! The oracle's own reading of what a scripted model response means (FAILURE-DEEPSEEK-HTTP,
+//! FAILURE-DEEPSEEK-STREAM, FAILURE-RETRY-POLICY), decided from the script alone. It shares no code with the
 //! adapter's classifier on purpose: a classifier that maps `401` to `HTTP_401`, or retries a
 //! `400`, must disagree with something it cannot touch.
 
@@ -161,7 +161,7 @@ pub(super) fn advice_ms(response: &Response, served_at_ms: u64) -> Option<u64> {
     date_ms.checked_sub(arrived_ms).filter(|&ms| ms > 0)
 }
 
-/// The code of an error event inside a 200 stream (our extension of SPEC §3, ARCHITECTURE):
+/// The code of an error event inside a 200 stream (FAILURE-PROVIDER-SHAPES):
 /// the status it names, read like an HTTP status with its message's wording; else OpenAI's
 /// error `type`; else `SERVER`.
 fn error_event_code(error: &serde_json::Value) -> ErrorCode {

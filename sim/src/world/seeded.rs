@@ -101,7 +101,7 @@ const PING_EVERY_MS: u64 = 1_000;
 /// The reasoning a swarm's good tool-call responses think first (signed by the server).
 const REASONING_TEXT: &str = "The user asked for it; the tool does it.";
 
-/// The failures no default policy retries (SPEC §4) that the `final-failure` family serves,
+/// The failures no default policy retries (FAILURE-RETRY-POLICY) that the `final-failure` family serves,
 /// one per seed: each must end its step with its own code.
 const FINAL_KINDS: u64 = 8;
 
