@@ -157,7 +157,7 @@ pub(super) fn run(
     let recorder = io_trace::IoRecorder::new(false);
     let model_slot = super::hosts::host_model(&mut sim, plan, &world, &recorder);
     let receipts = super::hosts::host_gateway(&mut sim, plan, &world, &recorder);
-    let service_receipts = super::hosts::host_services(&mut sim, plan, &world, seed, user.as_deref());
+    let service_receipts = super::hosts::host_services(&mut sim, plan, &world, (seed, user.as_deref()), &recorder);
     let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let held_secrets = user.as_ref().map(|u| u.secrets.clone()).unwrap_or_default();
     let order = lock(&world).order.clone();

@@ -106,8 +106,8 @@ pub(crate) fn host_services(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
     world: &Shared,
-    seed: u64,
-    user: Option<&AgentUnderTest>,
+    (seed, user): (u64, Option<&AgentUnderTest>),
+    recorder: &io_trace::IoRecorder,
 ) -> ServiceReceipts {
     let receipts: ServiceReceipts = Arc::default();
     let order = lock(world).order.clone();
@@ -116,7 +116,9 @@ pub(crate) fn host_services(
         let faults = ServiceFaults::of(declared, seed);
         let (declared, receipts, stamp, heal_at_ms) =
             (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
+        let net = recorder.server_net(Arc::new(crate::seams::SimNet), &declared.name);
         sim.host(declared.name.clone(), move || {
+            let net = net.clone();
             let running = service::Running {
                 service: declared.clone(),
                 faults,
@@ -127,13 +129,13 @@ pub(crate) fn host_services(
                 heal_at_ms,
             };
             async move {
-                let listener = faultline_runtime::seams::Net::bind(&crate::seams::SimNet, "0.0.0.0:80").await?;
+                let listener = net.bind("0.0.0.0:80").await?;
                 service::serve(listener, running).await?;
                 Ok(())
             }
         });
     }
-    host_mcp_services(sim, plan, seed, user, (&receipts, world), &stamp);
+    host_mcp_services(sim, plan, (seed, user), (&receipts, world), (&stamp, recorder));
     receipts
 }
 
@@ -142,10 +144,9 @@ pub(crate) fn host_services(
 fn host_mcp_services(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
-    seed: u64,
-    user: Option<&AgentUnderTest>,
+    (seed, user): (u64, Option<&AgentUnderTest>),
     (receipts, world): (&ServiceReceipts, &Shared),
-    stamp: &Stamp,
+    (stamp, recorder): (&Stamp, &io_trace::IoRecorder),
 ) {
     for declared in user.map_or(&[][..], |u| &u.mcp_services[..]) {
         let world = world.clone();
@@ -157,7 +158,9 @@ fn host_mcp_services(
         });
         let (declared, receipts, stamp, heal_at_ms) =
             (declared.clone(), receipts.clone(), stamp.clone(), plan.heal_at_ms);
+        let net = recorder.server_net(Arc::new(crate::seams::SimNet), &declared.host);
         sim.host(declared.host.clone(), move || {
+            let net = net.clone();
             let running = Arc::new(super::mcp_service::Running::new(
                 declared.clone(),
                 seed,
@@ -166,11 +169,8 @@ fn host_mcp_services(
                 heal_at_ms,
             ));
             async move {
-                let net = crate::seams::SimNet;
-                let http = faultline_runtime::seams::Net::bind(&net, "0.0.0.0:80").await?;
-                let stdio =
-                    faultline_runtime::seams::Net::bind(&net, &format!("0.0.0.0:{}", crate::seams::SIM_STDIO_PORT))
-                        .await?;
+                let http = net.bind("0.0.0.0:80").await?;
+                let stdio = net.bind(&format!("0.0.0.0:{}", crate::seams::SIM_STDIO_PORT)).await?;
                 super::mcp_service::serve(http, stdio, running).await?;
                 Ok(())
             }

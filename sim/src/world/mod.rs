@@ -150,7 +150,7 @@ fn run_and_judge(
     let first_life_fs = first_life_faults(&plan, seed);
     let model_slot = host_model(&mut sim, &plan, &world, &recorder);
     let receipts = host_gateway(&mut sim, &plan, &world, &recorder);
-    let service_receipts = host_services(&mut sim, &plan, &world, seed, user.as_deref());
+    let service_receipts = host_services(&mut sim, &plan, &world, (seed, user.as_deref()), &recorder);
     let life = AgentLife {
         user,
         route: resolve_route(plan.format, SIM_MODEL_ROOT, &plan.provider),
