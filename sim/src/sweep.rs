@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use crate::scenario::Scenario;
 use crate::world::{self, RunResult};
 
-/// Seeds per scenario in the default sweep: 30 scenarios x 4 000 seeds = 120 000 runs, under a
-/// minute on this 2-core machine (measured: 47.7 s, ~2 500 runs/s with 2 jobs, dev profile).
+/// Seeds per scenario in the default sweep: 57 scenarios x 4 000 seeds = 228 000 runs (measured
+/// on this 2-core machine, dev profile, 2 jobs: 241 s, 947 runs/s; docs/internals/benchmarks.md).
 pub const DEFAULT_SEEDS: u64 = 4_000;
 
 /// A scenario by built-in name, or from a `.toml` file (a shrunk regression, say).

@@ -239,30 +239,28 @@ pub(crate) fn of_run(
     scenario_tools: &[crate::scenario::ScenarioTool],
     user: Option<&super::user::AgentUnderTest>,
 ) -> LivenessBound {
-    let resolved: Vec<(ResolvedProvider, toml::Table)> = providers
+    let resolved: Vec<(ResolvedProvider, [bool; 3])> = providers
         .iter()
         .filter_map(|extra| {
             let route = super::setup::resolve_route(format, super::setup::SIM_MODEL_ROOT, extra).ok()?;
-            let written =
-                super::setup::provider_file(format, super::setup::SIM_MODEL_ROOT, extra).parse().unwrap_or_default();
+            let written = super::setup::written_keys(
+                format,
+                extra,
+                [
+                    &["provider", "progress_timeout_ms"],
+                    &["provider", "idle_timeout_ms"],
+                    &["provider", "retry_policy", "backoff", "max_delay_ms"],
+                ],
+            );
             Some((route, written))
         })
         .collect();
     let promises: Vec<ProviderPromises<'_>> = resolved
         .iter()
-        .map(|(route, written)| {
-            let has = |path: &[&str]| {
-                let mut at = Some(written);
-                for key in &path[..path.len() - 1] {
-                    at = at.and_then(|t| t.get(*key)).and_then(toml::Value::as_table);
-                }
-                at.is_some_and(|t| t.contains_key(path[path.len() - 1]))
-            };
-            ProviderPromises {
-                route,
-                idle_written: has(&["provider", "progress_timeout_ms"]) || has(&["provider", "idle_timeout_ms"]),
-                max_delay_written: has(&["provider", "retry_policy", "backoff", "max_delay_ms"]),
-            }
+        .map(|(route, [progress, idle, max_delay])| ProviderPromises {
+            route,
+            idle_written: *progress || *idle,
+            max_delay_written: *max_delay,
         })
         .collect();
     let mut tools: ToolDeadlines = scenario_tools

@@ -54,6 +54,38 @@ pub fn sim_secret(seed: u64) -> String {
     format!("LEAKCANARY{seed:016x}plainKey")
 }
 
+/// Which of `keys` (dotted paths) the provider file of `provider` in `format` writes: the
+/// liveness bound reads what the file promises, for every run, and the file is the same for
+/// every seed of a scenario (parsed once per thread, like [`resolve_route`]).
+pub(crate) fn written_keys<const N: usize>(format: WireFormat, provider: &str, keys: [&[&str]; N]) -> [bool; N] {
+    type Written = BTreeMap<(WireFormat, String), std::rc::Rc<toml::Table>>;
+    thread_local! {
+        static WRITTEN: std::cell::RefCell<Written> = const { std::cell::RefCell::new(BTreeMap::new()) };
+    }
+    let key = (format, provider.to_owned());
+    let table = WRITTEN.with_borrow(|files| files.get(&key).cloned()).unwrap_or_else(|| {
+        let table = std::rc::Rc::new(
+            provider_file(format, SIM_MODEL_ROOT, provider).parse::<toml::Table>().unwrap_or_default(),
+        );
+        WRITTEN.with_borrow_mut(|files| {
+            // A generated workload draws its own files: the memo is a cache, not a record.
+            if files.len() >= RESOLVED_ROUTES_MAX {
+                files.clear();
+            }
+            files.insert(key, table.clone());
+        });
+        table
+    });
+    keys.map(|path| {
+        let Some((last, tables)) = path.split_last() else { return false };
+        let mut at = Some(table.as_ref());
+        for key in tables {
+            at = at.and_then(|t| t.get(*key)).and_then(toml::Value::as_table);
+        }
+        at.is_some_and(|t| t.contains_key(*last))
+    })
+}
+
 /// The model route of `provider` (extra `[provider]` lines) in `format`, or why it is invalid. Resolved
 /// once per run: every incarnation reads the same file.
 ///

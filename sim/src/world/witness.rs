@@ -89,10 +89,13 @@ impl DiskWitness {
                 }
             }
             FsEvent::Linked { original: from, link: to } | FsEvent::Renamed { from, to } => {
-                let image = state.images.get(from).cloned().unwrap_or_default();
-                if matches!(event, FsEvent::Renamed { .. }) {
-                    state.images.remove(from);
+                // A rename moves the image; only a link keeps a second name for it.
+                let image = if matches!(event, FsEvent::Renamed { .. }) {
+                    state.images.remove(from)
+                } else {
+                    state.images.get(from).cloned()
                 }
+                .unwrap_or_default();
                 state.images.insert(to.to_path_buf(), image);
                 state.pending_names.insert(to.to_path_buf());
                 if to == self.session {
