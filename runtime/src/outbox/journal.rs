@@ -323,28 +323,16 @@ impl Outbox for JournalOutbox {
 
 /// Whether a replayed op fits the rows it finds (a line that decodes but does not is not a
 /// transition this code ever wrote: corruption, reported instead of applied).
+/// A live row is never enqueued twice; a tombstoned id may be (a resend chosen by code that
+/// checked live rows only), and the tombstone keeps blocking later enqueues. A claim, finish
+/// or prune must be one of the queue's edges from the row's status
+/// ([`machine::transition_fits`]): a line that marks a never-claimed row delivered is not
+/// something this code wrote, and applying it would report an effect that never happened.
 fn fits(state: &State, op: &Op) -> std::result::Result<(), String> {
-    let row = state.rows.get(op.id());
-    let ok = match op {
-        // A live row is never enqueued twice; a tombstoned id may be (a resend chosen by code
-        // that checked live rows only), and the tombstone keeps blocking later enqueues.
-        Op::Enqueue { .. } => row.is_none(),
-        Op::Claim { .. } | Op::Finish { .. } => row.is_some(),
-        Op::Prune { .. } => row.is_some_and(|r| r.status.is_terminal()),
-    };
-    if ok {
+    if machine::transition_fits(state.rows.get(op.id()), op) {
         Ok(())
     } else {
-        Err(format!("journal op {} does not fit delivery {}", op_name(op), op.id()))
-    }
-}
-
-fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Enqueue { .. } => "enqueue",
-        Op::Claim { .. } => "claim",
-        Op::Finish { .. } => "finish",
-        Op::Prune { .. } => "prune",
+        Err(format!("journal op {} does not fit delivery {}", op.name(), op.id()))
     }
 }
 

@@ -56,6 +56,16 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The op's name, as errors and assertions say it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Op::Enqueue { .. } => "enqueue",
+            Op::Claim { .. } => "claim",
+            Op::Finish { .. } => "finish",
+            Op::Prune { .. } => "prune",
+        }
+    }
+
     /// The execution id the op changes.
     pub(crate) fn id(&self) -> &str {
         match self {
@@ -73,9 +83,37 @@ pub(crate) enum After {
     Tombstone(DeliveryStatus),
 }
 
+/// Whether `op` is a transition the decisions below can make from `before`: an enqueue of a
+/// free id, a claim of a claimable row, a prune of a terminal row, and a finish along one of
+/// the queue's edges — `delivering` to any outcome (finish, an abandoned claim, a settle),
+/// `pending` to `failed` (a settle before any send) and `unknown` to `delivered` or `failed`
+/// (an operator). Nothing ever leaves `delivered` or `failed`, and no finish skips the claim
+/// to `delivered` or `unknown`. A journal replay refuses a line outside these as corruption.
+pub(crate) fn transition_fits(before: Option<&Delivery>, op: &Op) -> bool {
+    use DeliveryStatus::{Delivered, Delivering, Failed, Pending, Unknown};
+    match (before, op) {
+        (None, Op::Enqueue { .. }) => true,
+        (Some(row), Op::Claim { .. }) => claimable_statuses().contains(&row.status),
+        (Some(row), Op::Prune { .. }) => row.status.is_terminal(),
+        (Some(row), Op::Finish { status, .. }) => matches!(
+            (row.status, *status),
+            (Delivering, Delivered | Failed | Unknown) | (Pending, Failed) | (Unknown, Delivered | Failed)
+        ),
+        _ => false,
+    }
+}
+
 /// The row `op` leaves, given the row before it. An op the decisions below produced always
-/// finds the row it expects; anything else is a backend bug, so it is asserted.
+/// finds the row it expects along one of the queue's edges ([`transition_fits`]); anything
+/// else is a backend bug, so it is asserted.
 pub(crate) fn apply(before: Option<&Delivery>, op: &Op) -> After {
+    assert!(
+        transition_fits(before, op),
+        "{} of delivery {} does not fit its row ({:?})",
+        op.name(),
+        op.id(),
+        before.map(|row| row.status)
+    );
     match op {
         Op::Enqueue { id, payload, at, resend_of, fence } => {
             assert!(before.is_none(), "enqueue of existing delivery {id}");

@@ -599,8 +599,8 @@ fn a_torn_final_line_is_cut_off_so_later_transitions_replay() {
 }
 
 /// A line that decodes but does not fit the rows before it (a claim of an id never
-/// enqueued, a prune of a pending row) is no transition this code wrote: corruption at
-/// its offset, never applied.
+/// enqueued, a prune of a pending row, a never-claimed row finished as delivered or
+/// unknown) is no transition this code wrote: corruption at its offset, never applied.
 #[test]
 #[allow(clippy::disallowed_methods)] // writes the damaged journal as a real file
 fn a_transition_that_does_not_fit_its_row_is_corruption_at_its_offset() {
@@ -612,6 +612,8 @@ fn a_transition_that_does_not_fit_its_row_is_corruption_at_its_offset() {
             "x9",
         ),
         (r#"{"op":"prune","id":"x1","at":2}"#, "prune", "x1"),
+        (r#"{"op":"finish","id":"x1","status":"delivered","result":"ok","at":2}"#, "finish", "x1"),
+        (r#"{"op":"finish","id":"x1","status":"unknown","error":"lost","at":2}"#, "finish", "x1"),
     ];
     for (line, op, id) in cases {
         let dir = tempfile::tempdir().unwrap();
