@@ -26,20 +26,3 @@ pub use payload::{
 pub use record::{DecodeBytesError, Event, Record, RecordError, UnknownEvent, EVENT_TYPES};
 pub(crate) use texts::any_text;
 pub use validate::{LogViolation, Rule, Validator};
-
-/// How an attempt's terminal chunk ended, as far as citations care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChunkFinish {
-    Succeeded,
-    Failed,
-}
-
-impl ChunkFinish {
-    pub(crate) fn of(chunk: &Chunk) -> Option<ChunkFinish> {
-        match chunk {
-            Chunk::Finish { reason, .. } if reason.failure().is_some() => Some(ChunkFinish::Failed),
-            Chunk::Finish { .. } => Some(ChunkFinish::Succeeded),
-            _ => None,
-        }
-    }
-}

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ApprovalDecided, ApprovalDispatched, ApprovalRequested, AssistantMessage, ChunkFinish, Decision, ErrorCode, Event,
+    ApprovalDecided, ApprovalDispatched, ApprovalRequested, AssistantMessage, Chunk, Decision, ErrorCode, Event,
     Record, StepRef, ToolCall, ToolResult, TurnEndReason,
 };
 
@@ -587,6 +587,23 @@ fn check_citations(step: &OpenStep, cited: &[u64]) -> Result<(), Rule> {
         }
     }
     Ok(())
+}
+
+/// How an attempt's terminal chunk ended, as far as citations care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkFinish {
+    Succeeded,
+    Failed,
+}
+
+impl ChunkFinish {
+    fn of(chunk: &Chunk) -> Option<ChunkFinish> {
+        match chunk {
+            Chunk::Finish { reason, .. } if reason.failure().is_some() => Some(ChunkFinish::Failed),
+            Chunk::Finish { .. } => Some(ChunkFinish::Succeeded),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

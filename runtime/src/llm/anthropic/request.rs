@@ -13,6 +13,9 @@ use crate::event::{RequestPrefix, ToolSchema};
 use crate::llm::config::{ResolvedProvider, MAX_TOKENS_DEFAULT};
 use crate::llm::conversation::{AssistantEntry, Entry, Reasoning};
 
+/// The `anthropic-version` header every request carries.
+pub(crate) const API_VERSION: &str = "2023-06-01";
+
 /// The exact bytes of one streaming request.
 pub(crate) fn request_body(route: &ResolvedProvider, prefix: &RequestPrefix, entries: &[Entry]) -> Bytes {
     let body = Body {

@@ -1,7 +1,7 @@
 //! The plain JSONL scanner: one record per line; a damaged last line is a torn tail, a
 //! damaged line with a committed one after it is corruption.
 
-use super::*;
+use super::shared::*;
 
 /// Scans a plain `session.jsonl` held in memory, keeping every record.
 pub fn scan_jsonl(bytes: &[u8]) -> Scan {

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 
-use super::*;
+use super::shared::*;
 use crate::store::zstd_frames::{walk_one, FrameEnd, FrameSpan};
 
 /// A zstd decompression context kept for many frames: one per decoding job, not one per
