@@ -2,7 +2,8 @@
 //! data: the evidence that broke it, the advice that fits that evidence, the tools and the
 //! service it concerns, and the call that replays it.
 
-use crate::world::{AgentUnderTest, RunResult};
+use crate::verdict::RunResult;
+use crate::world::AgentUnderTest;
 
 /// One broken invariant of one run.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -164,6 +164,23 @@ pub fn fault_plan_strategy() -> impl Strategy<Value = FaultPlan> {
         })
 }
 
+/// `scenario` with its conversation for `seed` when it is generated (on `user`'s own tools
+/// when an agent under test is given), any other scenario as it is. The world runs only
+/// expanded scenarios: it never draws a conversation itself.
+pub(crate) fn expand<'a>(
+    scenario: &'a Scenario,
+    seed: u64,
+    user: Option<&crate::world::AgentUnderTest>,
+) -> std::borrow::Cow<'a, Scenario> {
+    match (scenario.generated, user) {
+        (true, Some(user)) => {
+            std::borrow::Cow::Owned(user_workload(seed, &user.schemas()).apply(scenario, user.outbox_tools()))
+        }
+        (true, None) => std::borrow::Cow::Owned(workload(seed).apply(scenario)),
+        (false, _) => std::borrow::Cow::Borrowed(scenario),
+    }
+}
+
 /// The conversation seed `seed` stands for.
 pub fn workload(seed: u64) -> Workload {
     let mut runner = TestRunner::new_with_rng(Config::default(), crate::seed::Seed::new(seed).workload_rng());

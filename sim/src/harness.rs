@@ -28,7 +28,8 @@ use std::sync::Arc;
 use crate::findings::{findings, Finding};
 use crate::scenario::Scenario;
 use crate::sweep::{sweep, SweepPlan};
-use crate::world::{run_agent, AgentUnderTest, LivenessBound, RunResult, SlowRecovery};
+use crate::verdict::{run_agent, RunResult};
+use crate::world::{AgentUnderTest, LivenessBound, SlowRecovery};
 
 /// Seeds a harness runs unless told (`Harness::seeds`).
 pub const HARNESS_SEEDS_DEFAULT: u64 = 100;
@@ -109,8 +110,7 @@ impl Harness {
         };
         let report = sweep(&plan, |_, _, _| {});
         let findings = report.failures.iter().flat_map(|run| findings(run, &self.agent)).collect();
-        let liveness_bounds =
-            self.scenarios.iter().map(|s| (s.name.clone(), crate::world::liveness_bound(s, &self.agent))).collect();
+        let liveness_bounds = self.scenarios.iter().map(|s| (s.name.clone(), self.liveness_bound(s))).collect();
         HarnessReport {
             agent: self.agent.name().to_owned(),
             runs: report.runs,
@@ -122,6 +122,13 @@ impl Harness {
             crash_points: report.crash_points,
             stand_ins: self.agent.stand_ins().to_vec(),
         }
+    }
+
+    /// The liveness bound of `scenario` on this harness's agent (a generated scenario's on
+    /// seed 0's conversation).
+    fn liveness_bound(&self, scenario: &Scenario) -> LivenessBound {
+        let expanded = crate::generate::expand(scenario, 0, Some(&self.agent));
+        crate::world::liveness_bound(&expanded, &self.agent)
     }
 
     /// Runs one (scenario, seed) again, whole: its trace, transcript and the services' records.

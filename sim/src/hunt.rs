@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
-use crate::world;
+use crate::verdict;
 
 /// Plants `bugs` on this thread, or explains why this build cannot.
 pub fn plant(bugs: &[String]) -> Result<(), String> {
@@ -64,7 +64,7 @@ pub fn hunt_bug_with(bugs: &[String], budget: u64, progress: impl Fn(usize, usiz
 pub fn hunt_with(
     bugs: &[String],
     budget: u64,
-    agent: Option<&std::sync::Arc<world::AgentUnderTest>>,
+    agent: Option<&std::sync::Arc<crate::world::AgentUnderTest>>,
     progress: impl Fn(usize, usize),
 ) -> Result<Catch, String> {
     plant(bugs)?;
@@ -79,8 +79,8 @@ pub fn hunt_with(
         for scenario in &scenarios {
             runs += 1;
             let result = match agent {
-                Some(agent) => world::run_agent(scenario, seed, agent),
-                None => world::run(scenario, seed),
+                Some(agent) => verdict::run_agent(scenario, seed, agent),
+                None => verdict::run(scenario, seed),
             };
             progress(runs, budget as usize * scenarios.len());
             if !result.passed() {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::model_server::{Frame, Response};
 use crate::scenario::{FaultPlan, ModelPlan, RecordedResult, Scenario, ScenarioTool, ToolKind};
-use crate::world::RunResult;
+use crate::verdict::RunResult;
 
 /// The swarm's provider settings (as the `generated` scenario's): a recorded session does not
 /// say what policy it ran with.

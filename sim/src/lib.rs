@@ -30,6 +30,7 @@ pub mod shrink;
 mod stand_in;
 mod stand_in_mcp;
 pub mod sweep;
+mod verdict;
 mod world;
 
 pub use findings::{findings, Finding};
@@ -41,7 +42,8 @@ pub use scenario::{
     ScenarioTool, SessionFormat, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use stand_in::agent_from_file;
+pub use verdict::{run, run_agent, RunResult};
 pub use world::{
-    run, run_agent, AgentUnderTest, BoundWait, Fate, LivenessBound, McpFaults, McpService, McpServiceTool, Receipt,
-    RunResult, Service, ServiceFaults, ServiceReceipt, SlowRecovery,
+    AgentUnderTest, BoundWait, Fate, LivenessBound, McpFaults, McpService, McpServiceTool, Receipt, Service,
+    ServiceFaults, ServiceReceipt, SlowRecovery,
 };

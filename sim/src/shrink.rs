@@ -9,7 +9,8 @@
 //! result fails by construction.
 
 use crate::scenario::{ModelPlan, Regression, Scenario};
-use crate::world::{self, RunResult};
+use crate::verdict::{self, RunResult};
+use crate::world;
 
 /// Most simulation runs one shrink may spend.
 pub const SHRINK_RUNS_MAX: usize = 4_000;
@@ -38,7 +39,8 @@ pub fn materialise(scenario: &Scenario, seed: u64) -> Scenario {
 pub fn materialise_for(scenario: &Scenario, seed: u64, agent: Option<&world::AgentUnderTest>) -> Scenario {
     // A scenario that names its own agent file materialises on it (and keeps naming it).
     let own = world::scenario_agent(scenario);
-    let plan = world::seeded::resolve_for(scenario, seed, agent.or(own.as_deref()));
+    let user = agent.or(own.as_deref());
+    let plan = world::seeded::resolve_for(&crate::generate::expand(scenario, seed, user), seed, user);
     Scenario {
         agent: scenario.agent.clone(),
         name: scenario.name.clone(),
@@ -196,8 +198,8 @@ pub fn shrink_agent_with(
     progress: impl Fn(usize, usize),
 ) -> Result<Shrunk, String> {
     let run = |scenario: &Scenario| match agent {
-        Some(agent) => world::run_agent(scenario, seed, agent),
-        None => world::run(scenario, seed),
+        Some(agent) => verdict::run_agent(scenario, seed, agent),
+        None => verdict::run(scenario, seed),
     };
     let first = run(scenario);
     let Some(violation) = first.violations.first() else {

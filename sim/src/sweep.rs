@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::scenario::Scenario;
-use crate::world::{self, RunResult};
+use crate::verdict::{self, RunResult};
 
 /// Seeds per scenario in the default sweep: 57 scenarios x 4 000 seeds = 228 000 runs (measured
 /// on this 2-core machine, dev profile, 2 jobs: 241 s, 947 runs/s; docs/internals/benchmarks.md).
@@ -202,8 +202,8 @@ pub fn sweep(plan: &SweepPlan, progress: impl Fn(usize, usize, usize) + Sync) ->
                 let Some(&(scenario, seed)) = work.get(i) else { return };
                 let result = match (&plan.real, &plan.agent) {
                     (Some(options), _) => crate::real::judged(&plan.scenarios[scenario], seed, options),
-                    (None, Some(agent)) => world::run_agent(&plan.scenarios[scenario], seed, agent),
-                    (None, None) => world::run(&plan.scenarios[scenario], seed),
+                    (None, Some(agent)) => verdict::run_agent(&plan.scenarios[scenario], seed, agent),
+                    (None, None) => verdict::run(&plan.scenarios[scenario], seed),
                 };
                 failed.fetch_add(usize::from(!result.passed()), Ordering::SeqCst);
                 report.lock().unwrap_or_else(|p| p.into_inner()).add(result, plan.want_junit);

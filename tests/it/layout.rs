@@ -1,9 +1,9 @@
 //! The workspace's layout rules, read from the source: no import cycle between the files of a
-//! crate (ARCHITECTURE.md). A file depends on another when its own code names an item the
-//! other defines — through a path (`crate::…`, `super::…`, a child module) or an import —
-//! resolved through re-exports to the file that defines it. A `pub use` is plumbing, not use:
-//! it counts only where the file's own code names what it re-exports. Test modules
-//! (`#[cfg(test)]`) are left out.
+//! crate, and no module importing one above it (ARCHITECTURE.md). A file depends on another
+//! when its own code names an item the other defines — through a path (`crate::…`,
+//! `super::…`, a child module) or an import — resolved through re-exports to the file that
+//! defines it. A `pub use` is an edge too: a reader who follows it lands in the other file.
+//! Test modules (`#[cfg(test)]`) are left out.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)] // reads the workspace's source
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +47,11 @@ fn no_file_imports_from_a_file_that_imports_from_it() {
         for cycle in strongly_connected(&graph).into_iter().filter(|c| c.len() > 1) {
             let names: Vec<String> = cycle.iter().map(display).collect();
             cycles.push(format!("{root}: {}", names.join(" <-> ")));
+            // Each edge inside the cycle, so a reader sees which one to cut.
+            for from in &cycle {
+                let inside: Vec<String> = graph[from].iter().filter(|to| cycle.contains(to)).map(display).collect();
+                cycles.push(format!("    {} -> {}", display(from), inside.join(", ")));
+            }
         }
     }
     assert!(
@@ -54,6 +59,31 @@ fn no_file_imports_from_a_file_that_imports_from_it() {
         "import cycles between files (split what both sides share into a file of its own):\n{}",
         cycles.join("\n")
     );
+}
+
+/// Modules that sit below others and must never import them (ARCHITECTURE.md): `(crate,
+/// module below, module above)`. A module is a file or a directory of files.
+const FLOORS: &[(&str, &str, &str)] = &[
+    // The world runs; its judge and the draws above it are not its business.
+    ("sim/src", "world", "oracle"),
+    ("sim/src", "world", "verdict"),
+    ("sim/src", "world", "generate"),
+];
+
+#[test]
+fn no_module_imports_a_module_above_it() {
+    let mut wrong = Vec::new();
+    for (root, below, above) in FLOORS {
+        let top = SOURCE_ROOTS.iter().find(|(r, _)| r == root).expect("a source root").1;
+        let graph = dependencies(&read_crate(&repo_root().join(root), top));
+        assert!(graph.keys().any(|m| m.first().is_some_and(|s| s == below)), "{root}: no module {below}");
+        for (from, targets) in graph.iter().filter(|(m, _)| m.first().is_some_and(|s| s == below)) {
+            for to in targets.iter().filter(|t| t.first().is_some_and(|s| s == above)) {
+                wrong.push(format!("{root}: {} imports {} ({below} sits below {above})", display(from), display(to)));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "imports up a floor:\n{}", wrong.join("\n"));
 }
 
 /// The test itself must notice a cycle: two files that name each other's items.
@@ -134,9 +164,14 @@ fn is_test(item: &syn::Item) -> bool {
         syn::Item::Impl(i) => &i.attrs,
         _ => return false,
     };
-    attrs
-        .iter()
-        .any(|a| a.path().is_ident("cfg") && quote::ToTokens::to_token_stream(&a.meta).to_string().contains("test"))
+    // `cfg(test)`, not `cfg(feature = "testing")`: the word `test` on its own.
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && quote::ToTokens::to_token_stream(&a.meta)
+                .to_string()
+                .split(|c: char| !c.is_alphanumeric() && c != '_' && c != '"')
+                .any(|word| word == "test")
+    })
 }
 
 /// Flattens a use tree into (the name it brings into scope, the path it names); `None` for
@@ -181,8 +216,8 @@ fn dependencies(files: &BTreeMap<ModPath, File>) -> BTreeMap<ModPath, BTreeSet<M
     let mut graph = BTreeMap::new();
     for (module, file) in files {
         let mut paths: Vec<Vec<String>> = file.used.clone();
-        // A re-export the file's own code uses is a dependency too.
-        paths.extend(file.reexports.iter().filter(|(name, _)| file.names.contains(*name)).map(|(_, t)| t.clone()));
+        // A re-export is an edge too: the file's readers reach the item through it.
+        paths.extend(file.reexports.values().cloned());
         let targets: BTreeSet<ModPath> = paths
             .iter()
             .filter_map(|path| defining_file(files, module, path))

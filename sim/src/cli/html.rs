@@ -17,7 +17,7 @@ use faultline_runtime::event::{Event, Record};
 
 use super::markup::escape;
 use crate::sweep::SweepSummary;
-use crate::world::RunResult;
+use crate::verdict::RunResult;
 
 /// Width of the time axis, in SVG units.
 const AXIS_WIDTH: f64 = 900.0;

@@ -12,7 +12,7 @@ mod durability;
 mod effects;
 mod evidence;
 mod expectations;
-pub(crate) mod fencing;
+mod fencing;
 mod invariant;
 mod limits;
 mod liveness;
@@ -30,8 +30,27 @@ mod sometimes;
 use evidence::Found;
 pub(crate) use evidence::RunEvidence;
 pub use invariant::{Invariant, Kind, Violation};
-pub(super) use sometimes::sometimes;
+pub(crate) use sometimes::sometimes;
 pub use sometimes::SOMETIMES;
+
+/// Judges a run of the fleet world: its fencing checker over what the world gathered, the
+/// scenario's fault families that must have fired, and [`fleet`]'s checks, in that order.
+pub(crate) fn judge_fleet(
+    evidence: &RunEvidence<'_>,
+    gathered: &crate::world::fleet_evidence::FleetEvidence,
+) -> Vec<Violation> {
+    let mut violations = fencing::check(gathered, evidence.plan, evidence.receipts, evidence.end_ms);
+    let fired = evidence.faults_fired;
+    for family in evidence.plan.expect.faults_fired.iter().flatten().filter(|f| !fired.contains(*f)) {
+        violations.push(Violation::new(
+            Invariant::PlannedFaultFired,
+            format!("the scenario's {family} fault never happened (fired: {fired:?})"),
+            evidence.end_ms,
+        ));
+    }
+    violations.extend(fleet(evidence));
+    violations
+}
 
 /// What the fleet world (`fleet.rs`) is judged by besides its own checker: the same secrets
 /// to keep, every request its two workers sent is one the provider's API accepts (the
@@ -39,7 +58,7 @@ pub use sometimes::SOMETIMES;
 /// each see a call's effect at most once, and the retry rules hold, each worker's requests
 /// told apart by its address in the model server's ledger. It has no disk: its store's
 /// witness is the store itself, read by the fleet's checker.
-pub(super) fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
+fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
     services::check_fleet(evidence, &mut found);
@@ -51,7 +70,7 @@ pub(super) fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
 /// Judges a finished run: every checker, in catalog order of concern. A run whose recovery
 /// refused its log, or whose workload never converged, has no transcript to judge, and still
 /// gets every check that needs none: its secrets, effects, retries and durability evidence.
-pub(super) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
+pub(crate) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
     let mut found = Found::default();
     secrets::check(evidence, &mut found);
     refusal::check(evidence, &mut found);

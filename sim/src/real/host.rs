@@ -310,7 +310,7 @@ pub fn agent_host(args: &HostArgs) -> i32 {
             return 1;
         }
     };
-    let plan = seeded::resolve(&scenario, args.seed);
+    let plan = seeded::resolve(&crate::generate::expand(&scenario, args.seed, None), args.seed);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

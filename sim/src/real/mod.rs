@@ -49,8 +49,9 @@ pub(crate) use partition::{PartitionNet, PartitionSwitch};
 use self::protocol::{EndOutcome, HostReport, GO_COMMAND, HEAL_COMMAND, REPORT_LINE_BYTES_MAX};
 use crate::model_server::ModelServer;
 use crate::scenario::Scenario;
+use crate::verdict::{result_of, RunResult};
 use crate::world::agent_host::rot_while_down;
-use crate::world::conclude::{conclude, Concluded, RunResult};
+use crate::world::conclude::{conclude, Concluded};
 use crate::world::evidence::{Outcome, ToolAnswer, ToolRun, World};
 use crate::world::gateway::{self, Receipts};
 use crate::world::setup::SESSION;
@@ -231,7 +232,7 @@ struct RealWorld<'a> {
 
 impl<'a> RealWorld<'a> {
     fn new(scenario: &'a Scenario, seed: u64, options: &RealOptions, dir: &Path, scenario_file: PathBuf) -> Self {
-        let plan = seeded::resolve(scenario, seed);
+        let plan = seeded::resolve(&crate::generate::expand(scenario, seed, None), seed);
         let clock = Arc::new(ScaledClock::new(monotonic_ns(), scenario.real.time_scale));
         Self {
             scenario,
@@ -328,9 +329,9 @@ impl<'a> RealWorld<'a> {
         let receipts = receipts.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let end_ms = self.now_ms();
         let crash_point_hits = self.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
-        let result = conclude(Concluded {
+        let result = result_of(conclude(Concluded {
             scenario: self.scenario,
-            plan: &self.plan,
+            plan: self.plan.clone(),
             seed: self.seed,
             world: std::mem::take(&mut self.world),
             receipts,
@@ -340,7 +341,7 @@ impl<'a> RealWorld<'a> {
             crash_point_hits,
             fs_ops,
             end_ms,
-        });
+        }));
         Ok(RealRun {
             result: RunResult { real: true, ..result },
             model_addr: model_addr.to_string(),

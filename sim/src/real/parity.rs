@@ -10,7 +10,7 @@ use faultline_runtime::event::Record;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::world::RunResult;
+use crate::verdict::RunResult;
 
 /// The first record where the two transcripts differ.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

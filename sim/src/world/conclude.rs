@@ -1,88 +1,18 @@
-//! The end of a run, in either world: the evidence gathered, judged by the oracle, and the
-//! result reported.
+//! The end of a run, in either world: the evidence gathered and finished into the record the
+//! oracle judges (`crate::verdict` does the judging).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use faultline_runtime::event::Record;
-use serde::Serialize;
-
-use super::evidence::{fnv1a, World};
+use super::bound::SlowRecovery;
+use super::evidence::World;
+use super::fleet_evidence::FleetEvidence;
 use super::gateway::Receipt;
 use super::seeded;
 use super::service::{Fate, ServiceReceipt};
-use crate::model_server::ModelServer;
-use crate::oracle::{self, Violation};
+use crate::model_server::{Exchange, ModelServer};
 use crate::scenario::Scenario;
 use crate::seams::FsFaults;
-
-/// The outcome of one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResult {
-    /// Scenario name.
-    pub scenario: String,
-    /// Seed.
-    pub seed: u64,
-    /// The wire format the agent spoke to the model in.
-    pub format: faultline_runtime::llm::WireFormat,
-    /// Run for real (`--real`: real processes, files, sockets, SIGKILL), not simulated.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub real: bool,
-    /// Broken invariants (empty: the run passed).
-    pub violations: Vec<Violation>,
-    /// Every traced line: records, faults, restarts, receipts, with simulated times.
-    pub trace: Vec<String>,
-    /// FNV-1a of the trace: equal seeds give equal hashes.
-    pub trace_hash: String,
-    /// The recovered transcript at the end of the run.
-    #[serde(skip)]
-    pub transcript: Vec<Record>,
-    /// Why recovery refused the agent's files as corrupt (then there is no transcript).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refused: Option<String>,
-    /// Effects the gateway received.
-    #[serde(skip)]
-    pub receipts: Vec<Receipt>,
-    /// Requests the services of an agent under test received (empty otherwise).
-    #[serde(skip)]
-    pub service_receipts: Vec<ServiceReceipt>,
-    /// Model requests served.
-    pub model_requests: usize,
-    /// Crash points reached (hits), across incarnations.
-    pub crash_point_hits: BTreeMap<String, u32>,
-    /// Fault families that fired in this run.
-    pub faults_fired: BTreeSet<String>,
-    /// "Sometimes" conditions this run reached (a retry that succeeded, an unknown outcome
-    /// reconciled from the delivery queue, an interrupted turn repaired, ...).
-    pub sometimes: BTreeSet<String>,
-    /// World catalog entries this run produced (FAILURE-WORLD-CATALOG): what the model server
-    /// served, what the MCP servers, the store link, the tools and the disk did.
-    pub catalog_reached: BTreeSet<String>,
-    /// Simulated time the run took, in ms.
-    pub sim_ms: u64,
-    /// Mutating filesystem operations the agent host made, across incarnations.
-    pub fs_ops: u64,
-    /// Side effects delivered to the gateway host (HTTP exchanges besides the model's).
-    pub gateway_requests: usize,
-    /// Every model request and what it was served (for the timeline).
-    #[serde(skip)]
-    pub model_exchanges: Vec<crate::model_server::Exchange>,
-    /// When each record became durable, as the barrier acknowledged it, recorded outside the
-    /// agent host: `(sim ms, first seq, last seq)` per acknowledgement.
-    #[serde(skip)]
-    pub durable_batches: Vec<(u64, u64, u64)>,
-    /// The run converged within its liveness bound, but past the scenario's own window: the
-    /// waits of the agent's settings that made it slow.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub slow_recovery: Option<super::bound::SlowRecovery>,
-}
-
-impl RunResult {
-    /// Whether every invariant held.
-    pub fn passed(&self) -> bool {
-        self.violations.is_empty()
-    }
-}
 
 /// The disk fault families that fired, from the fault filesystem's own record (what it
 /// refused, tore or holed), never from what the agent said.
@@ -112,10 +42,10 @@ pub(crate) fn note_disk_faults(
     }
 }
 
-/// What a run left behind, in either world: the evidence the oracle judges.
+/// What a run left behind, in either world, as its driver hands it over.
 pub(crate) struct Concluded<'a> {
     pub scenario: &'a Scenario,
-    pub plan: &'a seeded::Plan,
+    pub plan: seeded::Plan,
     pub seed: u64,
     pub world: World,
     /// What the gateway received.
@@ -133,8 +63,47 @@ pub(crate) struct Concluded<'a> {
     pub end_ms: u64,
 }
 
-/// Judges a finished run: the oracle over the evidence, and the result to report.
-pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
+/// What a run left, finished and not yet judged: everything the oracle reads and a report
+/// shows. The world never judges a run: `crate::verdict` hands this to the oracle.
+pub(crate) struct Ended {
+    pub scenario: String,
+    pub plan: seeded::Plan,
+    pub seed: u64,
+    pub world: World,
+    /// What the gateway received.
+    pub receipts: Vec<Receipt>,
+    /// What the services of an agent under test received.
+    pub service_receipts: Vec<ServiceReceipt>,
+    /// The services the agent under test declared (empty otherwise).
+    pub services: Vec<super::Service>,
+    /// Every model request and what it was served (a report's timeline).
+    pub model_exchanges: Vec<Exchange>,
+    /// The exchanges the oracle judges when they differ from `model_exchanges` (the fleet's,
+    /// each worker's requests told apart by its address).
+    pub judged_exchanges: Option<Vec<Exchange>>,
+    /// Every request body the model server received.
+    pub request_bodies: Vec<Arc<str>>,
+    /// The fault families that fired, by what happened.
+    pub faults_fired: BTreeSet<String>,
+    /// "Sometimes" conditions the world itself saw (the transcript's are the oracle's to read).
+    pub seen: BTreeSet<String>,
+    /// World catalog entries the run produced.
+    pub catalog_reached: BTreeSet<String>,
+    /// Crash points reached, across incarnations.
+    pub crash_point_hits: BTreeMap<String, u32>,
+    pub fs_ops: u64,
+    /// The run's end, in ms of its world's clock.
+    pub end_ms: u64,
+    /// When each record became durable: `(sim ms, first seq, last seq)`.
+    pub durable_batches: Vec<(u64, u64, u64)>,
+    /// The waits that made a converged run slow, if it was.
+    pub slow_recovery: Option<SlowRecovery>,
+    /// What the fleet world gathered for its own checker (`None`: one agent's run).
+    pub fleet: Option<FleetEvidence>,
+}
+
+/// Finishes a run: the trace's last lines, coverage, and the record the oracle judges.
+pub(crate) fn conclude(run: Concluded<'_>) -> Ended {
     let Concluded {
         scenario,
         plan,
@@ -159,48 +128,30 @@ pub(crate) fn conclude(run: Concluded<'_>) -> RunResult {
         model.as_ref().map_or_else(Vec::new, |s| s.requests().into_iter().map(|r| r.body).collect());
     let model_exchanges = model.as_ref().map_or_else(Vec::new, ModelServer::exchanges);
     let durable_batches = durable_batches(&world.durable_at);
-    let model_requests = request_bodies.len();
-    let transcript = world.transcript.clone().unwrap_or_default();
-    let faults_fired = faults_fired(&world, plan, &model_exchanges, (&receipts, &service_receipts));
-    let violations = oracle::judge(&oracle::RunEvidence {
+    let faults_fired = faults_fired(&world, &plan, &model_exchanges, (&receipts, &service_receipts));
+    let mut catalog_reached = catalog_reached(&world.catalog_reached, &plan, &model_exchanges);
+    catalog_reached.extend(disk_entries(&faults_fired, &plan));
+    let slow_recovery = slow_recovery(scenario, &plan, seed, &world, end_ms);
+    Ended {
+        scenario: scenario.name.clone(),
         plan,
         seed,
-        world: &world,
-        receipts: &receipts,
-        service_receipts: &service_receipts,
-        services: &services,
-        exchanges: &model_exchanges,
-        request_bodies: &request_bodies,
-        faults_fired: &faults_fired,
-        end_ms,
-    });
-    let sometimes = oracle::sometimes(&transcript);
-    let mut catalog_reached = catalog_reached(&world.catalog_reached, plan, &model_exchanges);
-    catalog_reached.extend(disk_entries(&faults_fired, plan));
-    let slow_recovery = slow_recovery(scenario, plan, seed, &world, end_ms);
-    RunResult {
-        scenario: scenario.name.clone(),
-        seed,
-        format: plan.format,
-        real: false,
-        violations,
-        trace_hash: fnv1a(&world.trace),
-        trace: world.trace,
-        transcript,
-        refused: world.refused.clone(),
-        gateway_requests: receipts.len(),
+        world,
         receipts,
         service_receipts,
-        model_requests,
-        crash_point_hits,
-        faults_fired,
-        sometimes,
-        catalog_reached,
-        sim_ms: end_ms,
-        fs_ops,
+        services,
         model_exchanges,
+        judged_exchanges: None,
+        request_bodies,
+        faults_fired,
+        seen: BTreeSet::new(),
+        catalog_reached,
+        crash_point_hits,
+        fs_ops,
+        end_ms,
         durable_batches,
         slow_recovery,
+        fleet: None,
     }
 }
 

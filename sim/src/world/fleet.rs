@@ -36,8 +36,9 @@ use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
 use faultline_runtime::store::{MemoryStore, SessionId, Statement, Store};
 use tokio_util::sync::CancellationToken;
 
-use super::conclude::RunResult;
-use super::evidence::{fnv1a, lock, Shared, World};
+use super::conclude::Ended;
+use super::evidence::{lock, Shared, World};
+use super::fleet_evidence::{Dispatch, FleetEvidence, KeptPromise, TakeoverSeen, Worker};
 use super::ledger::{LedgerEntry, RequestLedger};
 use super::pause::{Pause, PausedClock, PausedNet};
 use super::seeded::Plan;
@@ -48,8 +49,6 @@ use super::user::AgentUnderTest;
 use super::{gateway, io_trace};
 use super::{Service, ServiceReceipt};
 use crate::model_server::Exchange;
-use crate::oracle::fencing::{self, Dispatch, FleetEvidence, Worker};
-use crate::oracle::{self, Invariant, Violation};
 use crate::scenario::{Scenario, Zombie};
 
 /// How often the standby worker, done with the workload, looks whether the zombie stopped.
@@ -150,7 +149,7 @@ pub(super) fn run(
     plan: &Plan,
     (zombie, seed): (&Zombie, u64),
     user: Option<Arc<AgentUnderTest>>,
-) -> RunResult {
+) -> Ended {
     let pause = resolve_pause(zombie, seed);
     let mut sim = super::hosts::build_sim(plan, seed);
     let world: Shared = Arc::default();
@@ -344,28 +343,20 @@ fn conclude(
     Effects { receipts, service_receipts, services, held_secrets, catalog_reached: hosts_reached }: Effects,
     ModelEvidence { bodies: request_bodies, exchanges, judged: (ledger, judged_exchanges) }: ModelEvidence,
     end_ms: u64,
-) -> RunResult {
-    let mut violations = fencing::check(&evidence, plan, &receipts, end_ms);
-    let transcript = evidence.transcript.clone().unwrap_or_default();
-    let (faults_fired, mut sometimes) = fired_and_reached(&evidence, &transcript);
-    for family in plan.expect.faults_fired.iter().flatten().filter(|f| !faults_fired.contains(*f)) {
-        violations.push(Violation::new(
-            Invariant::PlannedFaultFired,
-            format!("the scenario's {family} fault never happened (fired: {faults_fired:?})"),
-            end_ms,
-        ));
-    }
+) -> Ended {
+    let (faults_fired, mut seen) = fired_and_seen(&evidence);
     // The woken zombie asked the queue for an effect after the takeover, and it never came.
     if let Some(takeover) = &evidence.takeover {
         let late = evidence.asked.iter().filter(|a| a.worker == Worker::A && a.stamp > takeover.stamp);
         if late.clone().next().is_some()
             && late.clone().all(|a| receipts.iter().all(|r| r.execution_id != a.execution_id))
         {
-            sometimes.insert("zombie-effect-fenced".to_owned());
+            seen.insert("zombie-effect-fenced".to_owned());
         }
     }
-    // No secret of the run in the store, the trace, a model request or an effect's payload.
-    let shared_store: Vec<u8> = transcript.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
+    // The store as the oracle's secrets check reads it: the shared store, read back.
+    let shared_store: Vec<u8> =
+        evidence.transcript.iter().flatten().flat_map(|r| (r.encode() + "\n").into_bytes()).collect();
     let world = World {
         trace,
         disk: vec![("the shared store".to_owned(), shared_store)],
@@ -374,56 +365,40 @@ fn conclude(
         held_secrets,
         ..World::default()
     };
-    violations.extend(oracle::fleet(&oracle::RunEvidence {
+    let catalog_reached = super::conclude::catalog_reached(
+        &link_entries(&evidence.link).into_iter().chain(hosts_reached).collect(),
         plan,
-        seed,
-        world: &world,
-        receipts: &receipts,
-        service_receipts: &service_receipts,
-        services: &services,
-        exchanges: &judged_exchanges,
-        request_bodies: &request_bodies,
-        faults_fired: &faults_fired,
-        end_ms,
-    }));
-    let trace = world.trace;
-    RunResult {
+        &exchanges,
+    );
+    Ended {
         scenario: scenario.name.clone(),
+        plan: plan.clone(),
         seed,
-        format: plan.format,
-        real: false,
-        violations,
-        trace_hash: fnv1a(&trace),
-        trace,
-        transcript,
-        refused: None,
-        gateway_requests: receipts.len(),
+        world,
         receipts,
         service_receipts,
-        model_requests: request_bodies.len(),
-        crash_point_hits: Default::default(),
-        faults_fired,
-        sometimes,
-        catalog_reached: super::conclude::catalog_reached(
-            &link_entries(&evidence.link).into_iter().chain(hosts_reached).collect(),
-            plan,
-            &exchanges,
-        ),
-        sim_ms: end_ms,
-        fs_ops: 0,
+        services,
         model_exchanges: exchanges,
+        judged_exchanges: Some(judged_exchanges),
+        request_bodies,
+        faults_fired,
+        seen,
+        catalog_reached,
+        crash_point_hits: Default::default(),
+        fs_ops: 0,
+        end_ms,
         durable_batches: Vec::new(),
         slow_recovery: None,
+        fleet: Some(evidence),
     }
 }
 
 /// The fault families a fleet run fired (the zombie's stop, the store link's cuts and
-/// failover) and the coverage it reached, from the harness's own records.
-fn fired_and_reached(
+/// failover) and the coverage the harness's own records show.
+fn fired_and_seen(
     evidence: &FleetEvidence,
-    transcript: &[faultline_runtime::event::Record],
 ) -> (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>) {
-    let mut sometimes = oracle::sometimes(transcript);
+    let mut seen = std::collections::BTreeSet::new();
     let mut faults_fired = std::collections::BTreeSet::new();
     if evidence.takeover.as_ref().is_some_and(|t| t.from_zombie) {
         faults_fired.insert("zombie".to_owned());
@@ -436,13 +411,13 @@ fn fired_and_reached(
                 Statement::Append => "append-answer-lost",
                 _ => "write-answer-lost",
             };
-            sometimes.insert(name.to_owned());
+            seen.insert(name.to_owned());
         }
     }
     if evidence.zombie_fenced {
-        sometimes.insert("zombie-fenced".to_owned());
+        seen.insert("zombie-fenced".to_owned());
     }
-    (faults_fired, sometimes)
+    (faults_fired, seen)
 }
 
 /// The seams of a worker host: the zombie's clock and network stop with it.
@@ -571,7 +546,7 @@ async fn submit_all(agent: &Agent, messages: &[String], setup: &WorkerSetup) -> 
                 _ => None,
             });
             if end != Some(outcome.reason.kind()) {
-                let promise = fencing::KeptPromise {
+                let promise = KeptPromise {
                     worker,
                     turn: outcome.turn,
                     reported: outcome.reason.kind(),
@@ -630,7 +605,7 @@ async fn run_standby(setup: WorkerSetup) -> Result<(), String> {
     let from = if from_zombie { "from the stopped worker-a" } else { "after worker-a released it" };
     note(&setup.log, format!("worker-b opened the session {from} ({} records)", found.len()));
     log_of(&setup.log).evidence.takeover =
-        Some(fencing::TakeoverSeen { stamp, at_ms: now_ms(), found: found.clone(), from_zombie });
+        Some(TakeoverSeen { stamp, at_ms: now_ms(), found: found.clone(), from_zombie });
     let renewing = renew_leases(&store, &seams);
     let done = found.iter().filter(|r| matches!(&r.event, Event::UserMessage(_))).count();
     let owed: Vec<String> = setup.plan.messages.iter().skip(done).cloned().collect();

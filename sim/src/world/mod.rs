@@ -5,7 +5,9 @@
 //! an embedder's services. One `u64` seed fixes everything: turmoil's RNG, the fixed epoch,
 //! the entropy streams of every host incarnation, and the faults drawn for the `mixed`
 //! scenario (one named stream per fault family, so adding a knob does not reshuffle the
-//! others). The oracle (`crate::oracle`) judges what the run left.
+//! others). The world runs an expanded scenario (`crate::generate` draws a generated one
+//! first) and hands back what happened ([`conclude::Ended`]); it never judges: the oracle
+//! (`crate::oracle`) does, called from above (`crate::verdict`).
 
 // No function here grows past clippy's `too-many-lines-threshold` (clippy.toml): the
 // simulator's world is read most when something went wrong.
@@ -18,6 +20,7 @@ pub(crate) mod database_disk;
 mod driver;
 pub(crate) mod evidence;
 mod fleet;
+pub(crate) mod fleet_evidence;
 pub(crate) mod gateway;
 mod hosts;
 pub(crate) mod io_trace;
@@ -40,7 +43,6 @@ pub(crate) mod witness;
 use std::sync::{Arc, Mutex};
 
 pub use bound::{BoundWait, LivenessBound, SlowRecovery};
-pub use conclude::RunResult;
 pub use gateway::Receipt;
 pub use mcp_service::{McpFaults, McpService, McpServiceTool, MCP_CALL_MARK, MCP_SERVER_MARK, MCP_TOOL_MARK};
 pub use service::{Fate, Service, ServiceFaults, ServiceReceipt};
@@ -48,24 +50,11 @@ pub use user::AgentUnderTest;
 
 use crate::scenario::Scenario;
 use agent_host::AgentLife;
-use conclude::{conclude, note_disk_faults, Concluded};
+use conclude::{conclude, note_disk_faults, Concluded, Ended};
 use evidence::{lock, Shared};
 use hosts::{build_sim, first_life_faults, host_gateway, host_model, host_services};
 use probe::CrashControl;
 use setup::{resolve_route, SIM_MODEL_ROOT};
-
-/// Runs `scenario` with `seed` (on the agent file it names, if it names one).
-pub fn run(scenario: &Scenario, seed: u64) -> RunResult {
-    run_on_its_agent(scenario, seed, io_trace::IoRecorder::new(false))
-}
-
-/// [`run`], recording or not.
-fn run_on_its_agent(scenario: &Scenario, seed: u64, recorder: io_trace::IoRecorder) -> RunResult {
-    match scenario_agent(scenario) {
-        Some(agent) => run_with(&on_agent(scenario, &agent), seed, recorder, Some(agent)),
-        None => run_with(scenario, seed, recorder, None),
-    }
-}
 
 /// The agent of a scenario that names an agent file, built once per file.
 pub(crate) fn scenario_agent(scenario: &Scenario) -> Option<Arc<AgentUnderTest>> {
@@ -80,56 +69,28 @@ pub(crate) fn scenario_agent(scenario: &Scenario) -> Option<Arc<AgentUnderTest>>
     Some(agent.clone())
 }
 
-/// Runs `scenario` with `seed` on an embedder's agent: its tools, config and provider
-/// settings (which replace the scenario's), and its services on their own hosts.
-pub fn run_agent(scenario: &Scenario, seed: u64, agent: &Arc<AgentUnderTest>) -> RunResult {
-    run_with(&on_agent(scenario, agent), seed, io_trace::IoRecorder::new(false), Some(agent.clone()))
-}
-
 /// `scenario` as it runs on `agent`: the agent's provider settings replace the scenario's.
-fn on_agent(scenario: &Scenario, agent: &AgentUnderTest) -> Scenario {
+pub(crate) fn on_agent(scenario: &Scenario, agent: &AgentUnderTest) -> Scenario {
     let mut scenario = scenario.clone();
     scenario.provider = agent.provider.clone();
     scenario
 }
 
-/// The liveness bound of `scenario` on `agent` (the same for every seed: it reads the
+/// The liveness bound of `scenario` (expanded) on `agent` (the same for every seed: it reads the
 /// scenario's window and the agent's settings and tools).
 pub(crate) fn liveness_bound(scenario: &Scenario, agent: &AgentUnderTest) -> LivenessBound {
     seeded::resolve_for(&on_agent(scenario, agent), 0, Some(agent)).liveness
 }
 
-/// Runs `scenario` with `seed`, recording the simulated I/O the run made (for the bench's
-/// bare turmoil twin, which replays it).
-pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, io_trace::IoTrace) {
-    let recorder = io_trace::IoRecorder::new(true);
-    let result = run_on_its_agent(scenario, seed, recorder.clone());
-    (result, recorder.trace().expect("the recorder was on"))
-}
-
-fn run_with(
+/// Runs `scenario` (expanded: `generate::expand`) with `seed`, on `user`'s agent when one is
+/// given (the scenario as it runs on it: [`on_agent`]), and hands back what happened, for the
+/// oracle to judge (`crate::verdict`).
+pub(crate) fn run(
     scenario: &Scenario,
     seed: u64,
     recorder: io_trace::IoRecorder,
     user: Option<Arc<AgentUnderTest>>,
-) -> RunResult {
-    run_and_judge(scenario, seed, recorder, user, &|_| {})
-}
-
-/// Runs `scenario` with `seed`, then changes what the run left with `tamper` before the oracle
-/// judges it: the oracle's own tests plant evidence of a defect no planted bug produces.
-#[cfg(test)]
-pub(crate) fn run_tampered(scenario: &Scenario, seed: u64, tamper: &dyn Fn(&mut Concluded<'_>)) -> RunResult {
-    run_and_judge(scenario, seed, io_trace::IoRecorder::new(false), None, tamper)
-}
-
-fn run_and_judge(
-    scenario: &Scenario,
-    seed: u64,
-    recorder: io_trace::IoRecorder,
-    user: Option<Arc<AgentUnderTest>>,
-    tamper: &dyn Fn(&mut Concluded<'_>),
-) -> RunResult {
+) -> Ended {
     let plan = seeded::resolve_for(scenario, seed, user.as_deref());
     if let Some(zombie) = &plan.faults.zombie {
         return fleet::run(scenario, &plan, (zombie, seed), user);
@@ -181,9 +142,9 @@ fn run_and_judge(
     let control = control.lock().unwrap_or_else(|p| p.into_inner());
     let crash_point_hits = control.hits.iter().map(|(p, n)| (p.to_string(), *n)).collect();
     world.crashes_fired = control.fired + disk_op_crashes;
-    let mut concluded = Concluded {
+    conclude(Concluded {
         scenario,
-        plan: &plan,
+        plan,
         seed,
         world,
         receipts,
@@ -193,7 +154,5 @@ fn run_and_judge(
         crash_point_hits,
         fs_ops,
         end_ms: sim_ms,
-    };
-    tamper(&mut concluded);
-    conclude(concluded)
+    })
 }

@@ -644,19 +644,11 @@ pub fn resolve(scenario: &Scenario, seed: u64) -> Plan {
 
 /// Resolves `scenario` for `seed` on `user`'s agent when one is given: a generated
 /// conversation calls the agent's own tools, and the swarm's partitions reach its services.
+///
+/// A generated scenario is expanded first, above the world (`generate::expand`): the world
+/// runs a conversation, it never draws one.
 pub fn resolve_for(scenario: &Scenario, seed: u64, user: Option<&super::user::AgentUnderTest>) -> Plan {
-    let generated;
-    let scenario = match (scenario.generated, user) {
-        (true, Some(user)) => {
-            generated = crate::generate::user_workload(seed, &user.schemas()).apply(scenario, user.outbox_tools());
-            &generated
-        }
-        (true, None) => {
-            generated = crate::generate::workload(seed).apply(scenario);
-            &generated
-        }
-        (false, _) => scenario,
-    };
+    assert!(!scenario.generated, "scenario {}: a generated scenario is expanded before its plan", scenario.name);
     // An embedder's agent speaks its own preset's format; a scenario's seeds cycle through
     // the formats it declares.
     let format = user.map_or_else(|| scenario.format_for(seed), |u| u.format);

@@ -7,6 +7,6 @@ mod figures;
 pub mod mix;
 pub mod twin;
 
+pub use crate::verdict::run_recorded;
 pub use crate::world::io_trace::{DiskOp, IoTrace};
-pub use crate::world::run_recorded;
 pub use figures::{run_all, run_all_with, BenchReport, Figure, GROUPS};

@@ -26,7 +26,7 @@ pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
     let mixed = Scenario::built_in("mixed").expect("mixed");
     let start = Instant::now();
     for seed in 0..seeds * 4 {
-        crate::world::run(&mixed, seed);
+        crate::verdict::run(&mixed, seed);
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
     let mut figures = mix_figures(&totals, mixed_rate);
@@ -85,7 +85,7 @@ impl Totals {
 fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first: bool) -> Timed {
     // The I/O to replay comes from a recorded run of the same seed (the same run: one seed
     // fixes it); the timed run records nothing.
-    let (recorded, io) = crate::world::run_recorded(scenario, seed);
+    let (recorded, io) = crate::verdict::run_recorded(scenario, seed);
     let twin = crate::cli::bench::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
     let byte_less = BareWork {
         tick_ms: scenario.tick_ms,
@@ -96,7 +96,7 @@ fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first
     };
     let timed_run = || {
         let start = Instant::now();
-        let result = crate::world::run(scenario, seed);
+        let result = crate::verdict::run(scenario, seed);
         (start.elapsed(), result)
     };
     let timed_twin = || {
