@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::{
-    Agent, AgentConfig, AgentFile, Open, ResolvedAgentFile, StoreKindConfig, Tool, ToolSet, TurnOutcome,
-};
+use faultline_runtime::agent::{Agent, AgentConfig, Open, TurnOutcome};
 use faultline_runtime::approval::{DecisionRequest, NeedsApproval};
+use faultline_runtime::config::{AgentFile, ResolvedAgentFile, StoreKindConfig};
 use faultline_runtime::event::{Chunk, Decision, Event, TurnEndReason};
 use faultline_runtime::llm::LiveProvider;
 use faultline_runtime::outbox::{Outbox, OutboxTool, QueueEvidence};
@@ -18,6 +17,7 @@ use faultline_runtime::production::{self, CommandDeliverer, CommandTool, EnvCred
 use faultline_runtime::seams::EntropyExt;
 use faultline_runtime::store::OutcomeEvidence;
 use faultline_runtime::store::SessionId;
+use faultline_runtime::tool::{Tool, ToolSet};
 use serde_json::json;
 
 use super::database::DatabaseArgs;
@@ -272,7 +272,7 @@ async fn start_agent(
     std::fs::create_dir_all(session_dir).map_err(|e| format!("--session-dir {}: {e}", session_dir.display()))?;
     // Every key the process could send is a secret from the start, so even a delivery row
     // written before the first request is scrubbed of it.
-    for var in faultline_runtime::agent::provider_key_vars(&config.provider) {
+    for var in faultline_runtime::config::provider_key_vars(&config.provider) {
         if let Ok(value) = std::env::var(&var) {
             seams.secrets.register(&value);
         }
@@ -313,7 +313,7 @@ async fn start_agent(
             eprintln!("faultline: crash repair {drop}");
         }
     }
-    let key_vars = std::sync::Mutex::new(faultline_runtime::agent::hidden_vars(&config.provider, &config.mcp_servers));
+    let key_vars = std::sync::Mutex::new(faultline_runtime::config::hidden_vars(&config.provider, &config.mcp_servers));
     Ok(Started { agent, live, outbox, mcp, id, key_vars })
 }
 
@@ -422,7 +422,7 @@ fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
                 Ok(()) => {
                     let hidden = {
                         let mut vars = started.key_vars.lock().unwrap_or_else(|p| p.into_inner());
-                        for var in faultline_runtime::agent::hidden_vars(&config.provider, &config.mcp_servers) {
+                        for var in faultline_runtime::config::hidden_vars(&config.provider, &config.mcp_servers) {
                             if !vars.contains(&var) {
                                 vars.push(var);
                             }

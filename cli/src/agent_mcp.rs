@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{hidden_vars, ResolvedAgentFile, Tool};
+use faultline_runtime::config::{hidden_vars, ResolvedAgentFile};
+
 use faultline_runtime::mcp::{McpServer, McpTool};
 use faultline_runtime::seams::Seams;
+use faultline_runtime::tool::Tool;
 
 /// The tools of every server in `config`, or why one could not be listed (secrets scrubbed).
 /// Refused tools are said on stderr, by name and reason.

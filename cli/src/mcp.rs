@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::{McpServerConfig, ToolInvocation, ToolOutput};
+use faultline_runtime::config::McpServerConfig;
 use faultline_runtime::mcp::{exposed_name, McpServer, McpTool};
 use faultline_runtime::production;
+use faultline_runtime::tool::{ToolInvocation, ToolOutput};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit;

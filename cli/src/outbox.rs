@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use faultline_runtime::agent::ToolEnv;
+use faultline_runtime::config::ToolEnv;
 use faultline_runtime::outbox::{drain, DeliveryStatus, Outbox, Resolution};
 use faultline_runtime::production::{self, CommandDeliverer, PgOutbox, SqliteOutbox};
 use faultline_runtime::seams::Seams;
@@ -108,7 +108,7 @@ fn open(at: &QueueAt) -> Result<Arc<dyn Outbox>, ExitCode> {
     let seams = production::seams();
     // The presets' provider keys this process could hold are secrets: a receiver that quotes
     // one back has it scrubbed by value from the stored error, not only by pattern.
-    for var in faultline_runtime::agent::PROVIDER_KEY_VARS {
+    for var in faultline_runtime::config::PROVIDER_KEY_VARS {
         if let Ok(value) = std::env::var(var) {
             seams.secrets.register(&value);
         }
@@ -227,7 +227,7 @@ fn drain_with(db: &QueueAt, command: &[String]) -> ExitCode {
         Ok(outbox) => outbox,
         Err(code) => return code,
     };
-    let hidden = faultline_runtime::agent::PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
+    let hidden = faultline_runtime::config::PROVIDER_KEY_VARS.iter().map(|v| (*v).to_owned()).collect();
     let deliverer = CommandDeliverer::new(command.to_vec()).with_env(ToolEnv::hiding(hidden));
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

@@ -13,12 +13,14 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{Agent, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::Agent;
+
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::llm::ResolvedProvider;
 use faultline_runtime::production::{self, EnvCredentials};
 use faultline_runtime::seams::BoxFuture;
 use faultline_runtime::store::{FileStore, Format, SessionId};
+use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput, ToolSet};
 use tokio_util::sync::CancellationToken;
 
 /// A side-effect-free tool: tells the time from the Clock seam.

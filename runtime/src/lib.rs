@@ -88,6 +88,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod config;
 mod error;
 pub mod event;
 pub mod llm;
@@ -101,6 +102,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tool;
 // Without the feature the same module serves the runtime itself (the planted-bug switches),
 // out of sight.
 #[cfg(not(feature = "testing"))]

@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use faultline_runtime::agent::ToolSet;
+//! use faultline_runtime::tool::ToolSet;
 //! use faultline_sim::{AgentUnderTest, Harness, Service};
 //!
 //! # fn my_tools(_: &faultline_runtime::seams::Seams) -> ToolSet { ToolSet::new() }

@@ -1011,7 +1011,7 @@ impl Scenario {
             let Some(text) = tool.parameters.as_deref() else { continue };
             let schema: serde_json::Value = serde_json::from_str(text)
                 .map_err(|e| format!("tools.{}.parameters must be a JSON object's text: {e}", tool.name))?;
-            if let Err((path, message)) = faultline_runtime::agent::check_parameters(&schema) {
+            if let Err((path, message)) = faultline_runtime::tool::check_parameters(&schema) {
                 let at = if path.is_empty() { String::new() } else { format!(".{path}") };
                 return Err(format!("tools.{}.parameters{at}: {message}", tool.name));
             }

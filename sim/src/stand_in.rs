@@ -13,12 +13,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{
-    AgentConfig, AgentFile, CommandToolConfig, HttpFailure, SimDedup, SimEffect, Tool, ToolHttp, ToolInvocation,
-    ToolOutput, ToolSet,
-};
+use faultline_runtime::agent::AgentConfig;
+
+use faultline_runtime::config::{AgentFile, CommandToolConfig, SimDedup, SimEffect};
+
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, EntropyExt, Seams};
+use faultline_runtime::tool::{HttpFailure, Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::world::{AgentUnderTest, Service, ServiceFaults};
@@ -86,7 +87,7 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
             plans.iter().zip(&approvals).filter(|(p, _)| p.kind != Kind::Outbox).fold(
                 served,
                 |set, (plan, approval)| {
-                    let tool: Arc<dyn faultline_runtime::agent::Tool> = Arc::new(StandIn::new(plan.clone(), seams));
+                    let tool: Arc<dyn faultline_runtime::tool::Tool> = Arc::new(StandIn::new(plan.clone(), seams));
                     match approval {
                         Some(policy) => {
                             set.with(Arc::new(faultline_runtime::approval::NeedsApproval::new(tool, policy.clone())))

@@ -7,9 +7,11 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{McpServerConfig, SimDedup, SimEffect, Tool, ToolSimConfig};
+use faultline_runtime::config::{McpServerConfig, SimDedup, SimEffect, ToolSimConfig};
+
 use faultline_runtime::mcp::{ListedTool, McpServer, McpTool};
 use faultline_runtime::seams::Seams;
+use faultline_runtime::tool::Tool;
 
 use crate::world::{McpService, McpServiceTool};
 

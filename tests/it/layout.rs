@@ -68,6 +68,17 @@ const FLOORS: &[(&str, &str, &str)] = &[
     ("sim/src", "world", "oracle"),
     ("sim/src", "world", "verdict"),
     ("sim/src", "world", "generate"),
+    // The agent loop runs tools, queues and approvals; none of them runs the loop.
+    ("runtime/src", "tool", "agent"),
+    ("runtime/src", "config", "agent"),
+    ("runtime/src", "mcp", "agent"),
+    ("runtime/src", "approval", "agent"),
+    ("runtime/src", "outbox", "agent"),
+    ("runtime/src", "production", "agent"),
+    ("runtime/src", "llm", "agent"),
+    ("runtime/src", "store", "agent"),
+    // The loop reads no schema: the command line and the builders turn the file into values.
+    ("runtime/src", "agent", "config"),
 ];
 
 #[test]

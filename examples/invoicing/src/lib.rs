@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{HttpFailure, Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::{BoxFuture, Clock, Seams};
+use faultline_runtime::tool::{HttpFailure, Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use tokio_util::sync::CancellationToken;
 
 /// The tool's name.

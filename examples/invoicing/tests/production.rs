@@ -4,8 +4,8 @@
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)] // a real loopback server
 
 use faultline_example_invoicing::{tools, SEND_INVOICE};
-use faultline_runtime::agent::{ToolInvocation, EXECUTION_ID_HEADER};
 use faultline_runtime::testing::{read_http_request, run_with_deadline};
+use faultline_runtime::tool::{ToolInvocation, EXECUTION_ID_HEADER};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 

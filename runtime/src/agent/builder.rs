@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use super::{Agent, AgentConfig, Open, ToolSet};
+use super::{Agent, AgentConfig, Open};
 use crate::llm::{Credentials, LiveProvider, ResolvedProvider};
 use crate::store::{SessionId, Store};
+use crate::tool::ToolSet;
 use crate::{seams::Seams, Result};
 
 /// Builds an [`Agent`]. Required: the provider route and its credentials (given to

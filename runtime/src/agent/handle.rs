@@ -3,11 +3,11 @@
 
 use super::history::History;
 use super::state::{AgentConfig, Driver, Paused, Shared, TurnOutcome, INBOX_MESSAGES_MAX};
-use super::tools::ToolSet;
 use super::{spans, turn};
 use crate::event::{AbortCause, Message, Record};
 use crate::llm::{Adapter, Credentials, LiveProvider};
 use crate::store::{SessionId, Store, Takeover, WriteBehind};
+use crate::tool::ToolSet;
 use crate::{seams::Seams, Error, Result};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};

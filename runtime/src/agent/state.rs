@@ -9,10 +9,10 @@ use tokio::sync::{broadcast, watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 use super::history::History;
-use super::tools::ToolSet;
 use crate::event::{AbortCause, ErrorCode, Message, TurnEndReason};
 use crate::llm::{Adapter, LiveProvider};
 use crate::store::{WriteBehind, WriteBehindConfig};
+use crate::tool::ToolSet;
 use crate::{seams::Seams, Error};
 
 /// Default per-turn step budget.

@@ -8,16 +8,16 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::assembler::Assembler;
 use super::history::History;
 use super::retry::{decide, RetryDecision};
 use super::state::Paused;
 use super::state::{Shared, TurnOutcome};
-use super::tools::{run_with_deadline, CallOutcome, ToolInvocation};
 use crate::approval::PendingApproval;
 use crate::event::*;
+use crate::llm::assembler::Assembler;
 use crate::llm::request_body;
 use crate::seams::EntropyExt;
+use crate::tool::{run_with_deadline, CallOutcome, ToolInvocation};
 use crate::{Error, Result};
 
 /// Why a checkpoint did not pass.
@@ -590,7 +590,7 @@ impl TurnCtx<'_> {
     /// The approval rule of `tool`, if its calls wait for a person. (Planted
     /// `decision-unbound`: a tool this turn already dispatched an approved call of runs
     /// without asking again, its earlier decision taken for any arguments.)
-    fn approval_of(&self, tool: &dyn super::Tool, name: &str) -> Option<crate::approval::ApprovalPolicy> {
+    fn approval_of(&self, tool: &dyn crate::tool::Tool, name: &str) -> Option<crate::approval::ApprovalPolicy> {
         let policy = tool.approval()?;
         if crate::testing::bugs::planted("decision-unbound") && self.approved.iter().any(|n| n == name) {
             return None;
@@ -734,7 +734,7 @@ impl TurnCtx<'_> {
         &self,
         step: u32,
         call: &PlannedCall,
-        (tool, invocation): (Arc<dyn super::Tool>, ToolInvocation),
+        (tool, invocation): (Arc<dyn crate::tool::Tool>, ToolInvocation),
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> tokio::task::JoinHandle<CallOutcome> {
         let cancel = self.cancel.clone();
@@ -816,7 +816,7 @@ impl TurnCtx<'_> {
         &self,
         step: u32,
         call: &PlannedCall,
-    ) -> std::result::Result<(Arc<dyn super::Tool>, ToolInvocation), CallOutcome> {
+    ) -> std::result::Result<(Arc<dyn crate::tool::Tool>, ToolInvocation), CallOutcome> {
         let tools = self.shared.tools();
         let Some(tool) = tools.get(&call.name) else {
             return Err(CallOutcome::error(

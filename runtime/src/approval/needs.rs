@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::policy::ApprovalPolicy;
-use crate::agent::{Tool, ToolInvocation, ToolOutput};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
+use crate::tool::{Tool, ToolInvocation, ToolOutput};
 
 /// A tool that needs approval before each call: `inner` with `policy`.
 pub struct NeedsApproval {

@@ -6,6 +6,7 @@
 
 mod adapter;
 mod anthropic;
+pub(crate) mod assembler;
 mod classify;
 mod config;
 pub(crate) mod conversation;

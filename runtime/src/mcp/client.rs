@@ -14,8 +14,9 @@ use super::jsonrpc::{self, RpcError};
 use super::listing::{self, ListedTool, RefusedTool};
 use super::stdio::Stdio;
 use super::transport::{Answer, Lost, Transport};
-use crate::agent::{McpServerConfig, McpTransportConfig, ToolHttp, TOOL_HTTP_TIMEOUT_MS_MAX};
+use crate::config::{McpServerConfig, McpTransportConfig};
 use crate::seams::{Seams, SpawnRequest};
+use crate::tool::{ToolHttp, TOOL_HTTP_TIMEOUT_MS_MAX};
 
 /// Longest wait for a server to start, initialise and list its tools, in ms.
 pub const MCP_CONNECT_TIMEOUT_MS: u64 = 30_000;

@@ -24,9 +24,9 @@ use serde_json::Value;
 
 use super::jsonrpc::{self, Incoming};
 use super::transport::{Answer, Lost, Transport};
-use crate::agent::{HttpFailure, Opened, ToolHttp};
 use crate::llm::sse::{SseDecoder, SseItem};
 use crate::seams::BoxFuture;
+use crate::tool::{HttpFailure, Opened, ToolHttp};
 
 /// The session header of streamable HTTP.
 pub const MCP_SESSION_HEADER: &str = "mcp-session-id";

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 /// Largest message read from a server, in bytes: a longer one fails the exchange (the call's
 /// outcome is then unknown), never a read without end.
-pub const MCP_MESSAGE_BYTES_MAX: usize = crate::agent::TOOL_HTTP_REPLY_BYTES_MAX;
+pub const MCP_MESSAGE_BYTES_MAX: usize = crate::tool::TOOL_HTTP_REPLY_BYTES_MAX;
 
 /// The JSON-RPC error code for a method the client does not serve.
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;

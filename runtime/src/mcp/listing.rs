@@ -5,9 +5,10 @@
 
 use serde_json::Value;
 
-use crate::agent::tools::cut_marked;
-use crate::agent::{check_parameters, McpServerConfig};
+use crate::config::McpServerConfig;
 use crate::event::ToolSchema;
+use crate::tool::check_parameters;
+use crate::tool::cut_marked;
 
 /// Most tools taken from one server.
 pub const MCP_TOOLS_MAX: usize = 256;

@@ -12,10 +12,10 @@ use super::client::{Called, McpServer, MCP_CANCEL_GRACE_MS};
 use super::jsonrpc;
 use super::listing::ListedTool;
 use super::transport::Lost;
-use crate::agent::tools::cut_marked;
-use crate::agent::{Tool, ToolInvocation, ToolOutput};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
+use crate::tool::cut_marked;
+use crate::tool::{Tool, ToolInvocation, ToolOutput};
 
 /// Longest rendering of a non-text content block kept, in bytes.
 const BLOCK_RENDERED_BYTES_MAX: usize = 4096;

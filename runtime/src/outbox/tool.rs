@@ -6,9 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{drain, Deliverer, DeliveryStatus, Enqueued, Outbox, SessionFence};
-use crate::agent::{Tool, ToolInvocation, ToolOutput};
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
+use crate::tool::{Tool, ToolInvocation, ToolOutput};
 
 /// A tool whose effect is a delivery: the arguments are the payload, the invocation's
 /// execution id the key. The call enqueues (idempotently), drains the queue through the

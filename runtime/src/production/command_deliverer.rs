@@ -6,7 +6,7 @@ use std::process::Stdio;
 
 use tokio::io::AsyncWriteExt;
 
-use crate::agent::ToolEnv;
+use crate::config::ToolEnv;
 use crate::outbox::{Deliverer, DeliveryError};
 use crate::seams::BoxFuture;
 

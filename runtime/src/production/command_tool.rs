@@ -8,9 +8,11 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{CommandToolConfig, Tool, ToolEnv, ToolInvocation, ToolOutput, TOOL_OUTPUT_BYTES_MAX};
+use crate::config::{CommandToolConfig, ToolEnv};
+
 use crate::event::ToolSchema;
 use crate::seams::BoxFuture;
+use crate::tool::{Tool, ToolInvocation, ToolOutput, TOOL_OUTPUT_BYTES_MAX};
 
 /// Grace between SIGTERM and SIGKILL when a command is cancelled or times out.
 pub const COMMAND_KILL_GRACE_MS: u64 = 2_000;
@@ -138,7 +140,7 @@ fn command_for(config: &CommandToolConfig, invocation: &ToolInvocation) -> tokio
         .env("FAULTLINE_CALL_ID", &invocation.call_id)
         .env("FAULTLINE_EXECUTION_ID", &invocation.execution_id)
         // The call's trace context, as the environment-variable carrier spells it.
-        .envs(crate::agent::current_trace_fields().into_iter().map(|(name, value)| (name.to_ascii_uppercase(), value)))
+        .envs(crate::tool::current_trace_fields().into_iter().map(|(name, value)| (name.to_ascii_uppercase(), value)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -96,7 +96,7 @@ pub(crate) fn spawn_child(request: &crate::seams::SpawnRequest) -> std::io::Resu
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no program named"));
     }
     let mut command = tokio::process::Command::new(&request.program);
-    let policy = crate::agent::ToolEnv::hiding(request.env_hidden.clone());
+    let policy = crate::config::ToolEnv::hiding(request.env_hidden.clone());
     super::command_tool::apply_env(&mut command, &policy);
     command
         .args(&request.args)

@@ -14,14 +14,14 @@ mod stream;
 #[cfg(feature = "test-pki")]
 mod tls;
 
-pub use crate::agent::assembler::Assembler;
 pub use crate::agent::history::History;
 pub use crate::agent::retry::{decide, RetryDecision};
-pub use crate::agent::tools::{run_with_deadline, CallOutcome};
+pub use crate::llm::assembler::Assembler;
 pub use crate::llm::normalise::Normaliser;
 pub use crate::llm::sse::{SseDecoder, SseItem};
 pub use crate::store::scan::{scan_jsonl, scan_zstd, Scan};
 pub use crate::store::zstd_frames::{walk_frames, FrameSpan, FrameWalk};
+pub use crate::tool::call::{run_with_deadline, CallOutcome};
 #[cfg(feature = "testing")]
 pub use http::read_http_request;
 #[cfg(all(feature = "testing", feature = "postgres"))]

@@ -474,8 +474,8 @@ fn send_tool(queue: Arc<dyn Outbox>, receiver: &Arc<Receiver>) -> OutboxTool {
 }
 
 /// Call c1 of turn 1, step 1 of session `s`.
-fn send_invocation() -> faultline_runtime::agent::ToolInvocation {
-    faultline_runtime::agent::ToolInvocation {
+fn send_invocation() -> faultline_runtime::tool::ToolInvocation {
+    faultline_runtime::tool::ToolInvocation {
         session: "s".into(),
         turn: 1,
         step: 1,
@@ -488,7 +488,7 @@ fn send_invocation() -> faultline_runtime::agent::ToolInvocation {
 
 #[test]
 fn the_outbox_tool_never_sends_one_execution_twice() {
-    use faultline_runtime::agent::{Tool, ToolOutput};
+    use faultline_runtime::tool::{Tool, ToolOutput};
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         for kind in kinds() {
@@ -512,7 +512,7 @@ fn a_delivery_whose_receipt_cannot_be_recorded_is_unknown_to_the_model_never_fai
     // receiver took the effect, the journal could not record the receipt (ENOSPC), and the
     // tool answered TOOL_FAILED, which invites the model to send it again.
     use crate::fixtures::FailOp;
-    use faultline_runtime::agent::{Tool, ToolOutput};
+    use faultline_runtime::tool::{Tool, ToolOutput};
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();

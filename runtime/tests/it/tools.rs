@@ -6,10 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Tool, ToolInvocation, ToolOutput};
 use faultline_runtime::event::{ContentBlock, ErrorCode, ToolSchema};
 use faultline_runtime::production::SystemClock;
 use faultline_runtime::testing::{run_with_deadline, CallOutcome};
+use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput};
 use faultline_runtime::{seams::BoxFuture, seams::Clock};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -180,7 +180,7 @@ async fn a_tool_without_a_deadline_runs_to_completion() {
 /// the result is TOOL_OUTCOME_UNKNOWN, never "did not finish".
 #[tokio::test]
 async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() {
-    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::config::CommandToolConfig;
     use faultline_runtime::production::{CommandTool, COMMAND_KILL_GRACE_MS};
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("after-kill");
@@ -222,7 +222,7 @@ async fn a_command_tool_that_ignores_sigterm_is_killed_after_the_grace_period() 
 
 #[tokio::test]
 async fn a_command_tool_returns_stdout_or_its_failure() {
-    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::config::CommandToolConfig;
     use faultline_runtime::production::CommandTool;
     let tool = |script: &str| {
         Arc::new(CommandTool::new(CommandToolConfig {
@@ -257,7 +257,7 @@ async fn a_command_tool_returns_stdout_or_its_failure() {
 /// arrives within the grace is the call's result.
 #[tokio::test]
 async fn a_command_tool_that_answers_its_sigterm_within_the_grace_is_heard() {
-    use faultline_runtime::agent::CommandToolConfig;
+    use faultline_runtime::config::CommandToolConfig;
     use faultline_runtime::production::CommandTool;
     let tool = Arc::new(CommandTool::new(CommandToolConfig {
         name: "polite".into(),

@@ -30,9 +30,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
         let bytes: usize = texts.iter().map(|t| faultline_runtime::store::json_escaped_bytes(t)).sum();
         let (invariant, max) = match &r.event {
             Event::AssistantMessage(_) => (Invariant::AnswerLimit, answer_max),
-            _ => {
-                (Invariant::ToolOutputLimit, faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX + TRUNCATION_MARKER_BYTES)
-            }
+            _ => (Invariant::ToolOutputLimit, faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX + TRUNCATION_MARKER_BYTES),
         };
         if bytes > max {
             found.fail(
@@ -52,7 +50,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
 /// past the limit, nothing cut that fitted. The printed text comes from the scenario, not
 /// from the runtime.
 fn tool_outputs_as_printed(evidence: &RunEvidence<'_>, transcript: &[Record], found: &mut Found) {
-    let limit = faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX;
+    let limit = faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX;
     let mut names: BTreeMap<(u32, u32, &str), &str> = BTreeMap::new();
     for r in transcript {
         let result = match &r.event {

@@ -49,7 +49,7 @@ fn a_log_ending_inside_a_turn_is_a_repair_defect() {
 
 #[test]
 fn a_tool_output_over_the_limit_names_the_cut() {
-    let oversize = "x".repeat(faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX + 1_000);
+    let oversize = "x".repeat(faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX + 1_000);
     let tamper = move |c: &mut Ended| {
         first_tool_result(transcript(c)).content = vec![ContentBlock::Text { text: oversize.clone() }];
     };

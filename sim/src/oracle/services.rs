@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use faultline_runtime::agent::EXECUTION_ID_HEADER;
 use faultline_runtime::event::{ErrorCode, Event};
+use faultline_runtime::tool::EXECUTION_ID_HEADER;
 
 use super::effects::{execution_id, synced_calls, SyncedCall};
 use super::evidence::{Found, RunEvidence};

@@ -28,12 +28,14 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, Open};
+
 use faultline_runtime::event::{Event, ToolSchema};
 use faultline_runtime::llm::{LiveProvider, StaticCredentials};
 use faultline_runtime::outbox::{JournalOutbox, OutboxTool};
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
 use faultline_runtime::store::{MemoryStore, SessionId, Statement, Store};
+use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput, ToolSet};
 use tokio_util::sync::CancellationToken;
 
 use super::conclude::Ended;

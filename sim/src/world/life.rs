@@ -11,11 +11,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet};
+use faultline_runtime::agent::{Agent, AgentConfig, Open};
+
 use faultline_runtime::event::{Event, Record, ToolSchema};
 use faultline_runtime::llm::{from_toml, LiveProvider, ResolvedProvider, StaticCredentials};
 use faultline_runtime::outbox::{drain, JournalOutbox, Outbox, OutboxTool, QueueEvidence};
 use faultline_runtime::store::{FileStore, Format, SessionId, Store};
+use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::{seams::BoxFuture, seams::Clock, seams::Seams};
 use tokio_util::sync::CancellationToken;
 
@@ -443,7 +445,7 @@ impl Tool for LocalTool {
             if let Some(text) = printed {
                 // A tool that prints more than a record should hold (the runtime truncates it):
                 // the fault happened only when the output is over the limit.
-                if text.len() > faultline_runtime::agent::TOOL_OUTPUT_BYTES_MAX {
+                if text.len() > faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX {
                     report.fault("oversize-output");
                 }
                 return ToolOutput::Ok(text);

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use faultline_runtime::agent::EXECUTION_ID_HEADER;
 use faultline_runtime::seams::{Clock, EntropyExt, Listener};
+use faultline_runtime::tool::EXECUTION_ID_HEADER;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::agent::{AgentConfig, ToolSet};
+use faultline_runtime::agent::AgentConfig;
+
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::Seams;
+use faultline_runtime::tool::ToolSet;
 
 use super::service::Service;
 
@@ -193,7 +195,7 @@ impl AgentUnderTest {
             return Err(format!("agent {}: no tools", self.name));
         }
         for schema in &schemas {
-            if let Err((path, message)) = faultline_runtime::agent::check_parameters(&schema.parameters) {
+            if let Err((path, message)) = faultline_runtime::tool::check_parameters(&schema.parameters) {
                 let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
                 return Err(format!("tool {}: its parameter schema{at}: {message}", schema.name));
             }

@@ -9,10 +9,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_runtime::agent::{Agent, AgentConfig, Open, Tool, ToolInvocation, ToolOutput, ToolSet, TurnOutcome};
+use faultline_runtime::agent::{Agent, AgentConfig, Open, TurnOutcome};
+
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{from_toml, ProviderConfig, StaticCredentials};
 use faultline_runtime::store::{MemoryStore, SessionId, SessionLog, Store};
+use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::{seams::BoxFuture, seams::Seams};
 use faultline_sim::model_server::{Frame, ModelServer, RecordedRequest, Response, Script};
 use serde_json::json;

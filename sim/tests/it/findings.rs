@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{HttpFailure, Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, Seams};
+use faultline_runtime::tool::{HttpFailure, Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use faultline_sim::{AgentUnderTest, Finding, Harness, HarnessReport, Service, ServiceFaults};
 use tokio_util::sync::CancellationToken;
 

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use faultline_runtime::agent::{Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::{BoxFuture, Seams};
+use faultline_runtime::tool::{Tool, ToolHttp, ToolInvocation, ToolOutput, ToolSet};
 use faultline_sim::{AgentUnderTest, Harness, Service, ServiceFaults};
 use opentelemetry::trace::TracerProvider as _;
 use tokio_util::sync::CancellationToken;

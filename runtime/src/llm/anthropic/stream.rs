@@ -419,7 +419,7 @@ mod tests {
             r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":65}}"#,
             r#"{"type":"message_stop"}"#,
         ]);
-        let mut assembler = crate::agent::assembler::Assembler::new();
+        let mut assembler = crate::llm::assembler::Assembler::new();
         for chunk in &chunks {
             assembler.push(chunk);
         }
@@ -448,7 +448,7 @@ mod tests {
             r#"{"type":"message_stop"}"#,
         ]);
         assert_eq!(finish.unwrap().unwrap(), Chunk::finish(FinishReason::Stop));
-        let mut assembler = crate::agent::assembler::Assembler::new();
+        let mut assembler = crate::llm::assembler::Assembler::new();
         chunks.iter().for_each(|c| drop(assembler.push(c)));
         let (message, _) = assembler.finish();
         assert_eq!(

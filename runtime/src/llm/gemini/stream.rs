@@ -282,7 +282,7 @@ mod tests {
     }
 
     fn message(chunks: &[Chunk]) -> (crate::event::Message, Option<Usage>) {
-        let mut assembler = crate::agent::assembler::Assembler::new();
+        let mut assembler = crate::llm::assembler::Assembler::new();
         chunks.iter().for_each(|c| drop(assembler.push(c)));
         assembler.finish()
     }

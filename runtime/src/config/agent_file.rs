@@ -3,11 +3,11 @@
 
 use serde::Deserialize;
 
-use super::approval_config::ApprovalMode;
-use super::mcp_config::{McpServerConfig, MCP_SERVERS_MAX};
-use super::sim_config::ToolSimConfig;
-use super::tools::TOOL_TIMEOUT_MS_MAX;
+use super::approval::ApprovalMode;
+use super::mcp::{McpServerConfig, MCP_SERVERS_MAX};
+use super::tool_sim::ToolSimConfig;
 use crate::llm::{from_toml, ConfigError, ProviderConfig, ResolvedProvider};
+use crate::tool::TOOL_TIMEOUT_MS_MAX;
 
 /// The whole file as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -55,7 +55,7 @@ impl TelemetrySection {
     fn check(&self) -> Result<(), ConfigError> {
         let Some(url) = &self.otlp_endpoint else { return Ok(()) };
         let hint = "a collector's token in OTEL_EXPORTER_OTLP_HEADERS";
-        super::http_url::check_http_url(url, OTLP_ENDPOINT_BYTES_MAX, hint)
+        crate::tool::check_http_url(url, OTLP_ENDPOINT_BYTES_MAX, hint)
             .map_err(|message| ConfigError { path: "telemetry.otlp_endpoint".into(), message })
     }
 }
@@ -219,7 +219,7 @@ impl CommandToolConfig {
     /// The tool's approval rule, when its calls wait for a person.
     pub fn approval_policy(&self) -> Option<crate::approval::ApprovalPolicy> {
         (self.approval == ApprovalMode::Required)
-            .then(|| super::approval_config::policy(&self.approvers, self.approval_deadline_ms))
+            .then(|| super::approval::policy(&self.approvers, self.approval_deadline_ms))
     }
 
     /// The command's environment policy.
@@ -364,7 +364,7 @@ impl AgentFile {
             if tool.command.is_empty() || tool.command[0].is_empty() {
                 return Err(ConfigError { path: at("command"), message: "must name a program".into() });
             }
-            if let Err((path, message)) = super::check_parameters(&tool.parameters) {
+            if let Err((path, message)) = crate::tool::check_parameters(&tool.parameters) {
                 let path = if path.is_empty() { at("parameters") } else { format!("{}.{path}", at("parameters")) };
                 return Err(ConfigError { path, message });
             }
@@ -377,7 +377,7 @@ impl AgentFile {
                 }
             }
             let required = tool.approval == ApprovalMode::Required;
-            super::approval_config::check_approval_keys(required, &tool.approvers, tool.approval_deadline_ms, &at)?;
+            super::approval::check_approval_keys(required, &tool.approvers, tool.approval_deadline_ms, &at)?;
             if let Some(sim) = &tool.sim {
                 sim.check(&at)?;
                 sim.check_against(tool.side_effects, tool.via_outbox, &at)?;
@@ -412,7 +412,7 @@ impl AgentFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{SimDedup, SimEffect};
+    use crate::config::{SimDedup, SimEffect};
 
     const FILE: &str = "[provider]\npreset = \"deepseek\"\n\n[[tools]]\nname = \"send\"\ndescription = \"d\"\n\
                         command = [\"true\"]\nside_effects = true\n";

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::sim_config::ToolSimConfig;
+use super::tool_sim::ToolSimConfig;
 use crate::llm::ConfigError;
 
 /// Most `[[mcp_servers]]` in one file.
@@ -48,7 +48,7 @@ pub struct McpServerConfig {
     /// When set, only these of the server's tools are offered to the model.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// Each call's cooperative deadline, in ms (1..=[`super::tools::TOOL_TIMEOUT_MS_MAX`]); on expiry
+    /// Each call's cooperative deadline, in ms (1..=[`crate::tool::TOOL_TIMEOUT_MS_MAX`]); on expiry
     /// the server is sent `notifications/cancelled`.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
@@ -95,7 +95,7 @@ impl McpServerConfig {
         self.approval
             .iter()
             .any(|t| t == tool)
-            .then(|| super::approval_config::policy(&self.approvers, self.approval_deadline_ms))
+            .then(|| super::approval::policy(&self.approvers, self.approval_deadline_ms))
     }
 
     /// How the server is reached (valid once the agent file was parsed: `AgentFile::parse`
@@ -123,7 +123,7 @@ impl McpServerConfig {
             (Some(command), None) if command.first().is_none_or(String::is_empty) => {
                 return bad("command", "must name a program");
             }
-            (None, Some(url)) => super::http_url::check_http_url(url, MCP_URL_BYTES_MAX, "a token in headers_env")
+            (None, Some(url)) => crate::tool::check_http_url(url, MCP_URL_BYTES_MAX, "a token in headers_env")
                 .or_else(|message| bad("url", &message))?,
             _ => {}
         }
@@ -146,7 +146,7 @@ impl McpServerConfig {
             return bad("env", "applies to command servers only");
         }
         for (header, _) in self.headers.iter().chain(&self.headers_env) {
-            let reserved = ["host", "content-type", "accept", "content-length", super::http::EXECUTION_ID_HEADER];
+            let reserved = ["host", "content-type", "accept", "content-length", crate::tool::EXECUTION_ID_HEADER];
             let lower = header.to_ascii_lowercase();
             if reserved.contains(&lower.as_str()) || lower.starts_with("mcp-") {
                 return bad("headers", &format!("{header} is set by the runtime"));
@@ -158,12 +158,12 @@ impl McpServerConfig {
             }
         }
         if let Some(ms) = self.timeout_ms {
-            if !(1..=super::tools::TOOL_TIMEOUT_MS_MAX).contains(&ms) {
-                return bad("timeout_ms", &format!("must be within 1..={}", super::tools::TOOL_TIMEOUT_MS_MAX));
+            if !(1..=crate::tool::TOOL_TIMEOUT_MS_MAX).contains(&ms) {
+                return bad("timeout_ms", &format!("must be within 1..={}", crate::tool::TOOL_TIMEOUT_MS_MAX));
             }
         }
         let required = !self.approval.is_empty();
-        super::approval_config::check_approval_keys(required, &self.approvers, self.approval_deadline_ms, at)?;
+        super::approval::check_approval_keys(required, &self.approvers, self.approval_deadline_ms, at)?;
         for (tool, sim) in &self.sim {
             let at_tool = |field: &str| at(&format!("sim.{tool}.{}", field.trim_start_matches("sim.")));
             sim.check(&at_tool)?;
@@ -179,11 +179,11 @@ impl McpServerConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::agent::{AgentFile, McpTransportConfig};
+    use crate::config::{AgentFile, McpTransportConfig};
 
     const PROVIDER: &str = "[provider]\npreset = \"deepseek\"\n\n";
 
-    fn parsed(servers: &str) -> Result<crate::agent::ResolvedAgentFile, String> {
+    fn parsed(servers: &str) -> Result<crate::config::ResolvedAgentFile, String> {
         AgentFile::parse(&format!("{PROVIDER}{servers}")).map_err(|e| e.to_string())
     }
 
