@@ -113,6 +113,9 @@ pub fn run(args: &AgentArgs) -> ExitCode {
 fn read_config(path: &Path) -> Result<ResolvedAgentFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
     let config = AgentFile::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    // The simulator's tables are the simulator's to read; a wrong one is still refused here,
+    // before anything runs, not first found by `sweep --agent`.
+    faultline_sim::check_stand_ins(&config).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(var) = &config.provider.api_key_env {
         if std::env::var(var).map_or(true, |value| value.is_empty()) {
             return Err(format!(
@@ -412,12 +415,19 @@ fn look(path: &Path) -> Seen {
 fn reload(path: &Path, seen: &Seen, started: &Started) -> String {
     match seen {
         Seen::Missing => "[config] the file was removed: keeping the last good config".into(),
-        Seen::Text(text) => match AgentFile::parse(text) {
+        // The simulator's stand-in tables are checked too, as at start.
+        Seen::Text(text) => match AgentFile::parse(text).map(|c| {
+            let stand_ins = faultline_sim::check_stand_ins(&c);
+            (c, stand_ins)
+        }) {
             Err(e) if e.is_syntax() => {
                 format!("[config] reload FAILED (parse error, last good config kept): {}: {e}", path.display())
             }
             Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {}: {e}", path.display()),
-            Ok(mut config) => match started.live.update(&config.provider_config, "provider") {
+            Ok((_, Err(e))) => {
+                format!("[config] reload FAILED (invalid, last good config kept): {}: {e}", path.display())
+            }
+            Ok((mut config, Ok(()))) => match started.live.update(&config.provider_config, "provider") {
                 Err(e) => format!("[config] reload FAILED (invalid, last good config kept): {e}"),
                 Ok(()) => {
                     let hidden = {

@@ -30,6 +30,7 @@ pub mod shrink;
 mod stand_in;
 mod stand_in_mcp;
 pub mod sweep;
+mod tool_sim;
 mod verdict;
 mod world;
 
@@ -42,6 +43,7 @@ pub use scenario::{
     ScenarioTool, SessionFormat, ToolKind, Zombie, BUILT_IN_SCENARIOS, REGRESSION_SCENARIOS,
 };
 pub use stand_in::agent_from_file;
+pub use tool_sim::check_stand_ins;
 pub use verdict::{run, run_agent, RunResult};
 pub use world::{
     AgentUnderTest, BoundWait, Fate, LivenessBound, McpFaults, McpService, McpServiceTool, Receipt, Service,

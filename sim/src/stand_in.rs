@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use faultline_runtime::agent::AgentConfig;
 
-use faultline_runtime::config::{AgentFile, CommandToolConfig, SimDedup, SimEffect};
+use faultline_runtime::config::{AgentFile, CommandToolConfig};
+
+use crate::tool_sim::{SimDedup, SimEffect};
 
 use faultline_runtime::event::ToolSchema;
 use faultline_runtime::seams::{BoxFuture, Clock, Entropy, EntropyExt, Seams};
@@ -76,10 +78,10 @@ pub fn agent_from_file(name: &str, text: &str) -> Result<AgentUnderTest, String>
     config.system = file.agent.system.clone();
     config.max_steps = file.agent.max_steps.unwrap_or(config.max_steps);
     config.tool_concurrency = file.agent.tool_concurrency.unwrap_or(config.tool_concurrency);
-    let plans = plans(&file.tools);
+    let plans = plans(&file.tools)?;
     // A tool that waits for a person waits under the harness too (the person is the seed's).
     let approvals: Vec<_> = file.tools.iter().map(|t| t.approval_policy()).collect();
-    let mcp = file.mcp_servers.iter().map(crate::stand_in_mcp::stand_in).collect::<Result<Vec<_>, _>>()?;
+    let mcp = file.mcp_servers.iter().enumerate().map(crate::stand_in_mcp::stand_in).collect::<Result<Vec<_>, _>>()?;
     let mut agent = {
         let (plans, mcp) = (plans.clone(), mcp.clone());
         AgentUnderTest::new(name, move |seams: &Seams| {
@@ -160,12 +162,13 @@ fn at_most_once_advice(tool: &str, dedup: bool, retries: u32) -> String {
 }
 
 /// The stand-in of each tool, with a service host name of its own for those that need one.
-fn plans(tools: &[CommandToolConfig]) -> Vec<StandInPlan> {
+fn plans(tools: &[CommandToolConfig]) -> Result<Vec<StandInPlan>, String> {
     let mut hosts: Vec<String> = Vec::new();
     tools
         .iter()
-        .map(|tool| {
-            let sim = tool.sim.clone().unwrap_or_default();
+        .enumerate()
+        .map(|(index, tool)| {
+            let sim = crate::tool_sim::tool_sim(tool, index)?;
             let mut host = || {
                 let base: String =
                     tool.name.to_ascii_lowercase().chars().map(|c| if c == '_' { '-' } else { c }).collect();
@@ -186,14 +189,12 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<StandInPlan> {
                 }
                 (false, SimEffect::Read) => Kind::Read { service: host() },
                 (false, SimEffect::Local) => Kind::Local,
-                // A kind this build does not know stands in as local work (no effect claimed).
-                (false, _) => Kind::Local,
             };
             let faults = (sim.failure_rate.is_some() || sim.timeout_rate.is_some()).then(|| ServiceFaults {
                 error_rate: sim.failure_rate.unwrap_or(0.0),
                 lost_reply_rate: sim.timeout_rate.unwrap_or(0.0),
             });
-            StandInPlan {
+            Ok(StandInPlan {
                 schema: ToolSchema {
                     name: tool.name.clone(),
                     description: tool.description.clone(),
@@ -205,7 +206,7 @@ fn plans(tools: &[CommandToolConfig]) -> Vec<StandInPlan> {
                 timeout_ms: tool.timeout_ms,
                 faults,
                 failure_rate: sim.failure_rate,
-            }
+            })
         })
         .collect()
 }

@@ -7,12 +7,13 @@
 
 use std::sync::Arc;
 
-use faultline_runtime::config::{McpServerConfig, SimDedup, SimEffect, ToolSimConfig};
+use faultline_runtime::config::McpServerConfig;
 
 use faultline_runtime::mcp::{ListedTool, McpServer, McpTool};
 use faultline_runtime::seams::Seams;
 use faultline_runtime::tool::Tool;
 
+use crate::tool_sim::{SimDedup, SimEffect, ToolSimConfig};
 use crate::world::{McpService, McpServiceTool};
 
 /// Latency of a simulated MCP tool without `latency_ms`, in ms.
@@ -61,13 +62,13 @@ impl McpStandIn {
 }
 
 /// The stand-in of `entry`.
-pub(crate) fn stand_in(entry: &McpServerConfig) -> Result<McpStandIn, String> {
+pub(crate) fn stand_in((index, entry): (usize, &McpServerConfig)) -> Result<McpStandIn, String> {
     let host = format!("mcp-{}", entry.name);
     let declared: Vec<(String, ToolSimConfig)> = if entry.sim.is_empty() {
         let allowed = entry.tools.clone().unwrap_or_default();
         allowed.into_iter().map(|t| (t, ToolSimConfig::default())).collect()
     } else {
-        entry.sim.iter().map(|(t, sim)| (t.clone(), sim.clone())).collect()
+        crate::tool_sim::mcp_sims(entry, index)?
     };
     if declared.is_empty() {
         return Err(format!(

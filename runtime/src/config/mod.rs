@@ -5,7 +5,6 @@
 mod agent_file;
 mod approval;
 mod mcp;
-mod tool_sim;
 
 pub use agent_file::{
     hidden_vars, provider_key_vars, AgentFile, AgentSection, CommandToolConfig, OutboxSection, ResolvedAgentFile,
@@ -16,4 +15,3 @@ pub use mcp::{
     McpServerConfig, McpTransportConfig, MCP_SERVERS_MAX, MCP_SERVER_NAME_BYTES_MAX, MCP_TABLE_ENTRIES_MAX,
     MCP_URL_BYTES_MAX,
 };
-pub use tool_sim::{SimDedup, SimEffect, ToolSimConfig, SIM_LATENCY_MS_MAX, SIM_RETRIES_MAX};
