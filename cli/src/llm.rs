@@ -104,7 +104,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
         eprintln!("faultline llm conform: {message}");
         exit::code(exit::USAGE)
     };
-    let package = faultline_sim::cli::conformance::referee(args.format).1;
+    let package = crate::conformance::referee(args.format).1;
     let module = if package == "google-genai" { "google.genai" } else { package };
     let has_sdk = std::process::Command::new(&args.python)
         .args(["-c", &format!("import {module}")])
@@ -117,7 +117,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
         ));
     }
     let files = if args.path.is_dir() {
-        match faultline_sim::cli::conformance::recordings(&args.path) {
+        match crate::conformance::recordings(&args.path) {
             Ok(files) if files.is_empty() => return fail(format!("{}: no .sse files", args.path.display())),
             Ok(files) => files,
             Err(e) => return fail(e),
@@ -131,7 +131,7 @@ fn conform(args: &ConformArgs) -> ExitCode {
             Ok(body) => body,
             Err(e) => return fail(format!("{}: {e}", file.display())),
         };
-        let verdict = match faultline_sim::cli::conformance::conform(&args.python, args.format, file, &body) {
+        let verdict = match crate::conformance::conform(&args.python, args.format, file, &body) {
             Ok(verdict) => verdict,
             Err(e) => return fail(e),
         };

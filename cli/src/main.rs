@@ -10,17 +10,19 @@ mod agent_mcp;
 mod allocator;
 mod approval;
 mod bench;
+mod conformance;
 mod database;
 mod demo;
 mod exit;
-mod incident;
+mod from_transcript;
 mod llm;
 mod mcp;
 mod outbox;
 mod progress;
-mod real;
-mod shrink;
-mod sweep;
+mod real_run;
+mod regression;
+mod report;
+mod runs;
 mod telemetry;
 mod transcript;
 
@@ -43,22 +45,22 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run many seeds of the built-in scenarios and report failures with replay commands.
-    Sweep(sweep::SweepArgs),
+    Sweep(runs::SweepArgs),
     /// List the built-in scenarios.
     Scenarios,
     /// Run one scenario with one seed: verdict, trace hash, optionally the whole trace.
-    Run(sweep::RunArgs),
+    Run(runs::RunArgs),
     /// One incarnation of a real run's agent (started by `faultline run --real`).
     #[command(hide = true)]
-    RealAgentHost(real::AgentHostArgs),
+    RealAgentHost(real_run::AgentHostArgs),
     /// Hunt a planted bug (builds with `--features planted-bugs`): seeds until the sweep
     /// catches it, and the replay command.
-    Hunt(sweep::HuntArgs),
+    Hunt(runs::HuntArgs),
     /// Cut a failing run down to a small regression scenario file that replays
     /// deterministically (fewer faults, fewer messages, an earlier crash).
-    Shrink(shrink::ShrinkArgs),
+    Shrink(regression::ShrinkArgs),
     /// Make scenarios: `from-transcript` turns a recorded session into one.
-    Scenario(incident::ScenarioArgs),
+    Scenario(from_transcript::ScenarioArgs),
     /// Inspect, repair or print a session transcript (after a crash, say).
     Transcript(transcript::TranscriptArgs),
     /// Talk to a model endpoint directly (one attempt, no retries).
@@ -132,13 +134,13 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> ExitCode {
     match command {
-        Command::Sweep(args) => sweep::run(&args),
-        Command::Scenarios => sweep::list(),
-        Command::Scenario(args) => incident::run(&args),
-        Command::Run(args) => sweep::run_one(&args),
-        Command::RealAgentHost(args) => real::agent_host(&args),
-        Command::Hunt(args) => sweep::hunt(&args),
-        Command::Shrink(args) => shrink::run(&args),
+        Command::Sweep(args) => runs::run(&args),
+        Command::Scenarios => runs::list(),
+        Command::Scenario(args) => from_transcript::run(&args),
+        Command::Run(args) => runs::run_one(&args),
+        Command::RealAgentHost(args) => real_run::agent_host(&args),
+        Command::Hunt(args) => runs::hunt(&args),
+        Command::Shrink(args) => regression::run(&args),
         Command::Transcript(args) => transcript::run(&args),
         Command::Llm(args) => llm::run(&args),
         Command::ModelServer(args) => llm::model_server(&args),

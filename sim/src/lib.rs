@@ -12,7 +12,6 @@
 
 mod arguments;
 pub mod catalog;
-pub mod cli;
 mod fault_fs;
 mod findings;
 pub mod generate;
@@ -31,6 +30,7 @@ mod stand_in;
 mod stand_in_mcp;
 pub mod sweep;
 mod tool_sim;
+pub mod twin;
 mod verdict;
 mod world;
 

@@ -97,6 +97,19 @@ fn no_module_imports_a_module_above_it() {
     assert!(wrong.is_empty(), "imports up a floor:\n{}", wrong.join("\n"));
 }
 
+/// The command line and the simulator library each have one home per thing: no module name
+/// in both `cli/src` and `sim/src` (a reader following `faultline sweep` never meets a second
+/// `sweep`).
+#[test]
+fn no_module_name_is_in_both_the_binary_and_the_simulator() {
+    let names = |root: &str| -> BTreeSet<String> {
+        let files = read_crate(&repo_root().join(root), if root == "cli/src" { "main.rs" } else { "lib.rs" });
+        files.keys().flat_map(|module| module.iter().cloned()).collect()
+    };
+    let both: Vec<String> = names("cli/src").intersection(&names("sim/src")).cloned().collect();
+    assert!(both.is_empty(), "module names in both cli/src and sim/src: {both:?}");
+}
+
 /// The test itself must notice a cycle: two files that name each other's items.
 #[test]
 fn a_cycle_between_two_files_is_found() {

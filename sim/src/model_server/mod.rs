@@ -14,7 +14,7 @@ mod validate;
 
 pub use recorded::Recorded;
 pub(crate) use render::echoes_credential;
-pub(crate) use render_format::sse_body;
+pub use render_format::sse_body;
 pub(crate) use request::header_text;
 pub use script::{Dialect, Frame, Response, Script, FILLER_BYTES_MAX};
 pub(crate) use server::ChannelBody;

@@ -43,6 +43,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 pub(crate) use clock::{monotonic_ns, ScaledClock};
 pub(crate) use disk::tmpfs_unavailable;
 pub use disk::REQUIRE_TMPFS_VAR;
+pub use host::{agent_host, parse_crash_at, FsFaultArm, HostArgs, CRASH_AT_VAR, FS_FAULT_VAR};
 pub use parity::{Difference, Parity, RealRun};
 pub(crate) use partition::{PartitionNet, PartitionSwitch};
 
@@ -57,7 +58,6 @@ use crate::world::gateway::{self, Receipts};
 use crate::world::setup::SESSION;
 use crate::world::stamp::Stamp;
 use crate::world::{life, seeded};
-use host::{FsFaultArm, CRASH_AT_VAR, FS_FAULT_VAR};
 
 /// The signal a planned crash kills the agent with.
 const SIGKILL: i32 = nix::sys::signal::Signal::SIGKILL as i32;

@@ -3,7 +3,6 @@
 
 mod adapter;
 mod agent;
-mod browser;
 mod crash_points;
 mod findings;
 mod harness_power;

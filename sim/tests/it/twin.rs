@@ -2,10 +2,8 @@
 //! faithful (it sees every connection and disk operation, and does not change the run), and
 //! the replay of every built-in scenario finishes.
 
-use faultline_sim::cli::bench::run_recorded;
-use faultline_sim::cli::bench::twin::{replay, Replayed, Twin};
-use faultline_sim::cli::bench::DiskOp;
 use faultline_sim::run;
+use faultline_sim::twin::{replay, run_recorded, DiskOp, Replayed, Twin};
 use faultline_sim::{Scenario, BUILT_IN_SCENARIOS};
 
 #[test]

@@ -13,7 +13,7 @@ use super::figure::*;
 /// answered `ok` per exchange, a 512-byte append per two disk operations) is measured beside
 /// it, for comparison.
 pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
-    use crate::scenario::{Scenario, BUILT_IN_SCENARIOS};
+    use faultline_sim::{Scenario, BUILT_IN_SCENARIOS};
     let scenarios: Vec<Scenario> =
         BUILT_IN_SCENARIOS.iter().map(|s| Scenario::parse(s.text).expect("scenario")).collect();
     let mut totals =
@@ -26,7 +26,7 @@ pub(super) fn simulator(seeds: u64) -> Vec<Figure> {
     let mixed = Scenario::built_in("mixed").expect("mixed");
     let start = Instant::now();
     for seed in 0..seeds * 4 {
-        crate::verdict::run(&mixed, seed);
+        faultline_sim::run(&mixed, seed);
     }
     let mixed_rate = (seeds * 4) as f64 / start.elapsed().as_secs_f64();
     let mut figures = mix_figures(&totals, mixed_rate);
@@ -82,11 +82,11 @@ impl Totals {
 
 /// `scenario` at `seed` timed beside its bare turmoil twin (which goes first when
 /// `run_first` is false) and its byte-less twin.
-fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first: bool) -> Timed {
+fn time_against_twins(scenario: &faultline_sim::Scenario, seed: u64, run_first: bool) -> Timed {
     // The I/O to replay comes from a recorded run of the same seed (the same run: one seed
     // fixes it); the timed run records nothing.
-    let (recorded, io) = crate::verdict::run_recorded(scenario, seed);
-    let twin = crate::cli::bench::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
+    let (recorded, io) = faultline_sim::twin::run_recorded(scenario, seed);
+    let twin = faultline_sim::twin::Twin { tick_ms: scenario.tick_ms, sim_ms: recorded.sim_ms, io: Arc::new(io) };
     let byte_less = BareWork {
         tick_ms: scenario.tick_ms,
         model_requests: recorded.model_requests,
@@ -96,12 +96,12 @@ fn time_against_twins(scenario: &crate::scenario::Scenario, seed: u64, run_first
     };
     let timed_run = || {
         let start = Instant::now();
-        let result = crate::verdict::run(scenario, seed);
+        let result = faultline_sim::run(scenario, seed);
         (start.elapsed(), result)
     };
     let timed_twin = || {
         let start = Instant::now();
-        crate::cli::bench::twin::replay(seed, &twin);
+        faultline_sim::twin::replay(seed, &twin);
         start.elapsed()
     };
     let (run, result, twin_took) = if run_first {
@@ -173,7 +173,7 @@ pub struct BareWork {
 /// two disk operations, the same tick and simulated time — and nothing else.
 pub fn bare_turmoil(seed: u64, work: BareWork) {
     use http_body_util::{BodyExt, Full};
-    let mut sim = crate::cli::bench::twin::twin_sim(seed, work.tick_ms, work.sim_ms);
+    let mut sim = faultline_sim::twin::twin_sim(seed, work.tick_ms, work.sim_ms);
     for server in ["model", "gateway"] {
         sim.host(server, || async {
             let listener = turmoil::net::TcpListener::bind("0.0.0.0:80").await?;

@@ -43,7 +43,7 @@ pub fn run(args: &ShrinkArgs) -> ExitCode {
             return exit::code(exit::USAGE);
         }
     };
-    let agent = match args.agent.as_deref().map(crate::sweep::load_agent).transpose() {
+    let agent = match args.agent.as_deref().map(crate::runs::load_agent).transpose() {
         Ok(agent) => agent,
         Err(e) => {
             eprintln!("faultline shrink: {e}");

@@ -18,19 +18,15 @@ use recovery::{recovery, recovery_mix};
 use simulator::simulator;
 
 use figure::tempfile_dir;
-pub use figure::{BenchReport, Figure};
+pub use figure::BenchReport;
 
 /// The groups of figures, in the order they run (`faultline bench --only GROUP`).
 pub const GROUPS: [&str; 8] =
     ["memory", "append", "write-behind", "recovery", "adapter", "parse", "simulator", "postgres"];
 
-/// Runs every figure (`quick`: smaller sizes, same shapes); `exe` is the `faultline` binary
-/// whose `transcript inspect` the memory figure measures (skipped without one).
-pub fn run_all(quick: bool, exe: Option<&Path>) -> BenchReport {
-    run_all_with(quick, None, exe, |_| {})
-}
-
-/// [`run_all`], only the group `only` if given, calling `phase(name)` as each group starts.
+/// Runs every figure (`quick`: smaller sizes, same shapes), only the group `only` if given,
+/// calling `phase(name)` as each group starts; `exe` is the `faultline` binary whose
+/// `transcript inspect` the memory figure measures (skipped without one).
 pub fn run_all_with(quick: bool, only: Option<&str>, exe: Option<&Path>, phase: impl Fn(&str)) -> BenchReport {
     let dir = tempfile_dir();
     let wanted = |group: &str| only.is_none_or(|o| o == group);
@@ -59,7 +55,7 @@ pub fn run_all_with(quick: bool, only: Option<&str>, exe: Option<&Path>, phase: 
     if wanted("recovery") {
         phase("recovery");
         figures.extend(recovery(&dir, if quick { 100_000 } else { 200_000 }));
-        figures.extend(recovery_mix(&dir, 100_000 / crate::cli::bench::mix::EVENTS_PER_TURN));
+        figures.extend(recovery_mix(&dir, 100_000 / crate::bench::mix::EVENTS_PER_TURN));
     }
     if wanted("adapter") {
         phase("adapter");

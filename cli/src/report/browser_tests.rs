@@ -1,13 +1,14 @@
 //! The HTML timeline, rendered by a real browser: headless Chromium loads the page and dumps
 //! the DOM after its script ran. `.ci/run` installs Chromium and sets
 //! `FAULTLINE_REQUIRE_BROWSER=1`; elsewhere a missing browser skips with a printed reason.
-#![allow(clippy::disallowed_methods, clippy::disallowed_types, clippy::print_stderr)] // a real browser and real files
 
 use std::path::Path;
 use std::process::Command;
 
 use faultline_sim::run;
 use faultline_sim::Scenario;
+
+use super::html::run_page;
 
 /// Longest a page may take to render, in seconds.
 const BROWSER_TIMEOUT_S: u32 = 90;
@@ -27,7 +28,7 @@ fn browser() -> Option<&'static str> {
 }
 
 /// The DOM of `html` after Chromium loaded it and ran its script.
-pub(crate) fn rendered_dom(html: &str) -> Option<String> {
+fn rendered_dom(html: &str) -> Option<String> {
     let browser = browser()?;
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("page.html");
@@ -56,7 +57,7 @@ fn assert_has(dom: &str, what: &str) {
 #[test]
 fn the_timeline_of_a_sigkill_shows_the_crash_the_restart_the_repair_and_the_unknown_closer() {
     let result = run(&Scenario::built_in("sigkill-after-side-effect").unwrap(), 0);
-    let Some(dom) = rendered_dom(&faultline_sim::cli::html::run_page(&result)) else { return };
+    let Some(dom) = rendered_dom(&run_page(&result)) else { return };
     assert_has(&dom, r#"data-ready="yes""#); // the script ran to its end
     for lane in ["agent#1", "agent#2", "model", "gateway", "disk", "faults"] {
         assert_has(&dom, &format!(r#"data-lane="{lane}""#));
@@ -83,7 +84,7 @@ fn planted_bug_timeline_shows_the_violated_invariant() {
     let result = run(&scenario, regression.seed);
     faultline_runtime::testing::bugs::plant(&[]);
     assert!(!result.passed());
-    let Some(dom) = rendered_dom(&faultline_sim::cli::html::run_page(&result)) else { return };
+    let Some(dom) = rendered_dom(&run_page(&result)) else { return };
     assert_has(&dom, r#"data-ready="yes""#);
     assert_has(&dom, r#"data-verdict="FAIL""#);
     assert_has(&dom, r#"data-invariant="at-most-once""#);

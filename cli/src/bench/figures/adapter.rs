@@ -1,12 +1,12 @@
 //! The adapter path (adapter, assembler, durable append) against a raw parse of the same SSE
 //! bytes from the same loopback server.
 
-use crate::model_server::{sse_body, Frame, Response};
 use faultline_runtime::event::*;
 use faultline_runtime::llm::{chat_body, Adapter, ResolvedProvider, StaticCredentials};
 use faultline_runtime::production;
 use faultline_runtime::store::{FileStore, Format, SessionId, Store, WriteBehind, WriteBehindConfig};
 use faultline_runtime::testing::Assembler;
+use faultline_sim::model_server::{sse_body, Frame, Response};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@ use faultline_runtime::event::{Chunk, FinishReason};
 use faultline_runtime::llm::{Adapter, ResolvedProvider, StaticCredentials, WireFormat};
 use serde::{Deserialize, Serialize};
 
-use crate::model_server::{ModelServer, Response, Script};
+use faultline_sim::model_server::{ModelServer, Response, Script};
 
 /// The referee: the SDK's objects, accumulated as its readers do.
 pub const REFEREE_PY: &str = include_str!("referee.py");

@@ -86,9 +86,8 @@ fn id(name: &str) -> SessionId {
 
 fn append(dir: &Path, databases: &Databases, batch: usize, batches: usize) -> Vec<Figure> {
     let seams = production::seams();
-    let records = crate::cli::bench::mix::records(
-        (batch * batches * PG_ROUNDS).div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN),
-    );
+    let records =
+        crate::bench::mix::records((batch * batches * PG_ROUNDS).div_ceil(crate::bench::mix::EVENTS_PER_TURN));
     let records = &records[..batch * batches * PG_ROUNDS];
     let pg = PgStore::connect(&databases.fresh(), seams.process.clone(), LEASE_MS_DEFAULT).expect("postgres");
     let sqlite_dir = dir.join(format!("pg-append-sqlite-{batch}"));
@@ -120,7 +119,7 @@ fn append(dir: &Path, databases: &Databases, batch: usize, batches: usize) -> Ve
 
 fn recovery(dir: &Path, databases: &Databases, count: usize) -> Vec<Figure> {
     let seams = production::seams();
-    let records = crate::cli::bench::mix::records(count.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN));
+    let records = crate::bench::mix::records(count.div_ceil(crate::bench::mix::EVENTS_PER_TURN));
     let records = &records[..count.min(records.len())];
     let pg = PgStore::connect(&databases.fresh(), seams.process.clone(), LEASE_MS_DEFAULT).expect("postgres");
     let sqlite_dir = dir.join("pg-recovery-sqlite");
@@ -173,7 +172,7 @@ fn open_sessions(dir: &Path, databases: &Databases, open: usize, appends: usize)
         }
     }
     let per_session = (appends * PG_ROUNDS).div_ceil(open) + 1;
-    let records = crate::cli::bench::mix::records(per_session.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN));
+    let records = crate::bench::mix::records(per_session.div_ceil(crate::bench::mix::EVENTS_PER_TURN));
     let mut rates = [Vec::new(), Vec::new()];
     let mut next = vec![[0usize; 2]; open];
     for round in 0..PG_ROUNDS {

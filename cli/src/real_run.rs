@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use faultline_sim::cli::{self as host, FsFaultArm, HostArgs};
+use faultline_sim::real::{self as host, FsFaultArm, HostArgs};
 use faultline_sim::real::{self, Parity, RealOptions};
 use faultline_sim::Scenario;
 

@@ -16,8 +16,8 @@ use std::fmt::Write as _;
 use faultline_runtime::event::{Event, Record};
 
 use super::markup::escape;
-use crate::sweep::SweepSummary;
-use crate::verdict::RunResult;
+use faultline_sim::sweep::SweepSummary;
+use faultline_sim::RunResult;
 
 /// Width of the time axis, in SVG units.
 const AXIS_WIDTH: f64 = 900.0;
@@ -495,7 +495,7 @@ pub fn run_page(result: &RunResult) -> String {
 }
 
 /// Runs, failures and simulated time per `what` (a scenario, a wire format).
-fn totals_table(class: &str, what: &str, totals: &BTreeMap<String, crate::sweep::ScenarioSummary>) -> String {
+fn totals_table(class: &str, what: &str, totals: &BTreeMap<String, faultline_sim::sweep::ScenarioSummary>) -> String {
     let mut body = format!(
         r#"<h2>{class}</h2><table class="{class}"><tr><th>{what}</th><th>runs</th><th>failures</th><th>sim time s</th></tr>"#
     );
@@ -533,7 +533,7 @@ pub fn sweep_page(summary: &SweepSummary, timelines: &[RunResult]) -> String {
     body.push_str(&totals_table("formats", "wire format", &summary.formats));
     body.push_str("<h2>coverage</h2>");
     let points: Vec<String> = faultline_runtime::seams::CRASH_POINTS.iter().map(|p| p.to_string()).collect();
-    let sometimes: Vec<String> = crate::SOMETIMES.iter().map(|s| (*s).to_owned()).collect();
+    let sometimes: Vec<String> = faultline_sim::SOMETIMES.iter().map(|s| (*s).to_owned()).collect();
     body.push_str(&grid("crash points reached (hits)", &points, &summary.crash_point_hits));
     body.push_str(&grid("fault families fired (runs)", &[], &summary.fault_families_fired));
     body.push_str(&grid("sometimes conditions reached (runs)", &sometimes, &summary.sometimes_reached));

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::cli::junit::junit;
+use crate::report::junit::junit;
 use faultline_sim::hunt::{hunt_with, plant};
 use faultline_sim::sweep::{load, merge, sweep, SweepPlan, SweepSummary, DEFAULT_SEEDS};
 
@@ -209,7 +209,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
         }
     };
     if args.real {
-        return crate::real::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone(), &args.bug);
+        return crate::real_run::run_one(&scenario, args.seed, args.json, args.trace, args.keep.clone(), &args.bug);
     }
     let agent = match args.agent.as_deref().map(load_agent).transpose() {
         Ok(agent) => agent,
@@ -224,7 +224,7 @@ pub fn run_one(args: &RunArgs) -> ExitCode {
     };
     let result = run(&scenario, args.seed);
     if let Some(path) = &args.html {
-        if let Err(e) = std::fs::write(path, faultline_sim::cli::html::run_page(&result)) {
+        if let Err(e) = std::fs::write(path, crate::report::html::run_page(&result)) {
             eprintln!("faultline run: --html {}: {e}", path.display());
             return exit::code(exit::USAGE);
         }
@@ -399,7 +399,7 @@ fn sweep_now(args: &SweepArgs) -> Result<(SweepSummary, usize), String> {
             }
             None => true,
         });
-        Some(crate::real::options(None, &[])?)
+        Some(crate::real_run::options(None, &[])?)
     } else {
         None
     };
@@ -455,7 +455,7 @@ fn sweep_html(summary: &SweepSummary) -> String {
             timelines.push(faultline_sim::run(&scenario, failure.seed));
         }
     }
-    faultline_sim::cli::html::sweep_page(summary, &timelines)
+    crate::report::html::sweep_page(summary, &timelines)
 }
 
 fn print_table(summary: &SweepSummary, jobs: usize) {

@@ -101,8 +101,8 @@ struct AppendBench {
 
 impl AppendBench {
     fn new(dir: &Path, batch: usize, events: usize, runtime: &tokio::runtime::Runtime) -> AppendBench {
-        let turns = events.div_ceil(crate::cli::bench::mix::EVENTS_PER_TURN);
-        let records: Vec<Record> = crate::cli::bench::mix::records(turns).into_iter().take(events).collect();
+        let turns = events.div_ceil(crate::bench::mix::EVENTS_PER_TURN);
+        let records: Vec<Record> = crate::bench::mix::records(turns).into_iter().take(events).collect();
         let lines = records
             .chunks(batch)
             .map(|chunk| chunk.iter().flat_map(|r| (r.encode() + "\n").into_bytes()).collect())

@@ -9,6 +9,7 @@
 //! I/O. The first twin replayed only counts (one `GET /` answered `ok` per exchange, 512-byte
 //! appends): a run that streams a 20-frame answer, posts a 300 KiB conversation or lists a
 //! directory paid for work its twin never did. `byte_less_twin` keeps it for comparison.
+//! `faultline bench` times runs against their twins.
 
 use std::io;
 use std::sync::Arc;
@@ -18,7 +19,9 @@ use faultline_runtime::{seams::Fs, seams::FsFile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::seams::SimFs;
-use crate::world::io_trace::{DiskOp, Flow, IoTrace};
+pub use crate::verdict::run_recorded;
+use crate::world::io_trace::Flow;
+pub use crate::world::io_trace::{DiskOp, IoTrace};
 
 /// The port nobody listens on: a connection the run saw refused is refused here too.
 const REFUSED_PORT: u16 = 81;
@@ -46,7 +49,7 @@ pub struct Replayed {
 /// The plain turmoil simulation every twin (replaying or byte-less) runs in: the run's seed,
 /// tick and simulated time (plus the same minute of slack the scenario's budget has), and a
 /// fixed 1 ms link, so the twins differ from each other only in what their hosts do.
-pub(super) fn twin_sim<'a>(seed: u64, tick_ms: u64, sim_ms: u64) -> turmoil::Sim<'a> {
+pub fn twin_sim<'a>(seed: u64, tick_ms: u64, sim_ms: u64) -> turmoil::Sim<'a> {
     turmoil::Builder::new()
         .epoch(crate::seams::sim_epoch())
         .rng_seed(crate::seed::Seed::new(seed).turmoil())
@@ -111,6 +114,9 @@ pub fn replay(seed: u64, twin: &Twin) -> Replayed {
         replay_disk(&io.disk);
         *out.lock().unwrap_or_else(|p| p.into_inner()) = Replayed { read_by_agent, disk_ops: io.disk.len() };
         let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        // Inside a bare turmoil host tokio's clock is turmoil's: the twin has no seams to
+        // sleep through, and this sleep is simulated time.
+        #[allow(clippy::disallowed_methods)]
         tokio::time::sleep(Duration::from_millis(sim_ms).saturating_sub(elapsed)).await;
         Ok(())
     });

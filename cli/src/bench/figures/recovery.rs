@@ -15,7 +15,7 @@ use super::figure::*;
 /// same events, a typed decode of each line of the same bytes into a `Record` (no scan rule, no
 /// validation, one thread), and held to 2 M events/s.
 pub(super) fn recovery_mix(dir: &Path, turns: usize) -> Vec<Figure> {
-    let records = crate::cli::bench::mix::records(turns);
+    let records = crate::bench::mix::records(turns);
     let mut out = Vec::new();
     for (label, format) in [("jsonl", Format::Jsonl), ("zstd", Format::Zstd)] {
         let seams = production::seams();

@@ -1,6 +1,6 @@
 //! The sweep as a JUnit report (`faultline sweep --junit`), for CI systems that read one.
 
-use crate::sweep::SweepSummary;
+use faultline_sim::sweep::SweepSummary;
 
 /// XML needs the same escaping as HTML attributes and text.
 use super::markup::escape as xml_escape;

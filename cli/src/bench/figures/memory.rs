@@ -17,13 +17,13 @@ pub(super) fn inspect_memory(dir: &Path, exe: &Path, bytes: u64) -> Vec<Figure> 
     writeln!(file, "{}", header.encode()).expect("write");
     let (mut written, mut seq, mut t, mut largest) = (0u64, 0u64, 0u64, 0usize);
     while written < bytes {
-        for record in crate::cli::bench::mix::turn(t, seq) {
+        for record in crate::bench::mix::turn(t, seq) {
             let line = record.encode();
             largest = largest.max(line.len());
             written += line.len() as u64 + 1;
             writeln!(file, "{line}").expect("write");
         }
-        seq += crate::cli::bench::mix::EVENTS_PER_TURN as u64;
+        seq += crate::bench::mix::EVENTS_PER_TURN as u64;
         t += 1;
     }
     file.flush().expect("flush");

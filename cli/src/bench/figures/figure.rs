@@ -89,7 +89,7 @@ pub(super) fn events(count: usize) -> Vec<Record> {
     ];
     for i in 2..count as u64 {
         let size = 200 + (i as usize * 977) % 1800;
-        let text = crate::cli::bench::mix::prose(i, size);
+        let text = crate::bench::mix::prose(i, size);
         records.push(Record::new(
             i,
             1_767_225_600_000 + i,

@@ -8,7 +8,7 @@ use faultline_runtime::llm::WireFormat;
 use faultline_runtime::testing::{SseDecoder, SseItem, StreamReader};
 
 use super::figure::{figure, median, Figure};
-use crate::model_server::{sse_body, Frame, Response};
+use faultline_sim::model_server::{sse_body, Frame, Response};
 
 /// Interleaved rounds per format (the median round counts).
 const PARSE_ROUNDS: usize = 5;

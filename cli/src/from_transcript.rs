@@ -83,7 +83,7 @@ pub fn run(args: &ScenarioArgs) -> ExitCode {
         Ok(scenario) => scenario,
         Err(e) => return fail(e),
     };
-    let agent = match agent.as_deref().map(crate::sweep::load_agent).transpose() {
+    let agent = match agent.as_deref().map(crate::runs::load_agent).transpose() {
         Ok(agent) => agent,
         Err(e) => return fail(e),
     };

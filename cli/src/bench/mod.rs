@@ -1,10 +1,17 @@
-//! `faultline bench`.
+//! `faultline bench`: throughput against the physical limit, each figure beside a baseline
+//! measured in the same process right before it, reported as a ratio (shared, noisy machines
+//! make absolute numbers meaningless across runs). The figures live in `figures/`; `mix.rs`
+//! is the conversation the recovery and write-behind figures replay.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)] // measures wall time on real files
+
+mod figures;
+mod mix;
 
 use std::process::ExitCode;
 
 use clap::Args;
 
-use faultline_sim::cli::bench::run_all_with;
+use figures::{run_all_with, GROUPS};
 
 /// Arguments of `faultline bench`.
 #[derive(Debug, Args)]
@@ -17,7 +24,7 @@ pub struct BenchArgs {
     json: bool,
     /// Only this group of figures (memory, append, write-behind, recovery, adapter, simulator,
     /// postgres).
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(faultline_sim::cli::bench::GROUPS))]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
     only: Option<String>,
 }
 
