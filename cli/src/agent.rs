@@ -36,7 +36,7 @@ enum AgentCommand {
     /// Run one turn. Exit 0 completed, 1 bad arguments or config (nothing created), 2 error, 3
     /// aborted (SIGTERM) or interrupted, 6 not kept (the turn or the session's closing could not
     /// be made durable), 7 paused for a person's approval, 130 after Ctrl-C.
-    Run(RunArgs),
+    Run(AgentRunArgs),
     /// An interactive session: one turn per input line, streamed; Ctrl-C cancels the turn, not
     /// the program; the config file is watched (a valid edit applies to the next request, an
     /// invalid one is reported loudly and the last good config stays).
@@ -69,7 +69,7 @@ struct ChatArgs {
 }
 
 #[derive(Debug, Args)]
-struct RunArgs {
+struct AgentRunArgs {
     #[command(flatten)]
     session: SessionArgs,
     /// Continue an existing session: crash repair first, then a turn paused for approval (if
@@ -327,7 +327,7 @@ fn prepare(config: &Path) -> Result<(ResolvedAgentFile, tokio::runtime::Runtime)
     Ok((config, runtime))
 }
 
-fn run_turn(args: &RunArgs) -> ExitCode {
+fn run_turn(args: &AgentRunArgs) -> ExitCode {
     let (config, runtime) = match prepare(&args.session.config) {
         Ok(prepared) => prepared,
         Err(code) => return code,
@@ -381,7 +381,7 @@ fn run_turn(args: &RunArgs) -> ExitCode {
         if let Err(e) = &closed {
             eprintln!("faultline agent run: closing the session failed, so not everything it accepted is kept: {e}");
         }
-        let ended = Ended { outcome, session_usage, interrupted, closed, awaiting };
+        let ended = RunEnded { outcome, session_usage, interrupted, closed, awaiting };
         report(&id, ended, args.json, &at.session_dir)
     })
 }
@@ -656,7 +656,7 @@ async fn print_stream(agent: Agent) {
 
 /// How `agent run` ended: the last outcome, the session's tokens, whether Ctrl-C stopped it,
 /// how closing went, and what a paused turn waits on.
-struct Ended {
+struct RunEnded {
     outcome: Option<TurnOutcome>,
     session_usage: faultline_runtime::event::Usage,
     interrupted: bool,
@@ -680,8 +680,8 @@ fn say_awaiting(id: &SessionId, awaiting: &[faultline_runtime::approval::Pending
     );
 }
 
-fn report(id: &SessionId, ended: Ended, as_json: bool, dir: &Path) -> ExitCode {
-    let Ended { outcome, session_usage, interrupted, closed, awaiting } = ended;
+fn report(id: &SessionId, ended: RunEnded, as_json: bool, dir: &Path) -> ExitCode {
+    let RunEnded { outcome, session_usage, interrupted, closed, awaiting } = ended;
     let Some(mut outcome) = outcome else {
         eprintln!("faultline agent run: the turn did not finish (see the session log)");
         return exit::code(exit::FAILED);

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::oracle::{self, RunEvidence, Violation};
 use crate::scenario::Scenario;
-use crate::world::conclude::Ended;
+use crate::world::conclude::Finished;
 use crate::world::evidence::fnv1a;
 use crate::world::io_trace::{IoRecorder, IoTrace};
 use crate::world::{self, AgentUnderTest, Receipt, ServiceReceipt, SlowRecovery};
@@ -105,7 +105,7 @@ pub fn run_recorded(scenario: &Scenario, seed: u64) -> (RunResult, IoTrace) {
 /// Runs `scenario` with `seed`, then changes what the run left with `tamper` before the oracle
 /// judges it: the oracle's own tests plant evidence of a defect no planted bug produces.
 #[cfg(test)]
-pub(crate) fn run_tampered(scenario: &Scenario, seed: u64, tamper: &dyn Fn(&mut Ended)) -> RunResult {
+pub(crate) fn run_tampered(scenario: &Scenario, seed: u64, tamper: &dyn Fn(&mut Finished)) -> RunResult {
     let mut ended = ended(scenario, seed, IoRecorder::new(false), None);
     tamper(&mut ended);
     result_of(ended)
@@ -118,7 +118,7 @@ fn run_on_its_agent(scenario: &Scenario, seed: u64, recorder: IoRecorder) -> Run
 
 /// What `scenario` at `seed` left, on `user`'s agent when one is given: the scenario as it
 /// runs there, its conversation drawn when it is generated, run by the world.
-fn ended(scenario: &Scenario, seed: u64, recorder: IoRecorder, user: Option<Arc<AgentUnderTest>>) -> Ended {
+fn ended(scenario: &Scenario, seed: u64, recorder: IoRecorder, user: Option<Arc<AgentUnderTest>>) -> Finished {
     let on_agent = user.as_deref().map(|agent| world::on_agent(scenario, agent));
     let scenario = crate::generate::expand(on_agent.as_ref().unwrap_or(scenario), seed, user.as_deref());
     world::run(&scenario, seed, recorder, user)
@@ -126,8 +126,8 @@ fn ended(scenario: &Scenario, seed: u64, recorder: IoRecorder, user: Option<Arc<
 
 /// Judges what a run left (the oracle over its evidence, a fleet's by its own checker too)
 /// and makes the result every report shows.
-pub(crate) fn result_of(ended: Ended) -> RunResult {
-    let Ended {
+pub(crate) fn result_of(ended: Finished) -> RunResult {
+    let Finished {
         scenario,
         plan,
         seed,

@@ -62,7 +62,7 @@ impl PlannedCall {
 
 /// How a turn ended: the outcome for the embedder, and the error that left the turn open
 /// (an append refused before its `turn/end`), if one did.
-pub(super) struct Ended {
+pub(super) struct TurnEnded {
     pub outcome: TurnOutcome,
     pub broke: Option<Error>,
 }
@@ -83,7 +83,7 @@ pub(super) async fn run_turn(
     history: &mut History,
     start: Start,
     cancel: CancellationToken,
-) -> Ended {
+) -> TurnEnded {
     let turn = match &start {
         Start::Message(_) => history.last_turn + 1,
         Start::Paused(paused) => paused.turn,
@@ -117,7 +117,7 @@ pub(super) async fn run_turn(
                 tracing::warn!("the turn could not be recorded to its end; the agent refuses new input");
                 let mut failure = error.persist_failure("the turn could not be recorded to its end");
                 shared.seams.secrets.scrub_failure(&mut failure);
-                return Ended {
+                return TurnEnded {
                     outcome: outcome(TurnEndReason::Error { error: failure }, false, None),
                     broke: Some(error),
                 };
@@ -125,7 +125,7 @@ pub(super) async fn run_turn(
         };
         tracing::info!(reason = reached.kind(), "turn ended");
         if crate::testing::bugs::planted("outcome-before-durable") {
-            return Ended { outcome: outcome(reached, true, None), broke: None };
+            return TurnEnded { outcome: outcome(reached, true, None), broke: None };
         }
         match shared.session.flush().await {
             Ok(()) => {
@@ -133,7 +133,7 @@ pub(super) async fn run_turn(
                     crate::seams::crash_point(shared.seams.probe.as_ref(), crate::seams::CrashPoint::AwaitingApproval)
                         .await;
                 }
-                Ended { outcome: outcome(reached, true, None), broke: None }
+                TurnEnded { outcome: outcome(reached, true, None), broke: None }
             }
             Err(error) => {
                 // The records stay queued (a later flush retries them); the turn is not kept.
@@ -141,7 +141,10 @@ pub(super) async fn run_turn(
                 shared.report(&error);
                 let mut failure = error.persist_failure("the turn ended, but its records are not durable");
                 shared.seams.secrets.scrub_failure(&mut failure);
-                Ended { outcome: outcome(TurnEndReason::Error { error: failure }, false, Some(reached)), broke: None }
+                TurnEnded {
+                    outcome: outcome(TurnEndReason::Error { error: failure }, false, Some(reached)),
+                    broke: None,
+                }
             }
         }
     }

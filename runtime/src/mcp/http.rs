@@ -26,7 +26,7 @@ use super::jsonrpc::{self, Incoming};
 use super::transport::{Answer, Lost, Transport};
 use crate::llm::sse::{SseDecoder, SseItem};
 use crate::seams::BoxFuture;
-use crate::tool::{HttpFailure, Opened, ToolHttp};
+use crate::tool::{HttpFailure, OpenedReply, ToolHttp};
 
 /// The session header of streamable HTTP.
 pub const MCP_SESSION_HEADER: &str = "mcp-session-id";
@@ -56,7 +56,7 @@ pub(crate) struct Http {
 }
 
 /// How one stream ended without the response.
-enum Ended {
+enum StreamEnded {
     /// The stream closed (or broke) after the server named event `id`: resumable.
     Resumable { last_event_id: String, retry_ms: Option<u64>, why: String },
     /// Closed or broken with nothing to resume from.
@@ -101,7 +101,7 @@ impl Http {
         (session, version)
     }
 
-    async fn post(&self, message: &Value, started: &AtomicBool) -> Result<Opened, Lost> {
+    async fn post(&self, message: &Value, started: &AtomicBool) -> Result<OpenedReply, Lost> {
         let (session, version) = self.session_and_version();
         let mut headers = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
         headers.extend(self.request_headers(&session, &version));
@@ -126,7 +126,7 @@ impl Http {
     }
 
     /// Keeps the session id the server gave (the first one: a server cannot move us).
-    fn keep_session(&self, reply: &Opened) -> Result<(), Lost> {
+    fn keep_session(&self, reply: &OpenedReply) -> Result<(), Lost> {
         let Some(id) = reply.header(MCP_SESSION_HEADER) else { return Ok(()) };
         let visible = id.bytes().all(|b| (0x21..=0x7e).contains(&b));
         if id.is_empty() || id.len() > SESSION_ID_BYTES_MAX || !visible {
@@ -141,7 +141,7 @@ impl Http {
 
     /// The response to `id` in `reply`: its one JSON body, or the event carrying it on its
     /// stream, resumed with `Last-Event-ID` as often as allowed when it closes first.
-    async fn answer(&self, mut reply: Opened, id: u64) -> Result<Answer, Lost> {
+    async fn answer(&self, mut reply: OpenedReply, id: u64) -> Result<Answer, Lost> {
         let mut resumptions = 0;
         loop {
             if !is_event_stream(&reply) {
@@ -149,8 +149,8 @@ impl Http {
             }
             let (last_event_id, retry_ms, why) = match self.read_stream(&mut reply, id).await {
                 Ok(answer) => return Ok(answer),
-                Err(Ended::Lost(why)) => return Err(Lost::MaybeArrived(why)),
-                Err(Ended::Resumable { last_event_id, retry_ms, why }) => (last_event_id, retry_ms, why),
+                Err(StreamEnded::Lost(why)) => return Err(Lost::MaybeArrived(why)),
+                Err(StreamEnded::Resumable { last_event_id, retry_ms, why }) => (last_event_id, retry_ms, why),
             };
             drop(reply);
             if resumptions == MCP_RESUMPTIONS_MAX || crate::testing::bugs::planted("mcp-no-resume") {
@@ -168,7 +168,7 @@ impl Http {
 
     /// GET with `Last-Event-ID`: the rest of the stream that closed (the response may come
     /// on it; the request is not sent again).
-    async fn resume(&self, last_event_id: &str) -> Result<Opened, Lost> {
+    async fn resume(&self, last_event_id: &str) -> Result<OpenedReply, Lost> {
         let (session, version) = self.session_and_version();
         let mut headers = vec![("accept", "text/event-stream"), (MCP_LAST_EVENT_ID_HEADER, last_event_id)];
         headers.extend(self.request_headers(&session, &version));
@@ -185,14 +185,14 @@ impl Http {
 
     /// Reads `reply`'s events as they come until the response to `id`, answering the
     /// server's requests on the way; how the stream ended when it ended first.
-    async fn read_stream(&self, reply: &mut Opened, id: u64) -> Result<Answer, Ended> {
+    async fn read_stream(&self, reply: &mut OpenedReply, id: u64) -> Result<Answer, StreamEnded> {
         let mut decoder = SseDecoder::new();
         let mut items = Vec::new();
         let ended = |decoder: &SseDecoder, why: String| match decoder.last_event_id() {
             Some(last) if !last.is_empty() => {
-                Ended::Resumable { last_event_id: last.to_owned(), retry_ms: decoder.retry_ms(), why }
+                StreamEnded::Resumable { last_event_id: last.to_owned(), retry_ms: decoder.retry_ms(), why }
             }
-            _ => Ended::Lost(why),
+            _ => StreamEnded::Lost(why),
         };
         loop {
             let bytes = match reply.next_bytes().await {
@@ -203,7 +203,7 @@ impl Http {
                 Some(Err(failure)) => return Err(ended(&decoder, failure.to_string())),
                 Some(Ok(bytes)) => bytes,
             };
-            decoder.feed(&bytes, &mut items).map_err(|e| Ended::Lost(format!("the server's stream: {e}")))?;
+            decoder.feed(&bytes, &mut items).map_err(|e| StreamEnded::Lost(format!("the server's stream: {e}")))?;
             for item in items.drain(..) {
                 let SseItem::Data(data) = item else { continue };
                 // A priming event has no data: it only names the stream's position.
@@ -249,12 +249,12 @@ fn lost_of(failure: HttpFailure) -> Lost {
     }
 }
 
-fn is_event_stream(reply: &Opened) -> bool {
+fn is_event_stream(reply: &OpenedReply) -> bool {
     reply.header("content-type").unwrap_or_default().trim_start().to_ascii_lowercase().starts_with("text/event-stream")
 }
 
 /// The response to `id` in a JSON body (one message), read whole within the reply limit.
-async fn whole_answer(mut reply: Opened, id: u64) -> Result<Answer, Lost> {
+async fn whole_answer(mut reply: OpenedReply, id: u64) -> Result<Answer, Lost> {
     let malformed = |why: String| Lost::MaybeArrived(format!("the server's reply is not readable: {why}"));
     let mut body = Vec::new();
     while let Some(bytes) = reply.next_bytes().await {

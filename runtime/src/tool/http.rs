@@ -76,12 +76,12 @@ const EXCHANGE_HEADERS_KEPT_MAX: usize = 64;
 
 /// A whole reply: status and bytes.
 #[derive(Debug, Clone)]
-struct Exchange {
+struct WholeReply {
     status: u16,
     body: Bytes,
 }
 
-impl Exchange {
+impl WholeReply {
     fn into_reply(self) -> HttpReply {
         HttpReply { status: self.status, body: String::from_utf8_lossy(&self.body).into_owned() }
     }
@@ -164,12 +164,12 @@ impl ToolHttp {
         body: impl Into<Bytes>,
         timeout: Duration,
     ) -> Result<HttpReply, HttpFailure> {
-        self.request(hyper::Method::POST, url, headers, body.into(), timeout).await.map(Exchange::into_reply)
+        self.request(hyper::Method::POST, url, headers, body.into(), timeout).await.map(WholeReply::into_reply)
     }
 
     /// GETs `url` with `headers`, waiting at most `timeout` for the whole reply.
     pub async fn get(&self, url: &str, headers: &[(&str, &str)], timeout: Duration) -> Result<HttpReply, HttpFailure> {
-        self.request(hyper::Method::GET, url, headers, Bytes::new(), timeout).await.map(Exchange::into_reply)
+        self.request(hyper::Method::GET, url, headers, Bytes::new(), timeout).await.map(WholeReply::into_reply)
     }
 
     async fn request(
@@ -179,7 +179,7 @@ impl ToolHttp {
         headers: &[(&str, &str)],
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Exchange, HttpFailure> {
+    ) -> Result<WholeReply, HttpFailure> {
         let timeout_ms = checked_timeout_ms(timeout)?;
         let (endpoint, request) = prepare(method, url, headers, body)?;
         let authority = endpoint.authority();
@@ -202,7 +202,7 @@ impl ToolHttp {
         headers: &[(&str, &str)],
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Opened, HttpFailure> {
+    ) -> Result<OpenedReply, HttpFailure> {
         let timeout_ms = checked_timeout_ms(timeout)?;
         let (endpoint, request) = prepare(method, url, headers, body)?;
         let authority = endpoint.authority();
@@ -212,7 +212,7 @@ impl ToolHttp {
         }
     }
 
-    async fn send(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<Opened, HttpFailure> {
+    async fn send(&self, endpoint: &Endpoint, request: Request<Full<Bytes>>) -> Result<OpenedReply, HttpFailure> {
         let authority = endpoint.authority();
         let refused = |reason: String| HttpFailure::Connect { authority: authority.clone(), reason };
         let mut stream = self.net.connect(&authority).await.map_err(|e| refused(e.to_string()))?;
@@ -241,7 +241,7 @@ impl ToolHttp {
             .take(EXCHANGE_HEADERS_KEPT_MAX)
             .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
             .collect();
-        Ok(Opened { status, headers, body: response.into_body(), authority, driver })
+        Ok(OpenedReply { status, headers, body: response.into_body(), authority, driver })
     }
 }
 
@@ -276,7 +276,7 @@ fn prepare(
 
 /// A reply whose head has arrived: its body is read as it comes; dropping it closes the
 /// connection.
-pub(crate) struct Opened {
+pub(crate) struct OpenedReply {
     pub status: u16,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
@@ -285,7 +285,7 @@ pub(crate) struct Opened {
     driver: tokio::task::JoinHandle<()>,
 }
 
-impl Opened {
+impl OpenedReply {
     /// The value of header `name` (lower case), if the reply carried it.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
@@ -308,7 +308,7 @@ impl Opened {
     }
 
     /// The whole body, within [`TOOL_HTTP_REPLY_BYTES_MAX`].
-    async fn collect(mut self) -> Result<Exchange, HttpFailure> {
+    async fn collect(mut self) -> Result<WholeReply, HttpFailure> {
         let mut body = Vec::new();
         while let Some(bytes) = self.next_bytes().await {
             let bytes = bytes?;
@@ -318,11 +318,11 @@ impl Opened {
             }
             body.extend_from_slice(&bytes);
         }
-        Ok(Exchange { status: self.status, body: Bytes::from(body) })
+        Ok(WholeReply { status: self.status, body: Bytes::from(body) })
     }
 }
 
-impl Drop for Opened {
+impl Drop for OpenedReply {
     fn drop(&mut self) {
         self.driver.abort();
     }

@@ -10,7 +10,7 @@ mod parameters;
 
 pub(crate) use call::{cut_marked, run_with_deadline, CallOutcome};
 pub use call::{Tool, ToolInvocation, ToolOutput, ToolSet, TOOL_OUTPUT_BYTES_MAX, TOOL_TIMEOUT_MS_MAX};
-pub(crate) use http::Opened;
+pub(crate) use http::OpenedReply;
 pub use http::{
     current_execution_id, current_trace_fields, HttpFailure, HttpReply, ToolHttp, EXECUTION_ID_HEADER,
     TOOL_HTTP_REPLY_BYTES_MAX, TOOL_HTTP_REQUEST_BYTES_MAX, TOOL_HTTP_TIMEOUT_MS_MAX,

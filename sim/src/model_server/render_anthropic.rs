@@ -20,7 +20,7 @@ fn event(name: &str, data: &serde_json::Value) -> String {
 
 /// What kind of block a frame belongs in.
 #[derive(Clone, PartialEq, Eq)]
-enum Open {
+enum OpenBlock {
     Text,
     Thinking(String),
     ToolUse(u32),
@@ -86,7 +86,7 @@ fn message_end(response: &Response, refusal: &str) -> [String; 2] {
 /// The content blocks as the frames open and close them.
 #[derive(Default)]
 struct Blocks {
-    open: Option<Open>,
+    open: Option<OpenBlock>,
     index: u32,
     refusal: String,
 }
@@ -97,13 +97,13 @@ impl Blocks {
     fn frame(&mut self, frame: &Frame) -> String {
         let mut text = String::new();
         let wants = match frame {
-            Frame::Text(_) | Frame::Filler(_) => Some(Open::Text),
-            Frame::Reasoning(_) => Some(Open::Thinking(String::new())),
-            Frame::ToolCall { index: call, .. } => Some(Open::ToolUse(*call)),
+            Frame::Text(_) | Frame::Filler(_) => Some(OpenBlock::Text),
+            Frame::Reasoning(_) => Some(OpenBlock::Thinking(String::new())),
+            Frame::ToolCall { index: call, .. } => Some(OpenBlock::ToolUse(*call)),
             _ => None,
         };
         let same = match (&self.open, &wants) {
-            (Some(Open::Thinking(_)), Some(Open::Thinking(_))) => true,
+            (Some(OpenBlock::Thinking(_)), Some(OpenBlock::Thinking(_))) => true,
             (a, b) => a.is_some() && a == b,
         };
         if wants.is_some() && !same {
@@ -121,7 +121,7 @@ impl Blocks {
             Frame::Reasoning(t) => text.push_str(&self.thinking(t)),
             Frame::ToolCall { index: call, id, name, arguments } => {
                 if self.open.is_none() {
-                    self.open = Some(Open::ToolUse(*call));
+                    self.open = Some(OpenBlock::ToolUse(*call));
                     let block = json!({"type": "tool_use", "id": tool_use_id(*call, id.as_deref()),
                                        "name": name.clone().unwrap_or_default(), "input": {}});
                     text.push_str(&event(
@@ -169,14 +169,14 @@ impl Blocks {
     fn thinking(&mut self, thought: &str) -> String {
         let mut text = String::new();
         if self.open.is_none() {
-            self.open = Some(Open::Thinking(String::new()));
+            self.open = Some(OpenBlock::Thinking(String::new()));
             let block = json!({"type": "thinking", "thinking": "", "signature": ""});
             text.push_str(&event(
                 "content_block_start",
                 &json!({"type": "content_block_start", "index": self.index, "content_block": block}),
             ));
         }
-        if let Some(Open::Thinking(so_far)) = &mut self.open {
+        if let Some(OpenBlock::Thinking(so_far)) = &mut self.open {
             so_far.push_str(thought);
         }
         let delta = json!({"type": "thinking_delta", "thinking": thought});
@@ -188,10 +188,10 @@ impl Blocks {
     }
 }
 
-fn text_delta(open: &mut Option<Open>, index: u32, text: &str) -> String {
+fn text_delta(open: &mut Option<OpenBlock>, index: u32, text: &str) -> String {
     let mut out = String::new();
     if open.is_none() {
-        *open = Some(Open::Text);
+        *open = Some(OpenBlock::Text);
         out.push_str(&event(
             "content_block_start",
             &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
@@ -207,9 +207,9 @@ fn text_delta(open: &mut Option<Open>, index: u32, text: &str) -> String {
 
 /// The end of a block: a thinking block's signature first, then `content_block_stop` (a
 /// stream cut right after a thinking block's last frame loses its signature).
-fn close(index: u32, block: &Open) -> String {
+fn close(index: u32, block: &OpenBlock) -> String {
     let mut out = String::new();
-    if let Open::Thinking(thought) = block {
+    if let OpenBlock::Thinking(thought) = block {
         let delta = json!({"type": "signature_delta", "signature": sign("thinking", thought)});
         out.push_str(&event(
             "content_block_delta",

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 
 use faultline_runtime::event::{ErrorCode, Event};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let Some(transcript) = evidence.transcript() else { return };
     let answered: BTreeMap<&str, (u64, u64)> =
         evidence.world.tool_answers.iter().map(|a| (a.execution_id.as_str(), (a.life, a.at_ms))).collect();
@@ -46,7 +46,7 @@ const MCP_ANSWER_MARGIN_MS: u64 = 100;
 /// on a connection nothing cut (written on an open stream, or held for the resumption its
 /// priming event offered), is the call's result (FAILURE-MCP-TOOLS): never an unknown
 /// outcome or a timeout.
-pub(super) fn check_mcp(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check_mcp(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let Some(transcript) = evidence.transcript() else { return };
     for answer in evidence.world.mcp_answers.iter().filter(|a| a.is_answer) {
         let call = transcript.iter().find(|r| {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use faultline_runtime::event::{arguments_digest, Decision, ErrorCode, Event};
 
 use super::effects::{execution_id, synced_calls};
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 use crate::world::person::ACCEPTED_WRONGLY;
 
@@ -26,14 +26,14 @@ struct Effect<'a> {
 
 /// The approval records of one call the disk witness saw synced, each at its earliest stamp.
 #[derive(Default)]
-struct Synced {
+struct CallSynced {
     requested: Option<u64>,
     approved: Option<(u64, String)>,
     denied: bool,
     dispatched: Option<u64>,
 }
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     if evidence.faults_fired.contains(ACCEPTED_WRONGLY) {
         found.fail(
             Invariant::ApprovalMatchesEffect,
@@ -105,8 +105,8 @@ fn effects<'a>(evidence: &RunEvidence<'a>) -> Vec<Effect<'a>> {
 fn matches_its_approval(
     effect: &Effect<'_>,
     call: &faultline_runtime::event::ToolCall,
-    synced: Option<&Synced>,
-    found: &mut Found,
+    synced: Option<&CallSynced>,
+    found: &mut FoundViolations,
 ) {
     let id = effect.execution_id;
     match synced.and_then(|s| s.approved.as_ref()) {
@@ -140,7 +140,7 @@ fn matches_its_approval(
 }
 
 /// The approved effect came strictly after its decision and its dispatch were synced.
-fn durable_before(effect: &Effect<'_>, synced: &Synced, found: &mut Found) {
+fn durable_before(effect: &Effect<'_>, synced: &CallSynced, found: &mut FoundViolations) {
     let decided = synced.approved.as_ref().map(|(stamp, _)| *stamp);
     let late: Vec<&str> = [("approval/decided", decided), ("approval/dispatched", synced.dispatched)]
         .into_iter()
@@ -179,8 +179,8 @@ fn approval_tools<'a>(evidence: &RunEvidence<'a>) -> BTreeSet<&'a str> {
 }
 
 /// Every call's synced approval records, by execution id.
-fn synced_approvals(evidence: &RunEvidence<'_>) -> BTreeMap<String, Synced> {
-    let mut calls: BTreeMap<String, Synced> = BTreeMap::new();
+fn synced_approvals(evidence: &RunEvidence<'_>) -> BTreeMap<String, CallSynced> {
+    let mut calls: BTreeMap<String, CallSynced> = BTreeMap::new();
     let earliest = |slot: &mut Option<u64>, stamp: u64| *slot = Some(slot.map_or(stamp, |s| s.min(stamp)));
     for synced in evidence.world.synced_records() {
         let stamp = synced.stamp;

@@ -11,14 +11,14 @@ use std::collections::BTreeSet;
 
 use faultline_runtime::event::{Event, TurnEndReason, Validator};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
 /// How long after its acceptance a record may still be on its way to the disk when the run
 /// ends, in ms: five batching windows of the write-behind's default.
 const ACCEPTED_DURABLE_GRACE_MS: u64 = 5 * faultline_runtime::store::BATCH_WINDOW_MS_DEFAULT;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     if let Some(transcript) = evidence.transcript() {
         // Log invariants of the recovered transcript (which also rules out citing a failed
         // attempt's chunks and results without calls).
@@ -33,7 +33,11 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
 
 /// Everything acknowledged durable before a crash, and everything the disk synced, survives
 /// byte-identical.
-fn durable_prefix(evidence: &RunEvidence<'_>, transcript: &[faultline_runtime::event::Record], found: &mut Found) {
+fn durable_prefix(
+    evidence: &RunEvidence<'_>,
+    transcript: &[faultline_runtime::event::Record],
+    found: &mut FoundViolations,
+) {
     let world = evidence.world;
     let acked = world.acked.iter().map(|(seq, record)| (*seq, record, "acknowledged durable"));
     let synced = world.synced_records().map(|synced| (synced.record.seq, &synced.record, "synced"));
@@ -73,7 +77,7 @@ fn describe(reason: &TurnEndReason) -> String {
 
 /// FAILURE-OUTCOME-DURABLE: a turn the user was told is kept had its `turn/end`, saying the
 /// same, synced strictly before the user was told.
-fn outcomes_durable(evidence: &RunEvidence<'_>, found: &mut Found) {
+fn outcomes_durable(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let world = evidence.world;
     let mut judged = BTreeSet::new();
     for outcome in world.outcomes.iter().filter(|o| o.kept) {
@@ -125,7 +129,7 @@ fn pause_durable(
     evidence: &RunEvidence<'_>,
     outcome: &crate::world::evidence::Outcome,
     calls: &[String],
-    found: &mut Found,
+    found: &mut FoundViolations,
 ) {
     for call in calls {
         let synced = evidence.world.synced_records().any(|synced| {
@@ -149,7 +153,7 @@ fn pause_durable(
 /// Every record an incarnation accepted became durable (the witness saw it synced), or the
 /// incarnation reported a persistence failure at or after accepting it, or a crash took the
 /// incarnation. A record silently dropped between the queue and the disk is none of these.
-fn accepted_kept_or_reported(evidence: &RunEvidence<'_>, found: &mut Found) {
+fn accepted_kept_or_reported(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let world = evidence.world;
     for (life, lived) in world.lives.iter().filter(|(_, lived)| !lived.crashed) {
         let lost = lived.unacked.iter().find(|(seq, (record, at_ms))| {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use faultline_runtime::event::{ErrorCode, Event};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
 /// What the gateway's effects owe to the runtime alone: the delivery queue sends them.
@@ -19,7 +19,7 @@ const GATEWAY_INTENT_ADVICE: &str = "A runtime defect: the runtime dispatches a 
 /// The receipts against the synced `tool/call`s, whether or not the run converged or its
 /// log was refused: no liveness and no refusal excuse an effect without its intent. What
 /// the transcript says of each effect is held to the receipts when there is a transcript.
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let (receipts, end_ms) = (evidence.receipts, evidence.end_ms);
     let calls = synced_calls(evidence);
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
@@ -111,7 +111,7 @@ pub(super) fn execution_id(turn: u32, step: u32, call_id: &str) -> String {
 
 /// What the transcript says of each side effect agrees with the gateway: an ok result was
 /// received; a call that never started, was never dispatched or was refused was not.
-fn results_against_receipts(evidence: &RunEvidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut Found) {
+fn results_against_receipts(evidence: &RunEvidence<'_>, seen: &BTreeMap<&str, usize>, found: &mut FoundViolations) {
     let Some(records) = evidence.transcript() else { return };
     let end_ms = evidence.end_ms;
     let id = execution_id;

@@ -45,9 +45,9 @@ impl RunEvidence<'_> {
 
 /// A checker's list of violations.
 #[derive(Default)]
-pub(super) struct Found(pub(super) Vec<Violation>);
+pub(super) struct FoundViolations(pub(super) Vec<Violation>);
 
-impl Found {
+impl FoundViolations {
     /// A violation with the catalog's advice.
     pub(super) fn fail(&mut self, invariant: Invariant, detail: String, at_ms: u64) {
         self.0.push(Violation::new(invariant, detail, at_ms));

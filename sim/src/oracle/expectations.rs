@@ -4,7 +4,7 @@
 
 use faultline_runtime::event::{Event, TurnEndReason};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
 fn end_kind(reason: &TurnEndReason) -> String {
@@ -15,7 +15,7 @@ fn end_kind(reason: &TurnEndReason) -> String {
 }
 
 /// The `[expect]` table, against the recovered transcript, the receipts and the requests.
-pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let Some(transcript) = evidence.transcript() else { return };
     let (plan, world, end_ms) = (evidence.plan, evidence.world, evidence.end_ms);
     let mut fail = |key: &str, detail: String| {
@@ -69,7 +69,7 @@ pub(super) fn check_table(evidence: &RunEvidence<'_>, found: &mut Found) {
 
 /// The fault families a scenario names fired, by the evidence coverage counts (a scenario
 /// whose fault silently stopped happening proves nothing).
-pub(super) fn check_faults_fired(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check_faults_fired(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     for family in evidence.plan.expect.faults_fired.iter().flatten() {
         if !evidence.faults_fired.contains(family) {
             found.fail_advised(

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use faultline_runtime::event::{Event, Record, Validator};
 
-use super::evidence::Found;
+use super::evidence::FoundViolations;
 use super::invariant::{Invariant, Violation};
 use crate::world::fleet_evidence::{FleetEvidence, TakeoverSeen, Worker};
 use crate::world::gateway::Receipt;
@@ -20,7 +20,7 @@ use crate::world::seeded::Plan;
 
 /// Judges a fleet run (an embedder's services are judged with the rest of the oracle).
 pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt], end_ms: u64) -> Vec<Violation> {
-    let mut found = Found::default();
+    let mut found = FoundViolations::default();
     if let Some(takeover) = &evidence.takeover {
         dispatches_after(evidence, takeover, &mut found);
         effects_after(evidence, takeover, receipts, &mut found);
@@ -36,7 +36,7 @@ pub(crate) fn check(evidence: &FleetEvidence, plan: &Plan, receipts: &[Receipt],
 }
 
 /// No tool body of `a` started after `b` took over (its dispatch would be a fenced one).
-fn dispatches_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, found: &mut Found) {
+fn dispatches_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, found: &mut FoundViolations) {
     for late in evidence.dispatches.iter().filter(|d| d.worker == Worker::A && d.stamp > takeover.stamp) {
         found.fail(
             Invariant::FencedEpoch,
@@ -51,7 +51,7 @@ fn dispatches_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, found: &m
 
 /// No effect worker `a` asked the queue for after `b` took over reached the gateway: the
 /// queue's epoch check is the one thing between a woken zombie's tool and the receiver.
-fn effects_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, receipts: &[Receipt], found: &mut Found) {
+fn effects_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, receipts: &[Receipt], found: &mut FoundViolations) {
     let late = evidence.asked.iter().filter(|a| a.worker == Worker::A && a.stamp > takeover.stamp);
     for asked in late {
         if let Some(receipt) = receipts.iter().find(|r| r.execution_id == asked.execution_id) {
@@ -70,7 +70,12 @@ fn effects_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, receipts: &[
 
 /// The log keeps what `b` found, and everything after it is a record `b` accepted: none of
 /// `a`'s records lands once its epoch is fenced.
-fn records_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, transcript: &[Record], found: &mut Found) {
+fn records_after(
+    evidence: &FleetEvidence,
+    takeover: &TakeoverSeen,
+    transcript: &[Record],
+    found: &mut FoundViolations,
+) {
     let kept = takeover.found.len().min(transcript.len());
     if transcript[..kept] != takeover.found[..kept] || transcript.len() < takeover.found.len() {
         found.fail(
@@ -115,7 +120,7 @@ fn records_after(evidence: &FleetEvidence, takeover: &TakeoverSeen, transcript: 
 
 /// A write whose answer the link lost was looked up, not sent again: worker `b` is never
 /// refused by its own lease, and no seq lands twice in the final log.
-fn answers_looked_up(evidence: &FleetEvidence, found: &mut Found) {
+fn answers_looked_up(evidence: &FleetEvidence, found: &mut FoundViolations) {
     let lost = |statement| evidence.link.iter().filter(move |f| f.statement == statement && f.answer_lost_after_write);
     if let Some(at_ms) = evidence.refused_by_itself.first() {
         let cause = lost(faultline_runtime::store::Statement::TakeOver)
@@ -149,7 +154,7 @@ fn answers_looked_up(evidence: &FleetEvidence, found: &mut Found) {
 
 /// An outcome is a promise about the store: each turn a worker reported kept had its
 /// `turn/end`, saying the same, in the store when the harness looked right after the report.
-fn kept_means_stored(evidence: &FleetEvidence, found: &mut Found) {
+fn kept_means_stored(evidence: &FleetEvidence, found: &mut FoundViolations) {
     for promise in &evidence.broken_promises {
         let stored = promise.stored.map_or_else(|| "no turn/end".to_owned(), |kind| format!("a turn/end {kind}"));
         found.fail(
@@ -167,7 +172,7 @@ fn kept_means_stored(evidence: &FleetEvidence, found: &mut Found) {
 }
 
 /// Each execution reaches the gateway at most once.
-fn at_most_once(receipts: &[Receipt], found: &mut Found) {
+fn at_most_once(receipts: &[Receipt], found: &mut FoundViolations) {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for receipt in receipts {
         let count = seen.entry(receipt.execution_id.as_str()).or_default();
@@ -183,7 +188,7 @@ fn at_most_once(receipts: &[Receipt], found: &mut Found) {
 }
 
 /// The final log is valid, every turn closed, every message of the plan in it.
-fn converged(evidence: &FleetEvidence, plan: &Plan, end_ms: u64, found: &mut Found) {
+fn converged(evidence: &FleetEvidence, plan: &Plan, end_ms: u64, found: &mut FoundViolations) {
     let Some(transcript) = &evidence.transcript else {
         found.fail(
             Invariant::Liveness,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use faultline_runtime::event::{ContentBlock, Event, Failure, Record, TurnEndReason};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
 /// Room for the marker a truncated tool output ends with, in bytes.
@@ -17,7 +17,7 @@ const TRUNCATION_MARKER_BYTES: usize = 64;
 /// for an error response, longer for an error event inside a stream.
 const STATUS_PREFIX_BYTES_MAX: usize = "provider reported an error mid-stream (status 999): ".len();
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let Some(transcript) = evidence.transcript() else { return };
     let (plan, end_ms) = (evidence.plan, evidence.end_ms);
     let answer_max = plan.faults.answer_bytes_max.unwrap_or(faultline_runtime::store::ANSWER_BYTES_MAX);
@@ -49,7 +49,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
 /// character boundary at or below the limit, then only the truncation marker: nothing kept
 /// past the limit, nothing cut that fitted. The printed text comes from the scenario, not
 /// from the runtime.
-fn tool_outputs_as_printed(evidence: &RunEvidence<'_>, transcript: &[Record], found: &mut Found) {
+fn tool_outputs_as_printed(evidence: &RunEvidence<'_>, transcript: &[Record], found: &mut FoundViolations) {
     let limit = faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX;
     let mut names: BTreeMap<(u32, u32, &str), &str> = BTreeMap::new();
     for r in transcript {
@@ -101,7 +101,7 @@ fn tool_outputs_as_printed(evidence: &RunEvidence<'_>, transcript: &[Record], fo
 /// [`faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX`] bytes of the provider's text: a
 /// hostile or verbose provider's body (DeepSeek's errors are often Chinese, three bytes a
 /// character) never grows a transcript record past the limit, however its characters fall.
-fn failure_messages_bounded(transcript: &[Record], found: &mut Found) {
+fn failure_messages_bounded(transcript: &[Record], found: &mut FoundViolations) {
     let limit = faultline_runtime::llm::ERROR_MESSAGE_BYTES_MAX + STATUS_PREFIX_BYTES_MAX;
     for record in transcript {
         let Some((_, failure)) = recorded_failure(record) else { continue };

@@ -4,10 +4,10 @@
 
 use faultline_runtime::event::Event;
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let (plan, world, end_ms) = (evidence.plan, evidence.world, evidence.end_ms);
     // Only a failed disk may stop the agent: a stop with none injected is the runtime
     // failing on its own (its write guard refusing a record it built, say), whatever the

@@ -27,7 +27,7 @@ mod served;
 mod services;
 mod sometimes;
 
-use evidence::Found;
+use evidence::FoundViolations;
 pub(crate) use evidence::RunEvidence;
 pub use invariant::{Invariant, Kind, Violation};
 pub(crate) use sometimes::sometimes;
@@ -59,7 +59,7 @@ pub(crate) fn judge_fleet(
 /// told apart by its address in the model server's ledger. It has no disk: its store's
 /// witness is the store itself, read by the fleet's checker.
 fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
-    let mut found = Found::default();
+    let mut found = FoundViolations::default();
     secrets::check(evidence, &mut found);
     services::check_fleet(evidence, &mut found);
     retries::check(evidence, &mut found);
@@ -71,7 +71,7 @@ fn fleet(evidence: &RunEvidence<'_>) -> Vec<Violation> {
 /// refused its log, or whose workload never converged, has no transcript to judge, and still
 /// gets every check that needs none: its secrets, effects, retries and durability evidence.
 pub(crate) fn judge(evidence: &RunEvidence<'_>) -> Vec<Violation> {
-    let mut found = Found::default();
+    let mut found = FoundViolations::default();
     secrets::check(evidence, &mut found);
     refusal::check(evidence, &mut found);
     if evidence.world.refused.is_none() {

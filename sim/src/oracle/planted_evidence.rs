@@ -8,11 +8,11 @@ use faultline_runtime::event::{ContentBlock, Event, Record};
 
 use crate::scenario::Scenario;
 use crate::verdict::run_tampered;
-use crate::world::conclude::Ended;
+use crate::world::conclude::Finished;
 
 /// Runs `scenario` (seed 0) with `tamper`, and returns the advice of the first violation of
 /// `invariant`, or panics with what the run did break.
-fn advice_after(scenario: &str, tamper: &dyn Fn(&mut Ended), invariant: &str) -> String {
+fn advice_after(scenario: &str, tamper: &dyn Fn(&mut Finished), invariant: &str) -> String {
     let scenario = Scenario::built_in(scenario).expect("a built-in scenario");
     let result = run_tampered(&scenario, 0, tamper);
     result
@@ -24,7 +24,7 @@ fn advice_after(scenario: &str, tamper: &dyn Fn(&mut Ended), invariant: &str) ->
 }
 
 /// The recovered transcript of the run, to change.
-fn transcript(ended: &mut Ended) -> &mut Vec<Record> {
+fn transcript(ended: &mut Finished) -> &mut Vec<Record> {
     ended.world.transcript.as_mut().expect("the run converged")
 }
 
@@ -50,7 +50,7 @@ fn a_log_ending_inside_a_turn_is_a_repair_defect() {
 #[test]
 fn a_tool_output_over_the_limit_names_the_cut() {
     let oversize = "x".repeat(faultline_runtime::tool::TOOL_OUTPUT_BYTES_MAX + 1_000);
-    let tamper = move |c: &mut Ended| {
+    let tamper = move |c: &mut Finished| {
         first_tool_result(transcript(c)).content = vec![ContentBlock::Text { text: oversize.clone() }];
     };
     let advice = advice_after("happy-tool-turn", &tamper, "tool-output-limit");
@@ -59,7 +59,7 @@ fn a_tool_output_over_the_limit_names_the_cut() {
 
 #[test]
 fn a_changed_tool_output_names_the_way_to_the_transcript() {
-    let tamper = |c: &mut Ended| {
+    let tamper = |c: &mut Finished| {
         first_tool_result(transcript(c)).content = vec![ContentBlock::Text { text: "not what it printed".into() }];
     };
     let advice = advice_after("oversize-output", &tamper, "tool-output-as-printed");
@@ -69,7 +69,7 @@ fn a_changed_tool_output_names_the_way_to_the_transcript() {
 #[test]
 fn an_unbounded_provider_message_names_the_message_limit() {
     let long = "overloaded ".repeat(1_000);
-    let tamper = move |c: &mut Ended| {
+    let tamper = move |c: &mut Finished| {
         for record in transcript(c) {
             if let Event::TurnEnd(end) = &mut record.event {
                 if let faultline_runtime::event::TurnEndReason::Error { error } = &mut end.reason {
@@ -84,14 +84,14 @@ fn an_unbounded_provider_message_names_the_message_limit() {
 
 #[test]
 fn a_delivery_unlike_its_call_names_the_delivery_queue() {
-    let tamper = |c: &mut Ended| c.receipts[0].body = "{\"text\":\"something else\"}".into();
+    let tamper = |c: &mut Finished| c.receipts[0].body = "{\"text\":\"something else\"}".into();
     let advice = advice_after("happy-tool-turn", &tamper, "receipt-matches-call");
     assert!(advice.contains("delivery queue"), "{advice}");
 }
 
 #[test]
 fn requests_over_the_retry_budget_name_the_setting() {
-    let tamper = |c: &mut Ended| {
+    let tamper = |c: &mut Finished| {
         let first = c.world.ledger.entries().into_iter().next().expect("a model request");
         for _ in 0..5 {
             c.world.ledger.push(first.clone());
@@ -103,7 +103,7 @@ fn requests_over_the_retry_budget_name_the_setting() {
 
 #[test]
 fn a_recorded_code_unlike_what_was_served_names_the_classifier() {
-    let tamper = |c: &mut Ended| {
+    let tamper = |c: &mut Finished| {
         for record in transcript(c) {
             if let Event::LlmRetry(retry) = &mut record.event {
                 retry.failure.code = faultline_runtime::event::ErrorCode::Server;
@@ -116,7 +116,7 @@ fn a_recorded_code_unlike_what_was_served_names_the_classifier() {
 
 #[test]
 fn a_refused_file_that_changed_names_the_read_only_path() {
-    let tamper = |c: &mut Ended| {
+    let tamper = |c: &mut Finished| {
         let path = c.world.rotted.as_ref().expect("the scenario rots the session").path.clone();
         let bytes = c.world.disk.iter_mut().find(|(p, _)| *p == path).map(|(_, b)| b).expect("the file");
         bytes.push(b'\n');
@@ -140,7 +140,7 @@ fn a_parity_difference_names_the_seams() {
 
 #[test]
 fn an_effect_of_a_denied_call_names_the_results_it_must_have() {
-    let tamper = |c: &mut Ended| {
+    let tamper = |c: &mut Finished| {
         c.receipts.push(crate::world::Receipt {
             execution_id: "sim:1:1:call_1".into(),
             body: "{\"order\":7,\"amount\":10}".into(),

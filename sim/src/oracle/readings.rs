@@ -6,14 +6,14 @@
 
 use faultline_runtime::event::{ErrorCode, Event, Record};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::{Invariant, Violation};
 use super::limits::recorded_failure;
 use super::retries::model_cut_off;
 use super::served::catalog_reading;
 use crate::catalog::Reading;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let Some(transcript) = evidence.transcript() else { return };
     let (plan, exchanges) = (evidence.plan, evidence.exchanges);
     for (i, exchange) in exchanges.iter().enumerate() {

@@ -2,10 +2,10 @@
 //! writes and power-loss holes are always recoverable; a refused file is left exactly as it
 //! was found; rot inside the durable prefix is never recovered from.
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let (world, end_ms) = (evidence.world, evidence.end_ms);
     match (&world.refused, &world.rotted) {
         (Some(_), Some(rotted)) => {

@@ -3,11 +3,11 @@
 //! Gemini, `model_server/request.rs` for OpenAI), run on the bytes it received — never the
 //! runtime's own idea of its history.
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::{Invariant, Violation};
 
 /// Each refused request is a violation that quotes the provider's words.
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     for exchange in evidence.exchanges {
         let Some(problem) = &exchange.refused else { continue };
         found.0.push(Violation::new(

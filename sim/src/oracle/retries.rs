@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use faultline_runtime::event::{ErrorCode, Event, Record};
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::{Invariant, Violation};
 use super::limits::recorded_failure;
 use super::served::{advice_ms, served_code};
@@ -15,7 +15,7 @@ use crate::model_server::{Exchange, Response};
 use crate::world::ledger::{identical_runs, LedgerEntry};
 use crate::world::seeded::Plan;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let (plan, end_ms) = (evidence.plan, evidence.end_ms);
     let entries = evidence.world.ledger.entries();
     // Retries per step within the scenario's policy, as the model server counted them: a

@@ -6,10 +6,10 @@
 //! effect). Checked whether or not the run converged: a leak is a safety violation, never
 //! excused as "no liveness".
 
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let mut secrets = vec![
         ("the provider key".to_owned(), crate::world::setup::sim_secret(evidence.seed)),
         ("the gateway token".to_owned(), crate::world::setup::gateway_token(evidence.seed)),
@@ -28,7 +28,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
 }
 
 /// Reports every place `secret` appears in; whether it appeared anywhere.
-fn leaks_of(what: &str, secret: &str, evidence: &RunEvidence<'_>, found: &mut Found) -> bool {
+fn leaks_of(what: &str, secret: &str, evidence: &RunEvidence<'_>, found: &mut FoundViolations) -> bool {
     let before = found.0.len();
     let mut leak = |place: String, advice: &str| {
         found.fail_advised(

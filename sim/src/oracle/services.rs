@@ -13,7 +13,7 @@ use faultline_runtime::event::{ErrorCode, Event};
 use faultline_runtime::tool::EXECUTION_ID_HEADER;
 
 use super::effects::{execution_id, synced_calls, SyncedCall};
-use super::evidence::{Found, RunEvidence};
+use super::evidence::{FoundViolations, RunEvidence};
 use super::invariant::Invariant;
 use crate::world::{Service, ServiceReceipt, MCP_CALL_MARK, MCP_SERVER_MARK, MCP_TOOL_MARK};
 
@@ -24,7 +24,7 @@ const KEY_QUOTED_CHARS_MAX: usize = 48;
 type Effects<'a> = BTreeMap<(&'a str, &'a str), Vec<&'a ServiceReceipt>>;
 
 /// The services' records against the synced `tool/call`s and the transcript.
-pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     if evidence.service_receipts.is_empty() {
         return;
     }
@@ -39,7 +39,7 @@ pub(super) fn check(evidence: &RunEvidence<'_>, found: &mut Found) {
 
 /// The fleet world's services (no disk witness there): each call's effect at most once per
 /// service, the tool named from the store read back at the end.
-pub(super) fn check_fleet(evidence: &RunEvidence<'_>, found: &mut Found) {
+pub(super) fn check_fleet(evidence: &RunEvidence<'_>, found: &mut FoundViolations) {
     let calls: BTreeMap<String, String> = evidence
         .transcript()
         .unwrap_or_default()
@@ -65,7 +65,7 @@ fn effects_of<'a>(evidence: &RunEvidence<'a>) -> Effects<'a> {
 fn at_most_once<'a>(
     evidence: &RunEvidence<'a>,
     name_of: &dyn Fn(&str) -> Option<String>,
-    found: &mut Found,
+    found: &mut FoundViolations,
 ) -> Effects<'a> {
     let effects = effects_of(evidence);
     for ((service, execution), repeats) in &effects {
@@ -90,7 +90,7 @@ fn at_most_once<'a>(
 }
 
 /// The effect's `tool/call` was synced strictly before it arrived.
-fn intent_before_effect(receipt: &ServiceReceipt, call: Option<&SyncedCall<'_>>, found: &mut Found) {
+fn intent_before_effect(receipt: &ServiceReceipt, call: Option<&SyncedCall<'_>>, found: &mut FoundViolations) {
     let (service, execution, at_ms) = (receipt.service.as_str(), receipt.execution_id.as_str(), receipt.at_ms);
     match call {
         None if execution.is_empty() => found.fail_advised(
@@ -227,7 +227,7 @@ fn quote(value: &str) -> String {
 fn results_against_effects(
     evidence: &RunEvidence<'_>,
     effects: &BTreeMap<(&str, &str), Vec<&ServiceReceipt>>,
-    found: &mut Found,
+    found: &mut FoundViolations,
 ) {
     let Some(records) = evidence.transcript() else { return };
     let mut names: BTreeMap<String, &str> = BTreeMap::new();

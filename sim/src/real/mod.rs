@@ -195,7 +195,7 @@ const READY_REAL_MS_MAX: u64 = 30_000;
 /// How one child ended.
 enum LifeEnd {
     /// It reported the end of the workload, a refusal or a failed start.
-    Ended(EndOutcome, Option<String>),
+    Finished(EndOutcome, Option<String>),
     /// It SIGKILLed itself at a planned crash.
     Crashed(Option<CrashPoint>, Option<u64>),
     /// The budget ran out with it still running (it was killed).
@@ -355,17 +355,17 @@ impl<'a> RealWorld<'a> {
     /// crash's delay, or the supervisor's), `None` ends the run.
     fn after_life(&mut self, life: u64, end: LifeEnd) -> Result<Option<u64>, String> {
         Ok(match end {
-            LifeEnd::Ended(EndOutcome::Done, _) => {
+            LifeEnd::Finished(EndOutcome::Done, _) => {
                 self.world.transcript = Some(self.read_back()?);
                 None
             }
-            LifeEnd::Ended(EndOutcome::Refused, error) => {
+            LifeEnd::Finished(EndOutcome::Refused, error) => {
                 let error = error.unwrap_or_default();
                 self.trace(format!("agent#{life} refused: {error}"));
                 self.world.refused = Some(error);
                 None
             }
-            LifeEnd::Ended(EndOutcome::Stopped, error) => {
+            LifeEnd::Finished(EndOutcome::Stopped, error) => {
                 let at_ms = self.now_ms();
                 self.world.note_failure(life, at_ms);
                 self.trace(format!("agent#{life} stopped: {}", error.unwrap_or_default()));
@@ -609,7 +609,7 @@ impl<'a> RealWorld<'a> {
                         match report {
                             HostReport::End { outcome, error, fs_ops: ops } => {
                                 fs_ops = ops;
-                                end = Some(LifeEnd::Ended(outcome, error));
+                                end = Some(LifeEnd::Finished(outcome, error));
                             }
                             HostReport::Crash { point, fs_op, fs_ops: ops } => {
                                 fs_ops = ops;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use faultline_runtime::event::Record;
 use faultline_runtime::seams::Fs;
 
-use super::evidence::{lock, sim_ms, trace, Outcome, Shared, ToolAnswer, ToolRun, World};
+use super::evidence::{lock, sim_ms, trace, Outcome, SharedWorld, ToolAnswer, ToolRun, World};
 use super::probe::{CrashControl, SimProbe};
 use super::setup::{OUTBOX_PATH, SESSIONS_DIR, SIM_MODEL_ROOT};
 use super::user::AgentUnderTest;
@@ -21,7 +21,7 @@ pub(crate) struct AgentLife {
     /// The embedder's agent, when the harness runs one.
     pub(crate) user: Option<Arc<AgentUnderTest>>,
     pub(crate) route: Result<faultline_runtime::llm::ResolvedProvider, String>,
-    pub(crate) world: Shared,
+    pub(crate) world: SharedWorld,
     pub(crate) control: Arc<Mutex<CrashControl>>,
     pub(crate) first_life_fs: FsFaults,
     /// The host's disk space.
@@ -146,7 +146,7 @@ impl AgentLife {
 
 /// An incarnation's reports, straight into the world's shared state at simulated time.
 pub(crate) struct SimReport {
-    world: Shared,
+    world: SharedWorld,
     life: u64,
 }
 

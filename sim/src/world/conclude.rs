@@ -65,7 +65,7 @@ pub(crate) struct Concluded<'a> {
 
 /// What a run left, finished and not yet judged: everything the oracle reads and a report
 /// shows. The world never judges a run: `crate::verdict` hands this to the oracle.
-pub(crate) struct Ended {
+pub(crate) struct Finished {
     pub scenario: String,
     pub plan: seeded::Plan,
     pub seed: u64,
@@ -103,7 +103,7 @@ pub(crate) struct Ended {
 }
 
 /// Finishes a run: the trace's last lines, coverage, and the record the oracle judges.
-pub(crate) fn conclude(run: Concluded<'_>) -> Ended {
+pub(crate) fn conclude(run: Concluded<'_>) -> Finished {
     let Concluded {
         scenario,
         plan,
@@ -132,7 +132,7 @@ pub(crate) fn conclude(run: Concluded<'_>) -> Ended {
     let mut catalog_reached = catalog_reached(&world.catalog_reached, &plan, &model_exchanges);
     catalog_reached.extend(disk_entries(&faults_fired, &plan));
     let slow_recovery = slow_recovery(scenario, &plan, seed, &world, end_ms);
-    Ended {
+    Finished {
         scenario: scenario.name.clone(),
         plan,
         seed,

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::evidence::{lock, Shared};
+use super::evidence::{lock, SharedWorld};
 use super::probe::CrashControl;
 use super::seeded::Plan;
 use crate::model_server::ModelServer;
@@ -15,10 +15,10 @@ use crate::seams::{DiskSpace, FsFaults};
 /// Simulated ms between a failed start and its restart (a supervisor's back-off).
 const SUPERVISOR_RESTART_MS: u64 = 200;
 
-pub(super) struct Driver<'a> {
+pub(super) struct RunDriver<'a> {
     pub sim: turmoil::Sim<'a>,
     pub plan: &'a Plan,
-    pub world: Shared,
+    pub world: SharedWorld,
     pub control: Arc<Mutex<CrashControl>>,
     pub first_life_fs: FsFaults,
     pub space: DiskSpace,
@@ -35,17 +35,17 @@ pub(super) struct Driver<'a> {
     pub disk_op_crashes: usize,
 }
 
-impl<'a> Driver<'a> {
+impl<'a> RunDriver<'a> {
     /// The driver of `plan`'s world, nothing on yet.
     pub fn new(
         sim: turmoil::Sim<'a>,
         plan: &'a Plan,
-        world: Shared,
+        world: SharedWorld,
         control: Arc<Mutex<CrashControl>>,
         (first_life_fs, space): (FsFaults, DiskSpace),
         model_slot: Arc<Mutex<Option<ModelServer>>>,
-    ) -> Driver<'a> {
-        Driver {
+    ) -> RunDriver<'a> {
+        RunDriver {
             sim,
             plan,
             world,
@@ -63,7 +63,7 @@ impl<'a> Driver<'a> {
     }
 }
 
-impl Driver<'_> {
+impl RunDriver<'_> {
     /// Runs the world until the workload is done or the budget is spent. Returns the end (sim
     /// ms) and the crashes before a disk operation that fired.
     pub fn drive(mut self) -> (u64, usize) {

@@ -127,13 +127,13 @@ pub(crate) struct World {
     pub(crate) lives: BTreeMap<u64, LifeEvidence>,
 }
 
-pub(crate) type Shared = Arc<Mutex<World>>;
+pub(crate) type SharedWorld = Arc<Mutex<World>>;
 
-pub(crate) fn lock(world: &Shared) -> std::sync::MutexGuard<'_, World> {
+pub(crate) fn lock(world: &SharedWorld) -> std::sync::MutexGuard<'_, World> {
     world.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(crate) fn trace(world: &Shared, line: String) {
+pub(crate) fn trace(world: &SharedWorld, line: String) {
     lock(world).trace.push(format!("{:>7} {line}", sim_ms()));
 }
 

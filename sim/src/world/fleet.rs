@@ -38,8 +38,8 @@ use faultline_runtime::store::{MemoryStore, SessionId, Statement, Store};
 use faultline_runtime::tool::{Tool, ToolInvocation, ToolOutput, ToolSet};
 use tokio_util::sync::CancellationToken;
 
-use super::conclude::Ended;
-use super::evidence::{lock, Shared, World};
+use super::conclude::Finished;
+use super::evidence::{lock, SharedWorld, World};
 use super::fleet_evidence::{Dispatch, FleetEvidence, KeptPromise, TakeoverSeen, Worker};
 use super::ledger::{LedgerEntry, RequestLedger};
 use super::pause::{Pause, PausedClock, PausedNet};
@@ -151,10 +151,10 @@ pub(super) fn run(
     plan: &Plan,
     (zombie, seed): (&Zombie, u64),
     user: Option<Arc<AgentUnderTest>>,
-) -> Ended {
+) -> Finished {
     let pause = resolve_pause(zombie, seed);
     let mut sim = super::hosts::build_sim(plan, seed);
-    let world: Shared = Arc::default();
+    let world: SharedWorld = Arc::default();
     let recorder = io_trace::IoRecorder::new(false);
     let model_slot = super::hosts::host_model(&mut sim, plan, &world, &recorder);
     let receipts = super::hosts::host_gateway(&mut sim, plan, &world, &recorder);
@@ -345,7 +345,7 @@ fn conclude(
     Effects { receipts, service_receipts, services, held_secrets, catalog_reached: hosts_reached }: Effects,
     ModelEvidence { bodies: request_bodies, exchanges, judged: (ledger, judged_exchanges) }: ModelEvidence,
     end_ms: u64,
-) -> Ended {
+) -> Finished {
     let (faults_fired, mut seen) = fired_and_seen(&evidence);
     // The woken zombie asked the queue for an effect after the takeover, and it never came.
     if let Some(takeover) = &evidence.takeover {
@@ -372,7 +372,7 @@ fn conclude(
         plan,
         &exchanges,
     );
-    Ended {
+    Finished {
         scenario: scenario.name.clone(),
         plan: plan.clone(),
         seed,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use faultline_runtime::seams::{Clock, Entropy};
 
-use super::evidence::{lock, Shared};
+use super::evidence::{lock, SharedWorld};
 use super::gateway::{self, Receipts};
 use super::service::{self, ServiceFaults, ServiceReceipts};
 use super::setup::{LATENCY_MS, POWER_LOSS_SECTOR_BYTES};
@@ -59,7 +59,7 @@ pub(crate) fn first_life_faults(plan: &seeded::Plan, seed: u64) -> FsFaults {
 pub(crate) fn host_model(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
-    world: &Shared,
+    world: &SharedWorld,
     recorder: &io_trace::IoRecorder,
 ) -> Arc<Mutex<Option<ModelServer>>> {
     let model_slot: Arc<Mutex<Option<ModelServer>>> = Arc::default();
@@ -83,7 +83,7 @@ pub(crate) fn host_model(
 pub(crate) fn host_gateway(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
-    world: &Shared,
+    world: &SharedWorld,
     recorder: &io_trace::IoRecorder,
 ) -> Receipts {
     let receipts: Receipts = Arc::default();
@@ -105,7 +105,7 @@ pub(crate) fn host_gateway(
 pub(crate) fn host_services(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
-    world: &Shared,
+    world: &SharedWorld,
     (seed, user): (u64, Option<&AgentUnderTest>),
     recorder: &io_trace::IoRecorder,
 ) -> ServiceReceipts {
@@ -119,7 +119,7 @@ pub(crate) fn host_services(
         let net = recorder.server_net(Arc::new(crate::seams::SimNet), &declared.name);
         sim.host(declared.name.clone(), move || {
             let net = net.clone();
-            let running = service::Running {
+            let running = service::RunningService {
                 service: declared.clone(),
                 faults,
                 seed,
@@ -145,7 +145,7 @@ fn host_mcp_services(
     sim: &mut turmoil::Sim<'static>,
     plan: &seeded::Plan,
     (seed, user): (u64, Option<&AgentUnderTest>),
-    (receipts, world): (&ServiceReceipts, &Shared),
+    (receipts, world): (&ServiceReceipts, &SharedWorld),
     (stamp, recorder): (&Stamp, &io_trace::IoRecorder),
 ) {
     for declared in user.map_or(&[][..], |u| &u.mcp_services[..]) {
@@ -161,7 +161,7 @@ fn host_mcp_services(
         let net = recorder.server_net(Arc::new(crate::seams::SimNet), &declared.host);
         sim.host(declared.host.clone(), move || {
             let net = net.clone();
-            let running = Arc::new(super::mcp_service::Running::new(
+            let running = Arc::new(super::mcp_service::RunningMcp::new(
                 declared.clone(),
                 seed,
                 stamp.clone(),

@@ -139,7 +139,8 @@ pub(crate) async fn live(setup: LifeSetup<'_>, report: Arc<dyn LifeReport>) -> R
     // A message the dead agent refused was never accepted: the user saw the refusal, and
     // resending it would be a second submission the oracle does not owe a turn.
     let extra_owed = earlier.cancel_fired && !earlier.extra_refused;
-    let person = super::person::Person::new(plan.faults.person.clone().unwrap_or_default(), &seams, report.as_ref());
+    let person =
+        super::person::ActingPerson::new(plan.faults.person.clone().unwrap_or_default(), &seams, report.as_ref());
     // A session that resumed paused is decided and continued before anything new is said.
     person.settle(&agent, (&store, &id), life).await?;
     if extra_owed && plan.faults.cancel_then_submit && !extra_logged {

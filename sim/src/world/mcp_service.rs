@@ -237,7 +237,7 @@ pub(crate) enum McpNote {
 pub(crate) type McpNotes = Arc<dyn Fn(McpNote) + Send + Sync>;
 
 /// What a running server shares between its connections.
-pub(crate) struct Running {
+pub(crate) struct RunningMcp {
     pub service: McpService,
     pub faults: McpFaults,
     pub seed: u64,
@@ -258,7 +258,7 @@ pub(crate) struct Running {
     notes: McpNotes,
 }
 
-impl Running {
+impl RunningMcp {
     pub fn new(
         service: McpService,
         seed: u64,
@@ -343,7 +343,7 @@ enum Handled {
 pub(crate) async fn serve(
     http: Box<dyn Listener>,
     stdio: Box<dyn Listener>,
-    running: Arc<Running>,
+    running: Arc<RunningMcp>,
 ) -> std::io::Result<()> {
     let lines = tokio::spawn(serve_stdio(stdio, running.clone()));
     let result = serve_http(http, running).await;
@@ -351,7 +351,7 @@ pub(crate) async fn serve(
     result
 }
 
-async fn serve_http(listener: Box<dyn Listener>, running: Arc<Running>) -> std::io::Result<()> {
+async fn serve_http(listener: Box<dyn Listener>, running: Arc<RunningMcp>) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let running = running.clone();
@@ -373,7 +373,7 @@ fn boxed(bytes: impl Into<Bytes>) -> http_body_util::combinators::BoxBody<Bytes,
 }
 
 async fn http_reply(
-    running: &Arc<Running>,
+    running: &Arc<RunningMcp>,
     connection: u64,
     request: Request<hyper::body::Incoming>,
 ) -> Result<Reply, std::io::Error> {
@@ -423,7 +423,7 @@ async fn http_reply(
 
 /// What the server says of a session it does not know: 404, as the specification says, or
 /// 400, as the official SDKs' example servers (and Python servers before 1.26) do.
-fn forgotten(running: &Running, manner: Option<&Manner>) -> Reply {
+fn forgotten(running: &RunningMcp, manner: Option<&Manner>) -> Reply {
     if manner.is_some_and(|m| m.expired_as_400) {
         running.reached("mcp.http.session-unknown-400");
         return status(StatusCode::BAD_REQUEST, "Bad Request: No valid session ID provided");
@@ -439,7 +439,7 @@ fn json(reply: &Value) -> Reply {
 }
 
 /// The answer to `initialize`, with a new session's id (a long one, for some seeds).
-fn initialized(running: &Running, reply: &Value) -> Reply {
+fn initialized(running: &RunningMcp, reply: &Value) -> Reply {
     let mut response = json(reply);
     let id = if running.long_session_ids {
         running.reached("mcp.http.long-session-id");
@@ -465,7 +465,7 @@ fn data(message: &Value) -> String {
 }
 
 /// The answer to a `tools/call`, shaped as `shape` says, written down as the call's answer.
-fn shaped(running: &Arc<Running>, shape: Shape, message: &Value, reply: Value) -> Reply {
+fn shaped(running: &Arc<RunningMcp>, shape: Shape, message: &Value, reply: Value) -> Reply {
     running.reached(shape.entry());
     let execution_id = execution_id_of(message);
     let is_answer = reply.get("result").is_some();
@@ -527,7 +527,7 @@ fn shaped(running: &Arc<Running>, shape: Shape, message: &Value, reply: Value) -
 
 /// A GET: the rest of a closed stream after `Last-Event-ID` (the held response), or 405
 /// (this server opens no stream of its own).
-fn resume(running: &Running, headers: &[(String, String)]) -> Reply {
+fn resume(running: &RunningMcp, headers: &[(String, String)]) -> Reply {
     let last = headers.iter().find(|(k, _)| k == "last-event-id").map(|(_, v)| v.as_str());
     let held = last.and_then(|id| running.held.lock().unwrap_or_else(|p| p.into_inner()).remove(id));
     let Some((stream, event)) = held else {
@@ -553,7 +553,7 @@ fn status(code: StatusCode, text: &str) -> Reply {
     response
 }
 
-async fn serve_stdio(listener: Box<dyn Listener>, running: Arc<Running>) -> std::io::Result<()> {
+async fn serve_stdio(listener: Box<dyn Listener>, running: Arc<RunningMcp>) -> std::io::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let running = running.clone();
@@ -564,7 +564,7 @@ async fn serve_stdio(listener: Box<dyn Listener>, running: Arc<Running>) -> std:
 
 /// One stdio server process: messages in as lines, each handled on a task of its own; a call
 /// that kills the process closes both pipes at once.
-async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, running: Arc<Running>, connection: u64) {
+async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, running: Arc<RunningMcp>, connection: u64) {
     let (read, write) = tokio::io::split(stream);
     let write = Arc::new(tokio::sync::Mutex::new(write));
     let mut reader = tokio::io::BufReader::new(read);
@@ -632,7 +632,7 @@ async fn serve_lines(stream: Box<dyn faultline_runtime::seams::ByteStream>, runn
 
 /// What a stdio server writes before its answer to a call: notifications, or a `ping` of its
 /// own, as the manner drawn for the call says (nothing for the HTTP-only shapes).
-fn lines_before(running: &Running, shape: Shape, message: &Value) -> String {
+fn lines_before(running: &RunningMcp, shape: Shape, message: &Value) -> String {
     let request_id = message.get("id").cloned().unwrap_or(Value::Null);
     match shape {
         Shape::NotificationsFirst => {
@@ -665,7 +665,7 @@ struct Context {
 }
 
 /// One message, whichever transport carried it.
-async fn handle(running: &Running, context: &Context, message: &Value, manner: Option<&Manner>) -> Handled {
+async fn handle(running: &RunningMcp, context: &Context, message: &Value, manner: Option<&Manner>) -> Handled {
     let id = message.get("id").cloned();
     let method = message.get("method").and_then(Value::as_str).unwrap_or_default();
     let reply = |result: Value| Handled::Reply(json!({"jsonrpc": "2.0", "id": id, "result": result}));
@@ -694,7 +694,13 @@ async fn handle(running: &Running, context: &Context, message: &Value, manner: O
     }
 }
 
-async fn call(running: &Running, context: &Context, message: &Value, manner: Option<&Manner>, id: &Value) -> Handled {
+async fn call(
+    running: &RunningMcp,
+    context: &Context,
+    message: &Value,
+    manner: Option<&Manner>,
+    id: &Value,
+) -> Handled {
     let (mark, has_session) = (&format!("{}/{id}", context.connection), context.has_session);
     let params = message.get("params").cloned().unwrap_or_default();
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -765,7 +771,7 @@ async fn call(running: &Running, context: &Context, message: &Value, manner: Opt
 
 /// What happens to the reply of a call that acted, while the fault window is open: the
 /// connection dropped (a stdio server exits), a reply that is no message, or none at all.
-fn reply_lost(running: &Running, context: &Context, mark: &str, (faulty, draws): (bool, &[f64])) -> Option<Handled> {
+fn reply_lost(running: &RunningMcp, context: &Context, mark: &str, (faulty, draws): (bool, &[f64])) -> Option<Handled> {
     let stdio = context.connection.starts_with("stdio/");
     let (handled, entry) = if faulty && draws[2] < running.faults.lost_reply_rate {
         let entry = if stdio { "mcp.stdio.server-exits-mid-call" } else { "mcp.http.connection-drops-after-effect" };
@@ -782,7 +788,7 @@ fn reply_lost(running: &Running, context: &Context, mark: &str, (faulty, draws):
     Some(handled)
 }
 
-fn record(running: &Running, tool: &McpServiceTool, execution_id: &str, mark: &str, fate: Fate, message: &Value) {
+fn record(running: &RunningMcp, tool: &McpServiceTool, execution_id: &str, mark: &str, fate: Fate, message: &Value) {
     running.receipts.lock().unwrap_or_else(|p| p.into_inner()).push(ServiceReceipt {
         service: running.service.host.clone(),
         execution_id: execution_id.to_owned(),
@@ -801,7 +807,7 @@ fn record(running: &Running, tool: &McpServiceTool, execution_id: &str, mark: &s
 }
 
 /// The last effect of call `mark` never got its reply out.
-fn mark_reply_lost(running: &Running, mark: &str) {
+fn mark_reply_lost(running: &RunningMcp, mark: &str) {
     let mut receipts = running.receipts.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(last) = receipts.iter_mut().rev().find(|r| r.header(MCP_CALL_MARK) == Some(mark)) {
         if last.fate == Fate::Effect {

@@ -6,7 +6,7 @@
 //! the entropy streams of every host incarnation, and the faults drawn for the `mixed`
 //! scenario (one named stream per fault family, so adding a knob does not reshuffle the
 //! others). The world runs an expanded scenario (`crate::generate` draws a generated one
-//! first) and hands back what happened ([`conclude::Ended`]); it never judges: the oracle
+//! first) and hands back what happened ([`conclude::Finished`]); it never judges: the oracle
 //! (`crate::oracle`) does, called from above (`crate::verdict`).
 
 // No function here grows past clippy's `too-many-lines-threshold` (clippy.toml): the
@@ -50,8 +50,8 @@ pub use user::AgentUnderTest;
 
 use crate::scenario::Scenario;
 use agent_host::AgentLife;
-use conclude::{conclude, note_disk_faults, Concluded, Ended};
-use evidence::{lock, Shared};
+use conclude::{conclude, note_disk_faults, Concluded, Finished};
+use evidence::{lock, SharedWorld};
 use hosts::{build_sim, first_life_faults, host_gateway, host_model, host_services};
 use probe::CrashControl;
 use setup::{resolve_route, SIM_MODEL_ROOT};
@@ -90,14 +90,14 @@ pub(crate) fn run(
     seed: u64,
     recorder: io_trace::IoRecorder,
     user: Option<Arc<AgentUnderTest>>,
-) -> Ended {
+) -> Finished {
     let plan = seeded::resolve_for(scenario, seed, user.as_deref());
     if let Some(zombie) = &plan.faults.zombie {
         return fleet::run(scenario, &plan, (zombie, seed), user);
     }
     let services = user.as_ref().map(|u| u.services.clone()).unwrap_or_default();
     let mut sim = build_sim(&plan, seed);
-    let world: Shared = Arc::default();
+    let world: SharedWorld = Arc::default();
     lock(&world).held_secrets = user.as_ref().map(|u| u.secrets.clone()).unwrap_or_default();
     if let Some(swarm) = &plan.swarm {
         lock(&world).trace.push(format!("{:>7} {swarm}", 0));
@@ -124,7 +124,7 @@ pub(crate) fn run(
         recorder,
     };
     life.host(&mut sim);
-    let driver = driver::Driver::new(
+    let driver = driver::RunDriver::new(
         sim,
         &plan,
         world.clone(),

@@ -23,7 +23,7 @@ const DENIAL_REASON: &str = "the simulated person said no";
 pub(crate) const ACCEPTED_WRONGLY: &str = "approval-accepted-wrongly";
 
 /// The person, with what they act through.
-pub(crate) struct Person<'a> {
+pub(crate) struct ActingPerson<'a> {
     plan: Plan,
     seams: &'a Seams,
     report: &'a dyn LifeReport,
@@ -44,7 +44,7 @@ fn other(decision: Decision) -> Decision {
     }
 }
 
-impl<'a> Person<'a> {
+impl<'a> ActingPerson<'a> {
     pub(crate) fn new(plan: Plan, seams: &'a Seams, report: &'a dyn LifeReport) -> Self {
         Self { plan, seams, report }
     }
@@ -202,7 +202,7 @@ pub(crate) fn decide_while_down(
     report: &dyn LifeReport,
 ) {
     let Ok(inspection) = store.inspect(id) else { return };
-    let person = Person::new(plan.clone(), seams, report);
+    let person = ActingPerson::new(plan.clone(), seams, report);
     let Some(decision) = person.decision() else { return };
     for call in awaiting_approval(&inspection.records).iter().filter(|c| c.decision.is_none()) {
         match decide(store, id, &request(call, decision), seams.clock.now_ms(), &seams.secrets) {

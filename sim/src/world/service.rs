@@ -187,7 +187,7 @@ impl Fate {
 pub type ServiceReceipts = Arc<Mutex<Vec<ServiceReceipt>>>;
 
 /// What a running service needs besides its declaration.
-pub(crate) struct Running {
+pub(crate) struct RunningService {
     pub service: Service,
     pub faults: ServiceFaults,
     pub seed: u64,
@@ -199,7 +199,7 @@ pub(crate) struct Running {
 }
 
 /// Serves `running` on `listener` until the host dies.
-pub(crate) async fn serve(listener: Box<dyn Listener>, running: Running) -> std::io::Result<()> {
+pub(crate) async fn serve(listener: Box<dyn Listener>, running: RunningService) -> std::io::Result<()> {
     let running = Arc::new(running);
     let draw =
         Arc::new(crate::seed::Seed::new(running.seed).fault(&format!("service/{}/requests", running.service.name)));
@@ -218,7 +218,7 @@ pub(crate) async fn serve(listener: Box<dyn Listener>, running: Running) -> std:
 }
 
 async fn handle(
-    running: &Running,
+    running: &RunningService,
     draw: &crate::seams::SimEntropy,
     seen: &Mutex<BTreeMap<String, String>>,
     request: Request<hyper::body::Incoming>,

@@ -54,7 +54,7 @@ struct Thinking {
 struct Tools<'a>(&'a [ToolSchema]);
 
 #[derive(Serialize)]
-struct Tool<'a> {
+struct ToolDeclaration<'a> {
     description: &'a str,
     input_schema: &'a serde_json::Value,
     name: &'a str,
@@ -62,7 +62,7 @@ struct Tool<'a> {
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|t| Tool {
+        serializer.collect_seq(self.0.iter().map(|t| ToolDeclaration {
             description: &t.description,
             input_schema: &t.parameters,
             name: &t.name,
