@@ -537,6 +537,29 @@ impl Drop for WriterLost {
     }
 }
 
+/// Publishes `batch` as durable. What the watermark acknowledges is exactly what was
+/// written: a contiguous run of seqs that starts where durability stopped (the two planted
+/// bugs break this on purpose, for the oracle to find).
+fn acknowledge(shared: &Shared, batch: &Batch) {
+    let records = batch.records();
+    debug_assert!(
+        records.windows(2).all(|w| w[1].record.seq == w[0].record.seq + 1),
+        "a batch is a contiguous run of seqs"
+    );
+    let first = records[0].record.seq;
+    let planted =
+        crate::testing::bugs::planted("ack-before-fsync") || crate::testing::bugs::planted("drop-failed-batch");
+    shared.progress.send_modify(|p| {
+        debug_assert!(
+            p.durable_through == first || planted,
+            "durable through {} yet the written batch starts at {first}",
+            p.durable_through
+        );
+        p.durable_through = batch.end_seq();
+    });
+    shared.space.notify_waiters();
+}
+
 async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dyn SessionLog> {
     let _lost = WriterLost(shared.clone());
     loop {
@@ -577,10 +600,8 @@ async fn run_writer(shared: Arc<Shared>, mut log: Box<dyn SessionLog>) -> Box<dy
                         if state.pending.is_empty() {
                             state.deadline = None;
                         }
-                        let durable_through = batch.end_seq();
                         drop(state);
-                        shared.progress.send_modify(|p| p.durable_through = durable_through);
-                        shared.space.notify_waiters();
+                        acknowledge(&shared, &batch);
                     }
                     Err(_) if crate::testing::bugs::planted("drop-failed-batch") => {
                         drain_written(&mut state, records.len());
