@@ -7,8 +7,9 @@
 //! its [`Service`]s) over [`Scenario`]s and seeds and reports [`Finding`]s; [`run`] is one run
 //! of one scenario. The modules hold what the `faultline` command and the tests reach for: the
 //! simulated seams and the fault filesystem, the fake model server, the sweep, hunt and
-//! shrink engines, recorded incidents, the real-world harness, and [`cli`], what only the
-//! command line runs.
+//! shrink engines, recorded incidents, the real-world harness, and [`twin`], a run's I/O
+//! replayed on bare turmoil. What only the command line runs lives in the `faultline-cli`
+//! crate.
 
 mod arguments;
 pub mod catalog;

@@ -88,7 +88,7 @@ pub struct Inspection {
     /// The header, when readable.
     pub header: Option<SessionHeader>,
     /// Committed records (header excluded): all of them from [`Store::inspect`]; what a
-    /// streaming reader asked to keep otherwise (see [`inspect_file_keeping`]).
+    /// streaming reader asked to keep otherwise (see [`inspect_file_keeping`](super::inspect_file_keeping)).
     pub records: Vec<Record>,
     /// How many records the committed prefix holds, kept or not.
     pub record_count: u64,
