@@ -182,6 +182,14 @@ impl TurnCtx<'_> {
     /// An approved call, consumed: `approval/dispatched` durable, then its body, once. Returns
     /// the turn's end when the checkpoint before the body failed.
     async fn dispatch_approved(&mut self, step: u32, call: &PendingApproval) -> Result<Option<TurnEndReason>> {
+        // Only an approved call is ever dispatched (FAILURE-APPROVAL): the writer never makes
+        // the `approval/dispatched` the validator would refuse.
+        debug_assert!(
+            matches!(call.decision, Some((Decision::Approved, ..))),
+            "call {} dispatched with decision {:?}",
+            call.call_id,
+            call.decision
+        );
         let planned = call.planned();
         if arguments_digest(&call.arguments) != call.digest {
             let text = "not run: its approval is bound to other arguments";
